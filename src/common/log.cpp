@@ -1,0 +1,87 @@
+#include "common/log.hpp"
+
+#include <boost/json/serialize.hpp>
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "common/time.hpp"
+
+namespace relay::log {
+namespace {
+
+struct State {
+  std::mutex mu;
+  Level level = Level::info;
+  bool json = true;
+  std::string component;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+std::string_view level_name(Level l) {
+  switch (l) {
+    case Level::debug: return "debug";
+    case Level::info: return "info";
+    case Level::warn: return "warn";
+    case Level::error: return "error";
+  }
+  return "info";
+}
+
+}  // namespace
+
+void set_level(std::string_view level) {
+  for (Level l : {Level::debug, Level::info, Level::warn, Level::error}) {
+    if (level_name(l) == level) {
+      std::lock_guard lock(state().mu);
+      state().level = l;
+      return;
+    }
+  }
+  throw std::invalid_argument("unknown log level '" + std::string(level) + "'");
+}
+
+void set_format(std::string_view format) {
+  if (format != "json" && format != "text")
+    throw std::invalid_argument("unknown log format '" + std::string(format) + "'");
+  std::lock_guard lock(state().mu);
+  state().json = format == "json";
+}
+
+void set_component(std::string_view component) {
+  std::lock_guard lock(state().mu);
+  state().component = component;
+}
+
+void write(Level level, std::string_view msg, const boost::json::object& fields) {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  if (level < s.level) return;
+  std::string line;
+  if (s.json) {
+    boost::json::object o;
+    o["ts"] = format_rfc3339(wall_now());
+    o["level"] = level_name(level);
+    if (!s.component.empty()) o["component"] = s.component;
+    o["msg"] = msg;
+    for (const auto& kv : fields) o[kv.key()] = kv.value();
+    line = boost::json::serialize(o);
+  } else {
+    line = format_rfc3339(wall_now()) + " " + std::string(level_name(level)) + " " + std::string(msg);
+    for (const auto& kv : fields) {
+      line += " " + std::string(kv.key()) + "=";
+      line += kv.value().is_string() ? std::string(kv.value().get_string())
+                                     : boost::json::serialize(kv.value());
+    }
+  }
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace relay::log

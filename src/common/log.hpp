@@ -1,0 +1,25 @@
+#pragma once
+// Structured logging: one JSON object per line on stderr, so that log shippers need no parsing
+// rules. Every line about a job carries "job_id". Secrets and input contents are never logged.
+
+#include <boost/json/object.hpp>
+#include <string_view>
+
+namespace relay::log {
+
+enum class Level { debug, info, warn, error };
+
+// Throws std::invalid_argument for an unknown level name ("debug", "info", "warn", "error").
+void set_level(std::string_view level);
+// "json" (default) or "text" (human-readable, for `relayctl up`).
+void set_format(std::string_view format);
+// A prefix on every line, e.g. the component name; included as "component".
+void set_component(std::string_view component);
+
+void write(Level level, std::string_view msg, const boost::json::object& fields = {});
+inline void debug(std::string_view m, const boost::json::object& f = {}) { write(Level::debug, m, f); }
+inline void info(std::string_view m, const boost::json::object& f = {}) { write(Level::info, m, f); }
+inline void warn(std::string_view m, const boost::json::object& f = {}) { write(Level::warn, m, f); }
+inline void error(std::string_view m, const boost::json::object& f = {}) { write(Level::error, m, f); }
+
+}  // namespace relay::log

@@ -1,0 +1,84 @@
+#include "http/curl.hpp"
+
+#include <mutex>
+
+#include "common/errors.hpp"
+
+namespace relay::http {
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+Easy make_easy() {
+  global_init();
+  Easy e(curl_easy_init());
+  if (!e) throw std::runtime_error("curl_easy_init failed");
+  curl_easy_setopt(e.get(), CURLOPT_NOSIGNAL, 1L);
+  return e;
+}
+
+void Headers::add(const std::string& line) {
+  curl_slist* next = curl_slist_append(list_, line.c_str());
+  if (!next) throw std::bad_alloc();
+  list_ = next;
+}
+
+Transfer::Transfer(CURL* easy, std::stop_token stop)
+    : easy_(easy),
+      multi_(curl_multi_init()),
+      stop_(stop),
+      wake_(stop, std::function<void()>([this] {
+              // Runs in the thread that requested the stop; curl_multi_wakeup is thread-safe.
+              if (multi_) curl_multi_wakeup(multi_);
+            })) {
+  if (!multi_) throw std::runtime_error("curl_multi_init failed");
+  curl_multi_add_handle(multi_, easy_);
+}
+
+Transfer::~Transfer() {
+  curl_multi_remove_handle(multi_, easy_);
+  CURLM* m = multi_;
+  multi_ = nullptr;
+  curl_multi_cleanup(m);
+}
+
+bool Transfer::perform_once() {
+  if (done_) return true;
+  if (stop_.stop_requested()) throw Aborted();
+  int running = 0;
+  CURLMcode mc = curl_multi_perform(multi_, &running);
+  if (failure_) std::rethrow_exception(failure_);
+  if (mc != CURLM_OK) throw std::runtime_error(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
+  int queued = 0;
+  while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
+    if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy_) {
+      done_ = true;
+      result_ = msg->data.result;
+    }
+  }
+  if (failure_) std::rethrow_exception(failure_);
+  return done_;
+}
+
+void Transfer::poll_once(int timeout_ms) {
+  CURLMcode mc = curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
+  if (mc != CURLM_OK) throw std::runtime_error(std::string("curl_multi_poll: ") + curl_multi_strerror(mc));
+  if (stop_.stop_requested()) throw Aborted();
+}
+
+CURLcode Transfer::run() {
+  run_until([] { return false; });
+  return result_;
+}
+
+long response_code(CURL* easy) {
+  long code = 0;
+  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
+  return code;
+}
+
+std::string describe(CURLcode code) { return curl_easy_strerror(code); }
+
+}  // namespace relay::http

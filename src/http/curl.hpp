@@ -1,0 +1,100 @@
+#pragma once
+// RAII over libcurl, and the one transfer loop every client in the project uses: a multi handle
+// polled with curl_multi_poll, woken by curl_multi_wakeup when a stop_token fires, so that a
+// cancelled transfer is dropped at once instead of at the next progress callback.
+
+#include <curl/curl.h>
+
+#include <exception>
+#include <functional>
+#include <utility>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+namespace relay::http {
+
+// curl_global_init, once per process; call before starting threads.
+void global_init();
+
+struct EasyDeleter {
+  void operator()(CURL* c) const noexcept { curl_easy_cleanup(c); }
+};
+using Easy = std::unique_ptr<CURL, EasyDeleter>;
+Easy make_easy();
+
+class Headers {
+ public:
+  Headers() = default;
+  Headers(const Headers&) = delete;
+  Headers& operator=(const Headers&) = delete;
+  Headers(Headers&& o) noexcept : list_(std::exchange(o.list_, nullptr)) {}
+  ~Headers() { curl_slist_free_all(list_); }
+  void add(const std::string& line);
+  curl_slist* get() const { return list_; }
+
+ private:
+  curl_slist* list_ = nullptr;
+};
+
+// A transfer failed below HTTP (connection refused, timeout, reset...).
+class TransferError : public std::runtime_error {
+ public:
+  TransferError(CURLcode code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  CURLcode code() const { return code_; }
+
+ private:
+  CURLcode code_;
+};
+
+// One easy handle driven through its own multi handle. The caller configures the handle; run()
+// performs the transfer and returns its result code; it throws relay::Aborted once stop is
+// requested (the connection is closed at once). Callbacks that fail store their exception with
+// fail() and return their abort code; run() rethrows it.
+class Transfer {
+ public:
+  explicit Transfer(CURL* easy, std::stop_token stop = {});
+  ~Transfer();
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+
+  CURLcode run();
+  // Drives the transfer until `ready()` or completion; used by pull streams. Returns true when
+  // the transfer has completed (result in code()).
+  template <typename Ready>
+  bool run_until(Ready ready);
+  CURLcode code() const { return result_; }
+  void fail(std::exception_ptr e) { failure_ = std::move(e); }
+  CURL* easy() const { return easy_; }
+
+ private:
+  bool perform_once();  // true when the transfer is done
+  void poll_once(int timeout_ms);
+
+  CURL* easy_;
+  CURLM* multi_;
+  std::stop_token stop_;
+  std::stop_callback<std::function<void()>> wake_;
+  bool done_ = false;
+  CURLcode result_ = CURLE_OK;
+  std::exception_ptr failure_;
+};
+
+template <typename Ready>
+bool Transfer::run_until(Ready ready) {
+  for (;;) {
+    if (perform_once()) return true;
+    if (ready()) return false;
+    poll_once(1000);
+  }
+}
+
+long response_code(CURL* easy);
+
+// Error text for a CURLcode with the handle's error buffer when it has one.
+std::string describe(CURLcode code);
+
+}  // namespace relay::http

@@ -1,0 +1,95 @@
+#pragma once
+// RAII over hiredis's synchronous API. hiredis's error codes become our two exception types in
+// exactly one place (connection.cpp): IoError (the connection is gone; reconnecting may help) and
+// ReplyError (Redis answered with an error; a bug or a misconfiguration, not retried).
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace relay::redis {
+
+class IoError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class ReplyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+// Accessors that turn a reply into values, throwing ReplyError on a type the caller did not expect.
+bool is_nil(const redisReply* r);
+std::string as_string(const redisReply* r);
+long long as_integer(const redisReply* r);
+std::optional<std::string> as_optional_string(const redisReply* r);
+
+// redis://[user:password@]host:port[/db]; a password in the URL may be overridden by config.
+struct Endpoint {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string username;
+  std::string password;
+  int db = 0;
+  std::chrono::milliseconds connect_timeout{5000};
+};
+// Throws std::invalid_argument with a message fit for a config error.
+Endpoint parse_url(std::string_view url);
+
+// A Lua script: run as EVALSHA, loaded with EVAL on NOSCRIPT (after a Redis restart or failover).
+struct Script {
+  Script(std::string_view name, std::string_view source);
+  std::string name;
+  std::string source;
+  std::string sha1;
+};
+
+class Connection {
+ public:
+  // Connects, authenticates and selects the database; throws IoError or ReplyError.
+  static Connection open(const Endpoint& ep);
+
+  Reply command(const std::vector<std::string>& argv);
+  Reply command(std::initializer_list<std::string_view> argv);
+  Reply eval(const Script& script, const std::vector<std::string>& keys,
+             const std::vector<std::string>& args);
+
+  // Sends without waiting and reads replies later; for SUBSCRIBE and pipelines.
+  void append(const std::vector<std::string>& argv);
+  Reply read_reply();
+
+  // 0 = block for ever (blocking commands and subscriptions rely on this).
+  void set_read_timeout(std::chrono::milliseconds timeout);
+  long long client_id() const { return client_id_; }
+  // Makes a blocked read in another thread fail at once with IoError. Thread-safe.
+  void interrupt() noexcept;
+
+ private:
+  struct ContextDeleter {
+    void operator()(redisContext* c) const noexcept { redisFree(c); }
+  };
+  explicit Connection(redisContext* c) : ctx_(c) {}
+  Reply checked(redisReply* r);
+
+  std::unique_ptr<redisContext, ContextDeleter> ctx_;
+  long long client_id_ = 0;
+};
+
+// Connects with exponential backoff and jitter until it succeeds, the deadline passes or stop is
+// requested; the last error is rethrown then. Logs each failure once per attempt with its delay.
+Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_wait,
+                              std::stop_token stop = {});
+
+}  // namespace relay::redis

@@ -1,0 +1,110 @@
+#include "redis/job_record.hpp"
+
+#include <openssl/rand.h>
+
+#include <stdexcept>
+
+namespace relay {
+
+std::string_view to_string(JobStatus s) {
+  switch (s) {
+    case JobStatus::pending: return "pending";
+    case JobStatus::processing: return "processing";
+    case JobStatus::completed: return "completed";
+    case JobStatus::failed: return "failed";
+    case JobStatus::cancelled: return "cancelled";
+  }
+  return "pending";
+}
+
+std::optional<JobStatus> parse_status(std::string_view s) {
+  for (auto st : {JobStatus::pending, JobStatus::processing, JobStatus::completed, JobStatus::failed,
+                  JobStatus::cancelled})
+    if (to_string(st) == s) return st;
+  return std::nullopt;
+}
+
+namespace {
+
+// One table maps field names to members, so to_fields and from_fields cannot disagree.
+using Member = std::string JobRecord::*;
+constexpr std::pair<std::string_view, Member> kMembers[] = {
+    {field::id, &JobRecord::id},
+    {field::service_type, &JobRecord::service_type},
+    {field::model, &JobRecord::model},
+    {field::operation, &JobRecord::operation},
+    {field::status, &JobRecord::status},
+    {field::tenant, &JobRecord::tenant},
+    {field::input_key, &JobRecord::input_key},
+    {field::input_filename, &JobRecord::input_filename},
+    {field::input_content_type, &JobRecord::input_content_type},
+    {field::input_size, &JobRecord::input_size},
+    {field::result_key, &JobRecord::result_key},
+    {field::params, &JobRecord::params},
+    {field::callback_url, &JobRecord::callback_url},
+    {field::priority, &JobRecord::priority},
+    {field::attempts, &JobRecord::attempts},
+    {field::error_code, &JobRecord::error_code},
+    {field::error_message, &JobRecord::error_message},
+    {field::created_at, &JobRecord::created_at},
+    {field::started_at, &JobRecord::started_at},
+    {field::finished_at, &JobRecord::finished_at},
+    {field::holder, &JobRecord::holder},
+    {field::key_id, &JobRecord::key_id},
+    {field::cancel_requested, &JobRecord::cancel_requested},
+    {field::timings, &JobRecord::timings},
+};
+
+}  // namespace
+
+Fields JobRecord::to_fields() const {
+  Fields out;
+  for (const auto& [name, member] : kMembers)
+    if (!(this->*member).empty()) out.emplace_back(std::string(name), this->*member);
+  return out;
+}
+
+JobRecord JobRecord::from_fields(const Fields& fields) {
+  JobRecord r;
+  for (const auto& [k, v] : fields)
+    for (const auto& [name, member] : kMembers)
+      if (name == k) r.*member = v;
+  return r;
+}
+
+std::string new_job_id() {
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof b) != 1) throw std::runtime_error("RAND_bytes failed");
+  b[6] = (b[6] & 0x0f) | 0x40;  // version 4
+  b[8] = (b[8] & 0x3f) | 0x80;  // RFC 4122 variant
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[b[i] >> 4];
+    out += kHex[b[i] & 15];
+  }
+  return out;
+}
+
+bool is_valid_job_id(std::string_view id) {
+  if (id.size() != 36) return false;
+  for (size_t i = 0; i < id.size(); ++i) {
+    char c = id[i];
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (c != '-') return false;
+    } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return id[14] == '4';
+}
+
+std::string input_object_key(std::string_view service_type, std::string_view id) {
+  return std::string(service_type) + "/" + std::string(id) + "/input";
+}
+std::string result_object_key(std::string_view service_type, std::string_view id) {
+  return std::string(service_type) + "/" + std::string(id) + "/result.json";
+}
+
+}  // namespace relay

@@ -1,0 +1,125 @@
+#include "redis/job_store.hpp"
+
+#include "common/time.hpp"
+#include "redis/scripts.hpp"
+
+namespace relay::redis {
+namespace {
+
+const Script& submit_script() {
+  static const Script s("submit", lua::kSubmit);
+  return s;
+}
+const Script& begin_script() {
+  static const Script s("begin", lua::kBegin);
+  return s;
+}
+const Script& heartbeat_script() {
+  static const Script s("heartbeat", lua::kHeartbeat);
+  return s;
+}
+const Script& finish_script() {
+  static const Script s("finish", lua::kFinish);
+  return s;
+}
+const Script& give_back_script() {
+  static const Script s("give_back", lua::kGiveBack);
+  return s;
+}
+
+Fields pairs_from(const redisReply* r, size_t first) {
+  Fields out;
+  for (size_t i = first; i + 1 < r->elements; i += 2)
+    out.emplace_back(as_string(r->element[i]), as_string(r->element[i + 1]));
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(FinishOutcome o) {
+  switch (o) {
+    case FinishOutcome::ok: return "ok";
+    case FinishOutcome::terminal: return "terminal";
+    case FinishOutcome::lease_lost: return "lease_lost";
+    case FinishOutcome::missing: return "missing";
+  }
+  return "ok";
+}
+
+bool JobStore::submit(const JobRecord& record, bool priority) {
+  std::vector<std::string> args{record.id, priority ? "L" : "R"};
+  for (auto& [k, v] : record.to_fields()) {
+    args.push_back(k);
+    args.push_back(v);
+  }
+  auto r = conn_.eval(submit_script(), {keys_.job(record.model, record.id), keys_.pending(record.model)}, args);
+  return as_integer(r.get()) == 1;
+}
+
+std::optional<std::string> JobStore::pop(const std::string& model, std::chrono::milliseconds timeout) {
+  // The server-side timeout bounds the wait; the socket must not time out first.
+  conn_.set_read_timeout(std::chrono::milliseconds(0));
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(timeout.count()) / 1000.0);
+  Reply r;
+  try {
+    r = conn_.command({"BLMOVE", keys_.pending(model), keys_.processing(model), "LEFT", "RIGHT", secs});
+  } catch (...) {
+    conn_.set_read_timeout(std::chrono::milliseconds(30'000));
+    throw;
+  }
+  conn_.set_read_timeout(std::chrono::milliseconds(30'000));
+  return as_optional_string(r.get());
+}
+
+BeginResult JobStore::begin(const std::string& model, const std::string& id, const std::string& token,
+                            std::chrono::milliseconds lease_ttl) {
+  auto r = conn_.eval(begin_script(), {keys_.job(model, id), keys_.processing(model), keys_.lease(model, id)},
+                      {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now())});
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("begin: unexpected reply");
+  std::string tag = as_string(r->element[0]);
+  if (tag == "missing") return {BeginOutcome::missing, {}};
+  if (tag == "terminal") return {BeginOutcome::terminal, {}};
+  return {BeginOutcome::ok, JobRecord::from_fields(pairs_from(r.get(), 1))};
+}
+
+HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string& id,
+                                    const std::string& token, std::chrono::milliseconds lease_ttl) {
+  auto r = conn_.eval(heartbeat_script(), {keys_.lease(model, id), keys_.job(model, id)},
+                      {token, std::to_string(lease_ttl.count())});
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw ReplyError("heartbeat: unexpected reply");
+  return {as_integer(r->element[0]) == 1, as_integer(r->element[1]) == 1};
+}
+
+FinishOutcome JobStore::finish(const std::string& model, const std::string& id, const std::string& token,
+                               JobStatus status, const Fields& fields, const std::string& payload) {
+  std::vector<std::string> args{id, token, std::string(to_string(status)), keys_.completed_channel(model),
+                                payload, std::to_string(kEventsMaxLen)};
+  for (const auto& [k, v] : fields) {
+    args.push_back(k);
+    args.push_back(v);
+  }
+  auto r = conn_.eval(finish_script(),
+                      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model)},
+                      args);
+  std::string s = as_string(r.get());
+  if (s == "ok") return FinishOutcome::ok;
+  if (s == "terminal") return FinishOutcome::terminal;
+  if (s == "lease_lost") return FinishOutcome::lease_lost;
+  return FinishOutcome::missing;
+}
+
+bool JobStore::give_back(const std::string& model, const std::string& id, const std::string& token) {
+  auto r = conn_.eval(give_back_script(),
+                      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.pending(model)},
+                      {id, token});
+  return as_integer(r.get()) == 1;
+}
+
+std::optional<JobRecord> JobStore::get(const std::string& model, const std::string& id) {
+  auto r = conn_.command({"HGETALL", keys_.job(model, id)});
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return std::nullopt;
+  return JobRecord::from_fields(pairs_from(r.get(), 0));
+}
+
+}  // namespace relay::redis

@@ -1,0 +1,60 @@
+#pragma once
+// The job-level Redis operations, shared by the relay, the gateway and the tests. Expected
+// outcomes (queue empty, lease lost, job already terminal) are values; connection failures are
+// redis::IoError and are the caller's to retry.
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "redis/connection.hpp"
+#include "redis/job_record.hpp"
+#include "redis/keys.hpp"
+
+namespace relay::redis {
+
+enum class BeginOutcome { ok, missing, terminal };
+struct BeginResult {
+  BeginOutcome outcome;
+  JobRecord record;  // when ok: the record after it was marked processing
+};
+
+struct HeartbeatResult {
+  bool held = false;
+  bool cancel_requested = false;
+};
+
+enum class FinishOutcome { ok, terminal, lease_lost, missing };
+std::string_view to_string(FinishOutcome o);
+
+// Approximate cap on jobs:<model>:events; consumers read it long before this many accumulate.
+inline constexpr long long kEventsMaxLen = 100'000;
+
+class JobStore {
+ public:
+  JobStore(Connection& conn, Keys keys) : conn_(conn), keys_(std::move(keys)) {}
+
+  // Record + enqueue, atomically. Returns false if the id exists already.
+  bool submit(const JobRecord& record, bool priority);
+
+  // BLMOVE pending -> processing LEFT RIGHT; nullopt on timeout or when unblocked by
+  // CLIENT UNBLOCK (shutdown).
+  std::optional<std::string> pop(const std::string& model, std::chrono::milliseconds timeout);
+
+  BeginResult begin(const std::string& model, const std::string& id, const std::string& token,
+                    std::chrono::milliseconds lease_ttl);
+  HeartbeatResult heartbeat(const std::string& model, const std::string& id,
+                            const std::string& token, std::chrono::milliseconds lease_ttl);
+  FinishOutcome finish(const std::string& model, const std::string& id, const std::string& token,
+                       JobStatus status, const Fields& fields, const std::string& payload);
+  bool give_back(const std::string& model, const std::string& id, const std::string& token);
+
+  std::optional<JobRecord> get(const std::string& model, const std::string& id);
+  const Keys& keys() const { return keys_; }
+
+ private:
+  Connection& conn_;
+  Keys keys_;
+};
+
+}  // namespace relay::redis

@@ -1,0 +1,60 @@
+#pragma once
+// Every Redis key and channel name is built here and nowhere else (SPEC §3).
+//
+// With hash_tag on, each model's keys carry "{<model>}" so that all keys one Lua script touches
+// hash to one Redis Cluster slot — the job record included: it becomes "job:{<model>}:<id>",
+// which is why job() takes the model. Channels are not keys and keep their plain names.
+
+#include <string>
+#include <string_view>
+
+namespace relay::redis {
+
+class Keys {
+ public:
+  Keys() = default;
+  Keys(std::string prefix, bool hash_tag) : prefix_(std::move(prefix)), hash_tag_(hash_tag) {}
+
+  std::string pending(std::string_view model) const { return model_key(model, "pending"); }
+  std::string processing(std::string_view model) const { return model_key(model, "processing"); }
+  std::string deadletter(std::string_view model) const { return model_key(model, "deadletter"); }
+  std::string lease(std::string_view model, std::string_view id) const {
+    return model_key(model, "lease:") + std::string(id);
+  }
+  // Durable log of terminal transitions (stream), read by the gateway's consumer group.
+  std::string events(std::string_view model) const {
+    return prefix_ + "jobs:" + tagged(model) + ":events";
+  }
+  // The job record (hash).
+  std::string job(std::string_view model, std::string_view id) const {
+    if (hash_tag_) return prefix_ + "job:" + tagged(model) + ":" + std::string(id);
+    return prefix_ + "job:" + std::string(id);
+  }
+
+  // Pub/sub channels.
+  std::string completed_channel(std::string_view model) const {
+    return prefix_ + "jobs:" + std::string(model) + ":completed";
+  }
+  std::string cancel_channel(std::string_view model) const {
+    return prefix_ + "relay:" + std::string(model) + ":cancel";
+  }
+  std::string job_done_channel(std::string_view id) const {
+    return prefix_ + "job:" + std::string(id) + ":done";
+  }
+
+  const std::string& prefix() const { return prefix_; }
+  bool hash_tag() const { return hash_tag_; }
+
+ private:
+  std::string tagged(std::string_view model) const {
+    return hash_tag_ ? "{" + std::string(model) + "}" : std::string(model);
+  }
+  std::string model_key(std::string_view model, std::string_view suffix) const {
+    return prefix_ + "relay:" + tagged(model) + ":" + std::string(suffix);
+  }
+
+  std::string prefix_;
+  bool hash_tag_ = false;
+};
+
+}  // namespace relay::redis

@@ -1,0 +1,40 @@
+#pragma once
+// Pull-based byte streams: every stage of the relay's pipeline (storage download, decryption,
+// the inference upload) pulls from the one before it, so memory stays bounded by the buffers in
+// between, whatever the object size.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace relay {
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Fills up to buf.size() bytes; returns 0 only at the end of the stream. Throws on failure.
+  virtual size_t read(std::span<char> buf) = 0;
+  // Total size when known up front.
+  virtual std::optional<std::uint64_t> size() const { return std::nullopt; }
+};
+
+class MemorySource final : public ByteSource {
+ public:
+  explicit MemorySource(std::string data) : data_(std::move(data)) {}
+  size_t read(std::span<char> buf) override {
+    size_t n = std::min(buf.size(), data_.size() - pos_);
+    std::copy_n(data_.data() + pos_, n, buf.data());
+    pos_ += n;
+    return n;
+  }
+  std::optional<std::uint64_t> size() const override { return data_.size(); }
+
+ private:
+  std::string data_;
+  size_t pos_ = 0;
+};
+
+}  // namespace relay

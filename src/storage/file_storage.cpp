@@ -1,0 +1,139 @@
+// Filesystem backend: the embedded default for one machine. Objects are files under a root;
+// writes go to a temporary file that is renamed into place, so a reader never sees half an object.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+#include <openssl/rand.h>
+
+#include "common/errors.hpp"
+#include "storage/file_storage.hpp"
+
+namespace relay::storage {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Keys are built by us, but a key must never escape the root whatever reaches this function.
+void check_key(const std::string& key) {
+  if (key.empty() || key.front() == '/' || key.find('\0') != std::string::npos)
+    throw StorageError(ErrorKind::invalid, "invalid object key '" + key + "'");
+  for (const auto& part : fs::path(key))
+    if (part == ".." || part == ".") throw StorageError(ErrorKind::invalid, "invalid object key '" + key + "'");
+}
+
+[[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
+  int e = errno;
+  ErrorKind kind = e == ENOENT ? ErrorKind::not_found : e == EACCES ? ErrorKind::access_denied : ErrorKind::other;
+  throw StorageError(kind, what + " " + path + ": " + std::strerror(e), e == ENOENT ? "NoSuchKey" : "");
+}
+
+class FdGuard {
+ public:
+  explicit FdGuard(int fd) : fd_(fd) {}
+  ~FdGuard() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FdGuard(const FdGuard&) = delete;
+  FdGuard& operator=(const FdGuard&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+class FileSource final : public ByteSource {
+ public:
+  FileSource(int fd, std::string path, std::uint64_t size, std::stop_token stop)
+      : fd_(fd), path_(std::move(path)), size_(size), stop_(std::move(stop)) {}
+  size_t read(std::span<char> buf) override {
+    if (stop_.stop_requested()) throw Aborted();
+    for (;;) {
+      ssize_t n = ::read(fd_.get(), buf.data(), buf.size());
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno != EINTR) fail_errno("cannot read", path_);
+    }
+  }
+  std::optional<std::uint64_t> size() const override { return size_; }
+
+ private:
+  FdGuard fd_;
+  std::string path_;
+  std::uint64_t size_;
+  std::stop_token stop_;
+};
+
+}  // namespace
+
+FileStorage::FileStorage(std::string root, bool fsync) : root_(std::move(root)), fsync_(fsync) {
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  if (ec) throw std::invalid_argument("storage root " + root_ + ": " + ec.message());
+}
+
+std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_token stop) {
+  check_key(key);
+  std::string path = root_ + "/" + key;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_errno("cannot open", key);
+  FdGuard guard(fd);
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) fail_errno("cannot stat", key);
+  return std::make_unique<FileSource>(guard.release(), key, static_cast<std::uint64_t>(st.st_size), std::move(stop));
+}
+
+void FileStorage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
+  check_key(key);
+  fs::path path = fs::path(root_) / key;
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  if (ec) throw StorageError(ErrorKind::other, "cannot create " + path.parent_path().string() + ": " + ec.message());
+  unsigned char rnd[6];
+  RAND_bytes(rnd, sizeof rnd);
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, ".tmp-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+  std::string tmp = path.string() + suffix;
+  FdGuard fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
+  if (fd.get() < 0) fail_errno("cannot create", tmp);
+  try {
+    std::string buf(256 * 1024, '\0');
+    for (;;) {
+      if (stop.stop_requested()) throw Aborted();
+      size_t n = body.read(buf);
+      if (n == 0) break;
+      size_t off = 0;
+      while (off < n) {
+        ssize_t w = ::write(fd.get(), buf.data() + off, n - off);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          fail_errno("cannot write", key);
+        }
+        off += static_cast<size_t>(w);
+      }
+    }
+    if (fsync_ && ::fsync(fd.get()) != 0) fail_errno("cannot fsync", key);
+    if (::close(fd.release()) != 0) fail_errno("cannot close", key);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) fail_errno("cannot rename into", key);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+void FileStorage::remove(const std::string& key) {
+  check_key(key);
+  std::string path = root_ + "/" + key;
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail_errno("cannot delete", key);
+}
+
+void FileStorage::check() {
+  if (::access(root_.c_str(), W_OK) != 0) fail_errno("storage root not writable:", root_);
+}
+
+}  // namespace relay::storage

@@ -1,0 +1,19 @@
+#pragma once
+#include "storage/storage.hpp"
+
+namespace relay::storage {
+
+class FileStorage final : public Storage {
+ public:
+  FileStorage(std::string root, bool fsync);
+  std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) override;
+  void put(const std::string& key, ByteSource& body, std::stop_token stop) override;
+  void remove(const std::string& key) override;
+  void check() override;
+
+ private:
+  std::string root_;
+  bool fsync_;
+};
+
+}  // namespace relay::storage

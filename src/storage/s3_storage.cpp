@@ -1,0 +1,367 @@
+#include "storage/s3_storage.hpp"
+
+#include <boost/url/parse.hpp>
+#include <cstdlib>
+
+#include "common/errors.hpp"
+#include "http/curl.hpp"
+
+namespace relay::storage {
+namespace {
+
+using http::Headers;
+using http::Transfer;
+
+std::string xml_tag(const std::string& xml, const std::string& tag) {
+  auto open = xml.find("<" + tag + ">");
+  if (open == std::string::npos) return {};
+  open += tag.size() + 2;
+  auto close = xml.find("</" + tag + ">", open);
+  if (close == std::string::npos) return {};
+  return xml.substr(open, close - open);
+}
+
+// S3's URI encoding: everything but unreserved characters, and '/' kept in paths.
+std::string uri_encode(std::string_view s, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+ErrorKind kind_for(long status, const std::string& code) {
+  if (status == 404 || code == "NoSuchKey" || code == "NoSuchBucket") return ErrorKind::not_found;
+  if (status == 401 || status == 403) return ErrorKind::access_denied;
+  if (status >= 500 || status == 429) return ErrorKind::unavailable;
+  return ErrorKind::other;
+}
+
+[[noreturn]] void fail_http(const std::string& what, long status, const std::string& body) {
+  auto [code, message] = parse_s3_error(body);
+  std::string text = what + ": HTTP " + std::to_string(status);
+  if (!code.empty()) text += " " + code;
+  if (!message.empty()) text += ": " + message;
+  throw StorageError(kind_for(status, code), text, code, status);
+}
+
+[[noreturn]] void fail_transfer(const std::string& what, CURLcode code) {
+  throw StorageError(ErrorKind::unavailable, what + ": " + http::describe(code));
+}
+
+size_t append_to_string(char* data, size_t size, size_t n, void* user) {
+  auto* s = static_cast<std::string*>(user);
+  if (s->size() < 1 << 20) s->append(data, size * n);  // error bodies and small XML only
+  return size * n;
+}
+
+// Captures the ETag response header (multipart parts).
+size_t capture_etag(char* data, size_t size, size_t n, void* user) {
+  std::string_view line(data, size * n);
+  if (line.size() > 5 && (line.substr(0, 5) == "ETag:" || line.substr(0, 5) == "etag:" || line.substr(0, 5) == "Etag:")) {
+    std::string_view v = line.substr(5);
+    while (!v.empty() && (v.front() == ' ')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+    *static_cast<std::string*>(user) = std::string(v);
+  }
+  return size * n;
+}
+
+// Feeds a ByteSource into a curl upload; exceptions are parked in the Transfer and rethrown.
+struct UploadFeed {
+  ByteSource* source;
+  Transfer* transfer = nullptr;
+  static size_t read(char* buf, size_t size, size_t n, void* user) {
+    auto* self = static_cast<UploadFeed*>(user);
+    try {
+      return self->source->read(std::span<char>(buf, size * n));
+    } catch (...) {
+      self->transfer->fail(std::current_exception());
+      return CURL_READFUNC_ABORT;
+    }
+  }
+};
+
+// Streaming GET: the write callback fills a bounded buffer and pauses the transfer when it is
+// full; read() drains it and resumes. One buffer's worth of memory, whatever the object size.
+class S3Source final : public ByteSource {
+ public:
+  static constexpr size_t kHighWater = 1 << 20;
+
+  S3Source(http::Easy easy, std::unique_ptr<Headers> headers, std::string key, std::stop_token stop)
+      : easy_(std::move(easy)), headers_(std::move(headers)), key_(std::move(key)) {
+    curl_easy_setopt(easy_.get(), CURLOPT_WRITEFUNCTION, &S3Source::on_data);
+    curl_easy_setopt(easy_.get(), CURLOPT_WRITEDATA, this);
+    transfer_ = std::make_unique<Transfer>(easy_.get(), std::move(stop));
+    // Run until the status line and the first bytes (or the end) are in, so that a missing
+    // object fails here, at open, and not at the first read.
+    bool done = transfer_->run_until([this] { return !buf_.empty() || status_ != 0; });
+    finish_if_done(done);
+  }
+
+  size_t read(std::span<char> out) override {
+    while (pos_ == buf_.size() && !done_) {
+      buf_.clear();
+      pos_ = 0;
+      if (paused_) {
+        paused_ = false;
+        curl_easy_pause(easy_.get(), CURLPAUSE_CONT);
+      }
+      finish_if_done(transfer_->run_until([this] { return !buf_.empty() || paused_; }));
+    }
+    size_t n = std::min(out.size(), buf_.size() - pos_);
+    std::copy_n(buf_.data() + pos_, n, out.data());
+    pos_ += n;
+    return n;
+  }
+
+  std::optional<std::uint64_t> size() const override {
+    curl_off_t len = -1;
+    curl_easy_getinfo(easy_.get(), CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+    if (len < 0) return std::nullopt;
+    return static_cast<std::uint64_t>(len);
+  }
+
+ private:
+  static size_t on_data(char* data, size_t size, size_t n, void* user) {
+    auto* self = static_cast<S3Source*>(user);
+    size_t bytes = size * n;
+    if (self->status_ == 0) self->status_ = http::response_code(self->easy_.get());
+    if (self->status_ >= 300) {  // an error document: keep it for the message
+      if (self->error_body_.size() < 65536) self->error_body_.append(data, bytes);
+      return bytes;
+    }
+    if (self->buf_.size() - self->pos_ >= kHighWater) {
+      self->paused_ = true;
+      return CURL_WRITEFUNC_PAUSE;
+    }
+    self->buf_.append(data, bytes);
+    return bytes;
+  }
+
+  void finish_if_done(bool done) {
+    if (!done) return;
+    done_ = true;
+    if (transfer_->code() != CURLE_OK) fail_transfer("GET " + key_, transfer_->code());
+    long status = http::response_code(easy_.get());
+    if (status >= 300) fail_http("GET " + key_, status, error_body_);
+  }
+
+  http::Easy easy_;
+  std::unique_ptr<Headers> headers_;
+  std::string key_;
+  std::unique_ptr<Transfer> transfer_;
+  std::string buf_;
+  size_t pos_ = 0;
+  long status_ = 0;
+  bool paused_ = false;
+  bool done_ = false;
+  std::string error_body_;
+};
+
+}  // namespace
+
+std::pair<std::string, std::string> parse_s3_error(const std::string& xml) {
+  return {xml_tag(xml, "Code"), xml_tag(xml, "Message")};
+}
+
+S3Credentials S3Credentials::from_environment() {
+  auto get = [](const char* n) -> std::string {
+    const char* v = std::getenv(n);
+    return v ? v : "";
+  };
+  S3Credentials c{get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY"), get("AWS_SESSION_TOKEN")};
+  if (c.access_key_id.empty() || c.secret_access_key.empty())
+    throw std::invalid_argument("S3 storage needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment");
+  return c;
+}
+
+S3Storage::S3Storage(const Config& config, std::string bucket, std::string prefix, S3Credentials creds)
+    : config_(config), bucket_(std::move(bucket)), prefix_(std::move(prefix)), creds_(std::move(creds)) {
+  std::string endpoint = config_.s3_endpoint;
+  if (endpoint.empty()) endpoint = "https://s3." + config_.s3_region + ".amazonaws.com";
+  auto url = boost::urls::parse_uri(endpoint);
+  if (!url || (url->scheme() != "http" && url->scheme() != "https") || url->host().empty())
+    throw std::invalid_argument("storage.s3_endpoint must be http(s)://host[:port]");
+  std::string hostport(url->encoded_host_and_port());
+  if (config_.s3_path_style) {
+    base_ = std::string(url->scheme()) + "://" + hostport + "/" + uri_encode(bucket_, false);
+  } else {
+    base_ = std::string(url->scheme()) + "://" + bucket_ + "." + hostport;
+  }
+  sigv4_ = "aws:amz:" + config_.s3_region + ":s3";
+  while (!prefix_.empty() && prefix_.back() == '/') prefix_.pop_back();
+}
+
+std::string S3Storage::object_url(const std::string& key, const std::string& query) const {
+  std::string full = prefix_.empty() ? key : prefix_ + "/" + key;
+  std::string url = base_ + "/" + uri_encode(full, true);
+  if (!query.empty()) url += "?" + query;
+  return url;
+}
+
+void S3Storage::configure(void* easy, const std::string& method, const std::string& url, void* h) const {
+  auto* headers = static_cast<Headers*>(h);
+  // libcurl 7.88 does not add x-amz-content-sha256 itself; S3 rejects a SigV4 request without
+  // it. UNSIGNED-PAYLOAD lets bodies stream (TLS protects their integrity on the wire).
+  headers->add("x-amz-content-sha256: UNSIGNED-PAYLOAD");
+  if (!creds_.session_token.empty()) headers->add("x-amz-security-token: " + creds_.session_token);
+  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, method.c_str());
+  if (method == "HEAD") curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
+  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers->get());
+  curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4_.c_str());
+  curl_easy_setopt(easy, CURLOPT_USERNAME, creds_.access_key_id.c_str());
+  curl_easy_setopt(easy, CURLOPT_PASSWORD, creds_.secret_access_key.c_str());
+  long timeout_ms = static_cast<long>(config_.s3_timeout.count());
+  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+  // A stalled transfer (under 1 byte/s for the timeout) fails; a slow but moving one does not.
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, std::max(1L, timeout_ms / 1000));
+}
+
+std::unique_ptr<ByteSource> S3Storage::open(const std::string& key, std::stop_token stop) {
+  auto easy = http::make_easy();
+  auto headers = std::make_unique<Headers>();
+  configure(easy.get(), "GET", object_url(key), headers.get());
+  return std::make_unique<S3Source>(std::move(easy), std::move(headers), key, std::move(stop));
+}
+
+void S3Storage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
+  auto size = body.size();
+  if (size && *size <= static_cast<std::uint64_t>(config_.s3_part_size)) put_single(key, body, stop);
+  else put_multipart(key, body, stop);
+}
+
+void S3Storage::put_single(const std::string& key, ByteSource& body, std::stop_token stop) {
+  auto easy = http::make_easy();
+  Headers headers;
+  configure(easy.get(), "PUT", object_url(key), &headers);
+  std::string response;
+  UploadFeed feed{&body};
+  curl_easy_setopt(easy.get(), CURLOPT_UPLOAD, 1L);
+  curl_easy_setopt(easy.get(), CURLOPT_READFUNCTION, &UploadFeed::read);
+  curl_easy_setopt(easy.get(), CURLOPT_READDATA, &feed);
+  curl_easy_setopt(easy.get(), CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(*body.size()));
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &response);
+  Transfer t(easy.get(), stop);
+  feed.transfer = &t;
+  CURLcode rc = t.run();
+  if (rc != CURLE_OK) fail_transfer("PUT " + key, rc);
+  long status = http::response_code(easy.get());
+  if (status >= 300) fail_http("PUT " + key, status, response);
+}
+
+void S3Storage::put_multipart(const std::string& key, ByteSource& body, std::stop_token stop) {
+  // Small helper: one request with an in-memory body, returning status and response body.
+  auto request = [&](const std::string& method, const std::string& query, const std::string& payload,
+                     std::string* etag) {
+    auto easy = http::make_easy();
+    Headers headers;
+    configure(easy.get(), method, object_url(key, query), &headers);
+    std::string response;
+    MemorySource src(payload);
+    UploadFeed feed{&src};
+    if (method == "PUT" || method == "POST") {
+      curl_easy_setopt(easy.get(), CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(easy.get(), CURLOPT_READFUNCTION, &UploadFeed::read);
+      curl_easy_setopt(easy.get(), CURLOPT_READDATA, &feed);
+      curl_easy_setopt(easy.get(), CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(payload.size()));
+    }
+    curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
+    curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &response);
+    if (etag) {
+      curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, &capture_etag);
+      curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, etag);
+    }
+    Transfer t(easy.get(), stop);
+    feed.transfer = &t;
+    CURLcode rc = t.run();
+    if (rc != CURLE_OK) fail_transfer(method + " " + key + " (multipart)", rc);
+    long status = http::response_code(easy.get());
+    if (status >= 300) fail_http(method + " " + key + " (multipart)", status, response);
+    return response;
+  };
+
+  std::string upload_id = xml_tag(request("POST", "uploads=", "", nullptr), "UploadId");
+  if (upload_id.empty()) throw StorageError(ErrorKind::other, "POST " + key + "?uploads: no UploadId in the answer");
+  const std::string id_query = "uploadId=" + uri_encode(upload_id, false);
+  try {
+    std::vector<std::string> etags;
+    std::string part;
+    part.reserve(static_cast<size_t>(config_.s3_part_size));
+    bool eof = false;
+    while (!eof) {
+      part.clear();
+      while (part.size() < static_cast<size_t>(config_.s3_part_size)) {
+        size_t want = std::min<size_t>(256 * 1024, static_cast<size_t>(config_.s3_part_size) - part.size());
+        size_t old = part.size();
+        part.resize(old + want);
+        size_t n = body.read(std::span<char>(part.data() + old, want));
+        part.resize(old + n);
+        if (n == 0) {
+          eof = true;
+          break;
+        }
+      }
+      // An empty object still needs one (empty) part; otherwise skip a trailing empty read.
+      if (part.empty() && !etags.empty()) break;
+      std::string etag;
+      // Query parameters in sorted order: libcurl 7.88 signs them as written.
+      request("PUT", "partNumber=" + std::to_string(etags.size() + 1) + "&" + id_query, part, &etag);
+      if (etag.empty()) throw StorageError(ErrorKind::other, "PUT " + key + " part: no ETag in the answer");
+      etags.push_back(etag);
+    }
+    std::string complete = "<CompleteMultipartUpload>";
+    for (size_t i = 0; i < etags.size(); ++i)
+      complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
+    complete += "</CompleteMultipartUpload>";
+    std::string answer = request("POST", id_query, complete, nullptr);
+    // CompleteMultipartUpload can fail with 200 and an <Error> document.
+    if (answer.find("<Error>") != std::string::npos) fail_http("POST " + key + " complete", 200, answer);
+  } catch (...) {
+    try {
+      request("DELETE", id_query, "", nullptr);  // abort: no orphaned parts left behind
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+void S3Storage::remove(const std::string& key) {
+  auto easy = http::make_easy();
+  Headers headers;
+  configure(easy.get(), "DELETE", object_url(key), &headers);
+  std::string response;
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &response);
+  Transfer t(easy.get());
+  CURLcode rc = t.run();
+  if (rc != CURLE_OK) fail_transfer("DELETE " + key, rc);
+  long status = http::response_code(easy.get());
+  if (status >= 300 && status != 404) fail_http("DELETE " + key, status, response);
+}
+
+void S3Storage::check() {
+  auto easy = http::make_easy();
+  Headers headers;
+  std::string url = base_ + (config_.s3_path_style ? "" : "/");
+  configure(easy.get(), "HEAD", url, &headers);
+  Transfer t(easy.get());
+  CURLcode rc = t.run();
+  if (rc != CURLE_OK) fail_transfer("HEAD bucket", rc);
+  long status = http::response_code(easy.get());
+  if (status >= 300) fail_http("HEAD bucket", status, "");
+}
+
+std::unique_ptr<Storage> make_storage(const Config& config);
+
+}  // namespace relay::storage

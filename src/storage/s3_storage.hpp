@@ -1,0 +1,45 @@
+#pragma once
+// S3 backend on libcurl: SigV4 by CURLOPT_AWS_SIGV4, streaming GET, single PUT for small bodies
+// and multipart upload for large or unknown-length ones.
+
+#include "storage/storage.hpp"
+
+namespace relay::storage {
+
+struct S3Credentials {
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;  // optional
+  // From AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN. Throws
+  // std::invalid_argument when the keys are missing.
+  static S3Credentials from_environment();
+};
+
+class S3Storage final : public Storage {
+ public:
+  // bucket_and_prefix is the part of "s3://bucket/prefix" after the scheme.
+  S3Storage(const Config& config, std::string bucket, std::string prefix, S3Credentials creds);
+  std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) override;
+  void put(const std::string& key, ByteSource& body, std::stop_token stop) override;
+  void remove(const std::string& key) override;
+  void check() override;
+
+  // Exposed for tests: the URL of an object (with an already encoded, sorted query).
+  std::string object_url(const std::string& key, const std::string& query = {}) const;
+
+ private:
+  void configure(void* easy, const std::string& method, const std::string& url, void* headers) const;
+  void put_single(const std::string& key, ByteSource& body, std::stop_token stop);
+  void put_multipart(const std::string& key, ByteSource& body, std::stop_token stop);
+
+  Config config_;
+  std::string bucket_, prefix_;
+  S3Credentials creds_;
+  std::string base_;  // scheme://host[:port][/bucket] — everything before the object key
+  std::string sigv4_;
+};
+
+// For tests: <Error><Code>X</Code><Message>Y</Message></Error> -> {X, Y}
+std::pair<std::string, std::string> parse_s3_error(const std::string& xml);
+
+}  // namespace relay::storage

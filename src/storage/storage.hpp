@@ -1,0 +1,63 @@
+#pragma once
+// Object storage behind one interface (SPEC §6): a filesystem backend for one machine and an
+// S3 backend for everything else. Keys are relative ("<service_type>/<id>/input"); the backend
+// adds its root or bucket prefix.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+
+#include "storage/byte_stream.hpp"
+
+namespace relay::storage {
+
+enum class ErrorKind { not_found, access_denied, unavailable, invalid, other };
+
+class StorageError : public std::runtime_error {
+ public:
+  StorageError(ErrorKind kind, std::string message, std::string code = {}, long http_status = 0)
+      : std::runtime_error(std::move(message)), kind_(kind), code_(std::move(code)), http_status_(http_status) {}
+  ErrorKind kind() const { return kind_; }
+  const std::string& code() const { return code_; }  // S3 error code ("NoSuchKey"), if any
+  long http_status() const { return http_status_; }
+
+ private:
+  ErrorKind kind_;
+  std::string code_;
+  long http_status_;
+};
+
+struct Config {
+  std::string url = "file:///var/lib/relay/storage";  // file:///path or s3://bucket[/prefix]
+  std::string s3_endpoint;                              // empty: AWS, https://s3.<region>.amazonaws.com
+  std::string s3_region = "us-east-1";
+  bool s3_path_style = false;
+  std::int64_t s3_part_size = 8 * 1024 * 1024;  // multipart part size; also the single-PUT limit
+  std::chrono::milliseconds s3_timeout{30'000};  // connect and low-speed timeout, not total time
+  bool fsync = false;                            // filesystem: fsync each object before rename
+};
+
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  // Opens an object for streaming. Throws StorageError (not_found for a missing key). Reads from
+  // the returned source throw StorageError, or Aborted once stop is requested.
+  virtual std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) = 0;
+  // Stores the whole source under key; size is a hint (multipart when unknown or large). The
+  // object appears whole or not at all.
+  virtual void put(const std::string& key, ByteSource& body, std::stop_token stop) = 0;
+  // Deleting a missing key is not an error.
+  virtual void remove(const std::string& key) = 0;
+  // Cheap reachability check for readiness probes.
+  virtual void check() = 0;
+};
+
+// Throws std::invalid_argument (message fit for a config error) for a bad URL or missing
+// credentials.
+std::unique_ptr<Storage> make_storage(const Config& config);
+
+}  // namespace relay::storage
