@@ -93,3 +93,24 @@ Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_
                               std::stop_token stop = {});
 
 }  // namespace relay::redis
+
+namespace relay::redis {
+
+// A connection that is opened on first use and dropped after an I/O error, so that the next
+// use reconnects. Not thread-safe: one per thread.
+class LazyConnection {
+ public:
+  explicit LazyConnection(Endpoint ep) : ep_(std::move(ep)) {}
+  Connection& get() {
+    if (!conn_) conn_.emplace(Connection::open(ep_));
+    return *conn_;
+  }
+  void reset() { conn_.reset(); }
+  const Endpoint& endpoint() const { return ep_; }
+
+ private:
+  Endpoint ep_;
+  std::optional<Connection> conn_;
+};
+
+}  // namespace relay::redis

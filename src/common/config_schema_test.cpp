@@ -1,0 +1,104 @@
+#include "common/config_schema.hpp"
+
+#include <gtest/gtest.h>
+
+#include "relay/config.hpp"
+
+namespace relay::config {
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> m) {
+  return [m](const std::string& k) -> std::optional<std::string> {
+    auto it = m.find(k);
+    if (it == m.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+TEST(EnvName, MapsKeysMechanically) {
+  EXPECT_EQ(env_name("gc.max_reap_attempts"), "RELAY_GC_MAX_REAP_ATTEMPTS");
+  EXPECT_EQ(env_name("lease_ttl"), "RELAY_LEASE_TTL");
+  EXPECT_EQ(env_name("storage.s3_path_style"), "RELAY_STORAGE_S3_PATH_STYLE");
+}
+
+TEST(RelayConfig, DefaultsMatchTheSeed) {
+  auto c = sidecar::load("", env_of({{"RELAY_MODEL", "whisper"}}));
+  EXPECT_EQ(c.lease_ttl, std::chrono::seconds(60));
+  EXPECT_EQ(c.queue_pop_timeout, std::chrono::minutes(5));
+  EXPECT_EQ(c.max_jobs, 1);
+  EXPECT_EQ(c.inference.url, "http://127.0.0.1:9000");
+  EXPECT_EQ(c.inference.health_path, "/health");
+  EXPECT_EQ(c.redis.url, "redis://127.0.0.1:6379");
+}
+
+TEST(RelayConfig, YamlThenEnvironment) {
+  sidecar::Config c;
+  auto s = sidecar::schema(c);
+  s.load_string(R"(
+model: ocr
+lease_ttl: 30s
+inference:
+  routes:
+    default: /predict
+    ocr: /v1/ocr
+redis:
+  url: redis://u:p@redis:6380/2
+)", env_of({{"RELAY_LEASE_TTL", "10s"}}));
+  EXPECT_EQ(c.model, "ocr");
+  EXPECT_EQ(c.lease_ttl, std::chrono::seconds(10)) << "environment wins over the file";
+  EXPECT_EQ(c.inference.routes.at("ocr"), "/v1/ocr");
+  auto ep = c.redis_endpoint();
+  EXPECT_EQ(ep.host, "redis");
+  EXPECT_EQ(ep.port, 6380);
+  EXPECT_EQ(ep.username, "u");
+  EXPECT_EQ(ep.password, "p");
+  EXPECT_EQ(ep.db, 2);
+}
+
+TEST(RelayConfig, RoutesFromTheEnvironment) {
+  auto c = sidecar::load("", env_of({{"RELAY_MODEL", "m"}, {"RELAY_INFERENCE_ROUTES", "default=/a,x=/b"}}));
+  EXPECT_EQ(c.inference.routes.size(), 2u);
+  EXPECT_EQ(c.inference.routes.at("x"), "/b");
+}
+
+TEST(RelayConfig, BadValuesNameTheirKey) {
+  struct Case {
+    std::string description;
+    std::map<std::string, std::string> env;
+    std::string yaml;
+    std::string key;
+  } cases[] = {
+      {"missing model", {}, "", "'model'"},
+      {"bad duration", {{"RELAY_MODEL", "m"}, {"RELAY_LEASE_TTL", "sixty"}}, "", "'lease_ttl'"},
+      {"tiny lease", {{"RELAY_MODEL", "m"}, {"RELAY_LEASE_TTL", "10ms"}}, "", "'lease_ttl'"},
+      {"negative max_jobs", {{"RELAY_MODEL", "m"}, {"RELAY_MAX_JOBS", "-1"}}, "", "'max_jobs'"},
+      {"not a number", {{"RELAY_MODEL", "m"}, {"RELAY_MAX_JOBS", "two"}}, "", "'max_jobs'"},
+      {"bad boolean", {{"RELAY_MODEL", "m"}, {"RELAY_REDIS_HASH_TAG", "maybe"}}, "", "'redis.hash_tag'"},
+      {"bad redis url", {{"RELAY_MODEL", "m"}, {"RELAY_REDIS_URL", "http://x"}}, "", "'redis.url'"},
+      {"bad storage url", {{"RELAY_MODEL", "m"}, {"RELAY_STORAGE_URL", "ftp://x"}}, "", "'storage.url'"},
+      {"unknown key (typo)", {{"RELAY_MODEL", "m"}}, "lease_tll: 5s\n", "'lease_tll'"},
+      {"route without slash", {{"RELAY_MODEL", "m"}}, "inference:\n  routes:\n    a: predict\n", "'inference.routes.a'"},
+      {"model with a colon", {{"RELAY_MODEL", "a:b"}}, "", "'model'"},
+  };
+  for (const auto& c : cases) {
+    try {
+      sidecar::Config cfg;
+      sidecar::schema(cfg).load_string(c.yaml, env_of(c.env));
+      if (cfg.pod_name.empty()) cfg.pod_name = "x";
+      sidecar::validate(cfg);
+      ADD_FAILURE() << c.description << ": accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.key), std::string::npos) << c.description << ": " << e.what();
+    }
+  }
+}
+
+TEST(RelayConfig, ReferenceListsEveryKeyWithItsVariable) {
+  sidecar::Config c;
+  auto ref = sidecar::schema(c).reference_markdown();
+  EXPECT_NE(ref.find("`lease_ttl` | `RELAY_LEASE_TTL` | `60s`"), std::string::npos) << ref;
+  EXPECT_NE(ref.find("`queue_pop_timeout` | `RELAY_QUEUE_POP_TIMEOUT` | `5m`"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace relay::config

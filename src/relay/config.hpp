@@ -1,0 +1,56 @@
+#pragma once
+// The relay's configuration: one struct, every field with its default in bind() (config.cpp),
+// loaded from YAML and overridden by RELAY_* environment variables (SPEC §9).
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/config_schema.hpp"
+#include "redis/connection.hpp"
+#include "redis/keys.hpp"
+#include "storage/storage.hpp"
+
+namespace relay::sidecar {
+
+struct RedisConfig {
+  std::string url;                  // redis://[user:password@]host:port[/db]
+  std::string username;             // ACL user; overrides the URL's
+  std::string password;             // overrides the URL's; prefer RELAY_REDIS_PASSWORD
+  std::string key_prefix;           // prepended to every key and channel
+  bool hash_tag = false;            // relay:{model}:... for Redis Cluster
+  std::chrono::milliseconds connect_timeout{};
+};
+
+struct InferenceConfig {
+  std::string url;                               // base URL of the local inference server
+  std::string health_path;                       // GET, must answer 200 before any dequeue
+  std::map<std::string, std::string> routes;     // operation -> path; "default" for none
+  std::chrono::milliseconds timeout{};           // whole request; 0 = none
+};
+
+struct Config {
+  std::string model;
+  RedisConfig redis;
+  storage::Config storage;
+  InferenceConfig inference;
+  std::chrono::milliseconds lease_ttl{};
+  std::chrono::milliseconds queue_pop_timeout{};
+  std::int64_t max_jobs = 1;
+  std::chrono::milliseconds health_timeout{};
+  std::chrono::milliseconds health_interval{};
+  std::string pod_name;  // lease tokens start with it; default: the host name
+  std::string log_level, log_format;
+
+  redis::Endpoint redis_endpoint() const;
+  redis::Keys keys() const { return {redis.key_prefix, redis.hash_tag}; }
+};
+
+// The schema for this config; load() then validate().
+config::Schema schema(Config& c);
+// Throws config::ConfigError naming the key.
+void validate(const Config& c);
+Config load(const std::string& path, const config::EnvLookup& env);
+
+}  // namespace relay::sidecar

@@ -1,0 +1,39 @@
+#pragma once
+// How a running job is told to stop, and why. The first reason wins: a job cancelled and then
+// shut down is still a cancelled job.
+
+#include <atomic>
+#include <stop_token>
+#include <string_view>
+
+namespace relay::sidecar {
+
+enum class StopReason : int { none = 0, cancelled, lease_lost, shutdown };
+std::string_view to_string(StopReason r);
+
+class JobControl {
+ public:
+  void stop(StopReason r) {
+    int expected = 0;
+    reason_.compare_exchange_strong(expected, static_cast<int>(r));
+    source_.request_stop();
+  }
+  StopReason reason() const { return static_cast<StopReason>(reason_.load()); }
+  std::stop_token token() const { return source_.get_token(); }
+
+ private:
+  std::stop_source source_;
+  std::atomic<int> reason_{0};
+};
+
+inline std::string_view to_string(StopReason r) {
+  switch (r) {
+    case StopReason::none: return "none";
+    case StopReason::cancelled: return "cancelled";
+    case StopReason::lease_lost: return "lease_lost";
+    case StopReason::shutdown: return "shutdown";
+  }
+  return "none";
+}
+
+}  // namespace relay::sidecar

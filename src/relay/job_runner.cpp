@@ -1,0 +1,174 @@
+#include "relay/job_runner.hpp"
+
+#include <boost/json/parse.hpp>
+#include <chrono>
+
+#include "common/errors.hpp"
+#include "common/log.hpp"
+#include "common/time.hpp"
+#include "relay/inference_client.hpp"
+
+namespace relay::sidecar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Counts the time spent waiting on the storage download while it streams into the POST, so
+// that download and inference can be reported apart although they overlap.
+class TimedSource final : public ByteSource {
+ public:
+  explicit TimedSource(ByteSource& inner) : inner_(inner) {}
+  size_t read(std::span<char> buf) override {
+    auto t = Clock::now();
+    size_t n = inner_.read(buf);
+    spent_ms_ += ms_since(t);
+    bytes_ += n;
+    return n;
+  }
+  std::optional<std::uint64_t> size() const override { return inner_.size(); }
+  double spent_ms() const { return spent_ms_; }
+
+ private:
+  ByteSource& inner_;
+  double spent_ms_ = 0;
+  std::uint64_t bytes_ = 0;
+};
+
+// Marks which stage a storage error came from.
+enum class Stage { prepare, download, inference, upload };
+
+JobResult failed(std::string code, std::string message) {
+  JobResult r;
+  r.disposition = Disposition::failed;
+  r.error_code = std::move(code);
+  r.error_message = std::move(message);
+  return r;
+}
+
+}  // namespace
+
+void Timings::set(std::string_view stage, double ms) {
+  for (auto& [name, v] : stages_)
+    if (name == stage) {
+      v = ms;
+      return;
+    }
+  stages_.emplace_back(std::string(stage), ms);
+}
+
+bool Timings::has(std::string_view stage) const {
+  for (const auto& [name, v] : stages_)
+    if (name == stage) return true;
+  return false;
+}
+
+std::string Timings::json() const {
+  std::string out = "{";
+  for (const auto& [name, v] : stages_) {
+    char num[48];
+    std::snprintf(num, sizeof num, "%.3f", v < 0 ? 0.0 : v);
+    if (out.size() > 1) out += ',';
+    out += "\"" + name + "\":" + num;
+  }
+  return out + "}";
+}
+
+std::string_view to_string(Disposition d) {
+  switch (d) {
+    case Disposition::completed: return "completed";
+    case Disposition::failed: return "failed";
+    case Disposition::cancelled: return "cancelled";
+    case Disposition::abandoned: return "abandoned";
+    case Disposition::given_back: return "given_back";
+  }
+  return "failed";
+}
+
+JobResult run_job(const Config& cfg, storage::Storage& storage, const JobRecord& job, JobControl& control) {
+  const auto start = Clock::now();
+  Timings timings;
+  if (auto created = parse_rfc3339(job.created_at)) {
+    if (auto started = parse_rfc3339(job.started_at))
+      timings.set("queue_wait", std::chrono::duration<double, std::milli>(*started - *created).count());
+  }
+  double download_ms = 0;
+  Stage stage = Stage::prepare;
+  JobResult result;
+  try {
+    const std::string op = job.operation.empty() ? "default" : job.operation;
+    auto route = cfg.inference.routes.find(op);
+    if (route == cfg.inference.routes.end())
+      return failed("unknown_operation", "no inference route for operation '" + op + "' in inference.routes");
+    if (job.input_key.empty()) return failed("invalid_job", "the job record has no input_key");
+    boost::json::object params;
+    if (!job.params.empty()) {
+      boost::system::error_code ec;
+      auto v = boost::json::parse(job.params, ec);
+      if (ec || !v.is_object()) return failed("invalid_job", "the job's params are not a JSON object");
+      params = v.as_object();
+    }
+
+    stage = Stage::download;
+    auto t_open = Clock::now();
+    auto input = storage.open(job.input_key, control.token());
+    download_ms += ms_since(t_open);
+    TimedSource timed(*input);
+
+    stage = Stage::inference;
+    InferenceRequest req;
+    req.url = cfg.inference.url + route->second;
+    req.filename = job.input_filename;
+    req.content_type = job.input_content_type;
+    req.body = &timed;
+    req.params = std::move(params);
+    req.timeout = cfg.inference.timeout;
+    auto t_post = Clock::now();
+    InferenceResponse resp = post_inference(req, control.token());
+    download_ms += timed.spent_ms();
+    timings.set("download", download_ms);
+    timings.set("inference", ms_since(t_post) - timed.spent_ms());
+    if (resp.status != 200) {
+      std::string head = resp.body.head(512);
+      result = failed("inference_failed", "inference returned HTTP " + std::to_string(resp.status) +
+                                               (head.empty() ? "" : ": " + head));
+    } else {
+      stage = Stage::upload;
+      auto t_up = Clock::now();
+      auto body = resp.body.reader();
+      std::string key = result_object_key(job.service_type, job.id);
+      storage.put(key, *body, control.token());
+      timings.set("upload", ms_since(t_up));
+      result.disposition = Disposition::completed;
+      result.result_key = key;
+    }
+  } catch (const Aborted&) {
+    switch (control.reason()) {
+      case StopReason::cancelled: result.disposition = Disposition::cancelled; break;
+      case StopReason::lease_lost: result.disposition = Disposition::abandoned; break;
+      default: result.disposition = Disposition::given_back; break;
+    }
+  } catch (const storage::StorageError& e) {
+    result = failed(stage == Stage::upload ? "upload_failed" : "download_failed", e.what());
+  } catch (const InferenceError& e) {
+    result = failed(e.code(), e.what());
+  } catch (const std::exception& e) {
+    // A surprise: fail the job rather than leave it processing for the reaper to retry for ever.
+    log::error("unexpected error in job", {{"job_id", job.id}, {"error", e.what()}});
+    result = failed("internal_error", e.what());
+  }
+  // A lost lease always means: write nothing. A cancel that lands after the result was stored
+  // loses the race — the work is done, the job completes — but it turns a failure into a cancel.
+  if (control.reason() == StopReason::lease_lost) result.disposition = Disposition::abandoned;
+  else if (result.disposition == Disposition::failed && control.reason() == StopReason::cancelled)
+    result.disposition = Disposition::cancelled;
+  if (!timings.has("download") && download_ms > 0) timings.set("download", download_ms);
+  timings.set("total", ms_since(start));
+  result.timings = std::move(timings);
+  return result;
+}
+
+}  // namespace relay::sidecar

@@ -1,0 +1,49 @@
+#pragma once
+// One job's pipeline (seed, "Job lifecycle" §3): stream the input from storage into a multipart
+// POST to the inference server, store the answer as result.json. Pure of Redis: the caller
+// takes the lease before and writes the outcome after, so the pipeline is testable alone.
+
+#include <boost/json/object.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "redis/job_record.hpp"
+#include "relay/config.hpp"
+#include "relay/job_control.hpp"
+#include "storage/storage.hpp"
+
+namespace relay::sidecar {
+
+// Milliseconds per stage, in the order measured: queue_wait, download, inference, upload, total.
+class Timings {
+ public:
+  void set(std::string_view stage, double ms);
+  bool has(std::string_view stage) const;
+  // {"queue_wait":12.345,...} — fixed three decimals, for humans and for jq alike.
+  std::string json() const;
+
+ private:
+  std::vector<std::pair<std::string, double>> stages_;
+};
+
+enum class Disposition {
+  completed,
+  failed,
+  cancelled,
+  abandoned,   // lease lost: write nothing, another relay may own the job now
+  given_back,  // shutdown: put the job back at the front of pending
+};
+std::string_view to_string(Disposition d);
+
+struct JobResult {
+  Disposition disposition = Disposition::failed;
+  std::string error_code;     // when failed
+  std::string error_message;  // when failed
+  std::string result_key;     // when completed
+  Timings timings;  // milliseconds per stage
+};
+
+JobResult run_job(const Config& config, storage::Storage& storage, const JobRecord& job, JobControl& control);
+
+}  // namespace relay::sidecar

@@ -1,0 +1,83 @@
+// relay — the sidecar. Exit codes: 0 after its jobs, on queue timeout and on SIGTERM;
+// 1 when a dependency never came up; 2 for a bad config or command line.
+
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <thread>
+
+#include "common/log.hpp"
+#include "http/curl.hpp"
+#include "relay/config.hpp"
+#include "relay/relay.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"relay: takes inference jobs from Redis, runs them on the local model server"};
+  std::string config_path;
+  std::optional<std::int64_t> max_jobs;
+  std::optional<std::string> model;
+  bool print_config = false;
+  app.add_option("-c,--config", config_path, "YAML config file (every key can be set by RELAY_* variables)");
+  app.add_option("--max-jobs", max_jobs, "jobs to process before exiting; 0 = no limit (overrides max_jobs)");
+  app.add_option("--model", model, "model to serve (overrides model)");
+  app.add_flag("--print-config-reference", print_config, "print the config keys as a Markdown table and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  if (print_config) {
+    relay::sidecar::Config c;
+    std::cout << relay::sidecar::schema(c).reference_markdown();
+    return 0;
+  }
+
+  // Signals are taken by one thread with sigwait; every other thread inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);  // used only to wake the signal thread at exit
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  relay::sidecar::Config cfg;
+  try {
+    auto env = relay::config::process_env();
+    auto with_flags = [&](const std::string& name) -> std::optional<std::string> {
+      if (name == "RELAY_MAX_JOBS" && max_jobs) return std::to_string(*max_jobs);
+      if (name == "RELAY_MODEL" && model) return *model;
+      return env(name);
+    };
+    cfg = relay::sidecar::load(config_path, with_flags);
+    relay::log::set_level(cfg.log_level);
+    relay::log::set_format(cfg.log_format);
+  } catch (const std::exception& e) {
+    relay::log::error("invalid configuration", {{"error", e.what()}});
+    return 2;
+  }
+  relay::log::set_component("relay");
+  relay::http::global_init();
+
+  std::unique_ptr<relay::storage::Storage> storage;
+  try {
+    storage = relay::storage::make_storage(cfg.storage);
+  } catch (const std::invalid_argument& e) {
+    relay::log::error("invalid configuration", {{"error", e.what()}});
+    return 2;
+  }
+
+  relay::sidecar::Relay relay(cfg, std::move(storage));
+  std::thread signals([&relay, set] {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) relay.shutdown();
+  });
+  int code = 1;
+  try {
+    code = relay.run();
+  } catch (const std::exception& e) {
+    relay::log::error("relay failed", {{"error", e.what()}});
+  }
+  // Wake the signal thread so that it can be joined.
+  pthread_kill(signals.native_handle(), SIGUSR1);
+  signals.join();
+  return code;
+}

@@ -1,0 +1,297 @@
+#include "relay/relay.hpp"
+
+#include <openssl/rand.h>
+#include <unistd.h>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <condition_variable>
+#include <thread>
+
+#include "common/errors.hpp"
+#include "common/log.hpp"
+#include "common/time.hpp"
+#include "redis/job_store.hpp"
+#include "relay/cancel_listener.hpp"
+#include "relay/heartbeat.hpp"
+#include "relay/inference_client.hpp"
+#include "relay/job_runner.hpp"
+
+namespace relay::sidecar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Lease token: pod name + random, so that a lease names its holder and no two jobs share one.
+std::string new_token(const std::string& pod) {
+  unsigned char b[8];
+  RAND_bytes(b, sizeof b);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string t = pod + "-";
+  for (unsigned char c : b) {
+    t += kHex[c >> 4];
+    t += kHex[c & 15];
+  }
+  return t;
+}
+
+// Sleeps for d or until stop; returns false when stopped.
+bool sleep_for(std::chrono::milliseconds d, std::stop_token stop) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock lock(m);
+  cv.wait_for(lock, stop, d, [] { return false; });
+  return !stop.stop_requested();
+}
+
+// Runs a Redis step, reconnecting with backoff on connection errors until it succeeds, the
+// deadline passes (the last error is rethrown) or shutdown is requested (Aborted).
+template <typename F>
+auto with_redis(redis::LazyConnection& conn, std::chrono::milliseconds max_wait, std::stop_token stop, F&& f) {
+  const auto deadline = Clock::now() + max_wait;
+  std::chrono::milliseconds backoff{100};
+  for (;;) {
+    try {
+      return f(conn.get());
+    } catch (const redis::IoError& e) {
+      conn.reset();
+      if (Clock::now() + backoff > deadline) throw;
+      log::warn("redis unavailable, retrying", {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
+      if (!sleep_for(backoff, stop)) throw;
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+  }
+}
+
+}  // namespace
+
+Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage)
+    : cfg_(std::move(config)), storage_(std::move(storage)) {}
+
+Relay::~Relay() = default;
+
+void Relay::shutdown() {
+  if (shutdown_.stop_requested()) return;
+  log::info("shutdown requested");
+  shutdown_.request_stop();
+  {
+    std::lock_guard lock(mu_);
+    if (current_) current_->stop(StopReason::shutdown);
+  }
+  unblock_pop();
+}
+
+// Releases a blocked BLMOVE with CLIENT UNBLOCK (it then returns nil, as on timeout). Retried
+// briefly because the signal may arrive just before the BLMOVE reaches the server.
+void Relay::unblock_pop() {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    long long id = 0;
+    {
+      std::lock_guard lock(mu_);
+      if (!popping_) return;
+      id = pop_client_id_;
+    }
+    try {
+      auto conn = redis::Connection::open(cfg_.redis_endpoint());
+      if (redis::as_integer(conn.command({"CLIENT", "UNBLOCK", std::to_string(id)}).get()) == 1) return;
+    } catch (const std::exception& e) {
+      log::warn("cannot unblock the queue wait", {{"error", e.what()}});
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool Relay::wait_for_inference() {
+  const std::string url = cfg_.inference.url + cfg_.inference.health_path;
+  const auto deadline = Clock::now() + cfg_.health_timeout;
+  long last = -1;
+  while (!shutdown_.stop_requested()) {
+    long status = 0;
+    try {
+      status = probe_health(url, shutdown_.get_token());
+    } catch (const Aborted&) {
+      return false;
+    }
+    if (status == 200) {
+      log::info("inference server healthy", {{"url", url}});
+      return true;
+    }
+    if (status != last) log::info("waiting for the inference server", {{"url", url}, {"status", status}});
+    last = status;
+    if (Clock::now() >= deadline) {
+      log::error("inference server not healthy before relay.health_timeout; exiting",
+                 {{"url", url}, {"last_status", status}, {"health_timeout", format_duration(cfg_.health_timeout)}});
+      return false;
+    }
+    sleep_for(cfg_.health_interval, shutdown_.get_token());
+  }
+  return false;
+}
+
+int Relay::run() {
+  log::info("relay starting", {{"model", cfg_.model}, {"pod", cfg_.pod_name}, {"max_jobs", cfg_.max_jobs}});
+  if (!wait_for_inference()) return shutdown_.stop_requested() ? 0 : 1;
+
+  const auto keys = cfg_.keys();
+  const auto endpoint = cfg_.redis_endpoint();
+  redis::LazyConnection main_conn(endpoint);
+  try {
+    main_conn.get() = redis::connect_with_retry(endpoint, cfg_.health_timeout, shutdown_.get_token());
+  } catch (const redis::IoError& e) {
+    if (shutdown_.stop_requested()) return 0;
+    log::error("redis never came up; exiting", {{"error", e.what()}});
+    return 1;
+  }
+
+  // Subscribed before the first BLMOVE, so no cancel for a job we take can be missed.
+  CancelListener listener({endpoint, keys.cancel_channel(cfg_.model), [this](const std::string& id) {
+                             std::lock_guard lock(mu_);
+                             if (current_ && id == current_id_) {
+                               log::info("cancel received", {{"job_id", id}});
+                               current_->stop(StopReason::cancelled);
+                             }
+                           }});
+  try {
+    listener.subscribe();
+  } catch (const redis::IoError& e) {
+    log::warn("cannot subscribe to cancellations yet; the listener retries", {{"error", e.what()}});
+  }
+  std::jthread listener_thread([&listener](std::stop_token st) { listener.run(st); });
+
+  redis::LazyConnection hb_conn(endpoint);  // the heartbeat thread's, kept across jobs
+  std::int64_t done = 0;
+  int exit_code = 0;
+  while (!shutdown_.stop_requested() && (cfg_.max_jobs == 0 || done < cfg_.max_jobs)) {
+    std::optional<std::string> id;
+    try {
+      id = with_redis(main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
+        {
+          std::lock_guard lock(mu_);
+          popping_ = true;
+          pop_client_id_ = c.client_id();
+        }
+        struct Clear {
+          Relay* r;
+          ~Clear() {
+            std::lock_guard lock(r->mu_);
+            r->popping_ = false;
+          }
+        } clear{this};
+        if (shutdown_.stop_requested()) return std::optional<std::string>{};
+        return redis::JobStore(c, keys).pop(cfg_.model, cfg_.queue_pop_timeout);
+      });
+    } catch (const redis::IoError& e) {
+      log::error("redis unavailable for too long; exiting", {{"error", e.what()}});
+      exit_code = 1;
+      break;
+    } catch (const Aborted&) {
+      break;
+    }
+    if (!id) {
+      if (!shutdown_.stop_requested())
+        log::info("queue empty: no job within queue_pop_timeout; exiting",
+                  {{"model", cfg_.model}, {"queue_pop_timeout", format_duration(cfg_.queue_pop_timeout)}});
+      break;
+    }
+    try {
+      Step step = process(*id, main_conn, hb_conn);
+      ++done;
+      if (step == Step::stop) break;
+    } catch (const redis::IoError& e) {
+      // The job stays in processing; its lease (if any) expires and the reaper requeues it.
+      log::error("redis unavailable while finishing a job; exiting", {{"job_id", *id}, {"error", e.what()}});
+      exit_code = 1;
+      break;
+    }
+  }
+  listener_thread.request_stop();
+  listener_thread.join();
+  log::info("relay exiting", {{"jobs", done}, {"exit_code", exit_code}});
+  return exit_code;
+}
+
+Relay::Step Relay::process(const std::string& job_id, redis::LazyConnection& conn, redis::LazyConnection& hb_conn) {
+  const auto keys = cfg_.keys();
+  const std::string token = new_token(cfg_.pod_name);
+  const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
+
+  JobControl control;
+  auto begun = with_redis(conn, retry_for, {}, [&](redis::Connection& c) {
+    return redis::JobStore(c, keys).begin(cfg_.model, job_id, token, cfg_.lease_ttl);
+  });
+  if (begun.outcome != redis::BeginOutcome::ok) {
+    log::warn("dequeued a job that cannot run; dropped from processing",
+              {{"job_id", job_id}, {"reason", begun.outcome == redis::BeginOutcome::missing ? "record missing" : "already terminal"}});
+    return Step::next;
+  }
+  const JobRecord& job = begun.record;
+  {
+    std::lock_guard lock(mu_);
+    current_ = &control;
+    current_id_ = job_id;
+  }
+  if (job.cancel_requested == "1") control.stop(StopReason::cancelled);
+  if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);
+
+  JobResult result;
+  {
+    Heartbeat heartbeat({&hb_conn, keys, cfg_.model, job_id, token, cfg_.lease_ttl, &control});
+    std::jthread hb([&heartbeat](std::stop_token st) { heartbeat.run(st); });
+    if (control.token().stop_requested()) {
+      // Cancelled or shut down before it started: nothing to run.
+      result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled : Disposition::given_back;
+    } else {
+      result = run_job(cfg_, *storage_, job, control);
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    current_ = nullptr;
+    current_id_.clear();
+  }
+
+  // The last step: one script writes the outcome (or gives the job back).
+  const std::string finished_at = format_rfc3339(wall_now());
+  std::string outcome;
+  if (result.disposition == Disposition::given_back) {
+    bool ok = with_redis(conn, retry_for, {}, [&](redis::Connection& c) {
+      return redis::JobStore(c, keys).give_back(cfg_.model, job_id, token);
+    });
+    outcome = ok ? "given_back" : "lease_lost";
+  } else if (result.disposition == Disposition::abandoned) {
+    outcome = "lease_lost";
+  } else {
+    JobStatus status = result.disposition == Disposition::completed ? JobStatus::completed
+                       : result.disposition == Disposition::cancelled ? JobStatus::cancelled
+                                                                     : JobStatus::failed;
+    Fields fields{{std::string(field::finished_at), finished_at},
+                  {std::string(field::timings), result.timings.json()}};
+    boost::json::object payload{{"job_id", job_id}, {"status", to_string(status)}, {"service_type", job.service_type},
+                                {"model", cfg_.model}, {"finished_at", finished_at}};
+    if (status == JobStatus::completed) {
+      fields.emplace_back(field::result_key, result.result_key);
+      payload["result_key"] = result.result_key;
+    }
+    if (status == JobStatus::failed) {
+      fields.emplace_back(field::error_code, result.error_code);
+      fields.emplace_back(field::error_message, result.error_message.substr(0, 2048));
+      payload["error_code"] = result.error_code;
+    }
+    auto fin = with_redis(conn, retry_for, {}, [&](redis::Connection& c) {
+      return redis::JobStore(c, keys).finish(cfg_.model, job_id, token, status, fields, boost::json::serialize(payload));
+    });
+    outcome = fin == redis::FinishOutcome::ok ? std::string(to_string(status)) : std::string(redis::to_string(fin));
+  }
+
+  boost::json::object line{{"job_id", job_id},       {"model", cfg_.model},          {"service_type", job.service_type},
+                           {"operation", job.operation}, {"outcome", outcome},      {"timings_ms", boost::json::parse(result.timings.json())}};
+  if (!result.error_code.empty()) {
+    line["error_code"] = result.error_code;
+    line["error"] = result.error_message.substr(0, 512);
+  }
+  log::info("job finished", line);
+  // After a give-back the process is shutting down; otherwise carry on.
+  return result.disposition == Disposition::given_back ? Step::stop : Step::next;
+}
+
+}  // namespace relay::sidecar

@@ -1,0 +1,45 @@
+#pragma once
+// The relay's main loop (seed, "Job lifecycle"): wait for the model, then take jobs one at a
+// time until max_jobs, a queue timeout or a shutdown.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+
+#include "redis/connection.hpp"
+#include "relay/config.hpp"
+#include "relay/job_control.hpp"
+#include "storage/storage.hpp"
+
+namespace relay::sidecar {
+
+class Relay {
+ public:
+  Relay(Config config, std::unique_ptr<storage::Storage> storage);
+  ~Relay();
+  // Returns the process exit code: 0 after jobs, on queue timeout and on shutdown; 1 when a
+  // dependency never came up.
+  int run();
+  // From any thread (the signal thread): finish up. Idle → the blocked BLMOVE is released at
+  // once; mid-job → the job is given back to the front of pending.
+  void shutdown();
+
+ private:
+  enum class Step { next, stop };
+  Step process(const std::string& job_id, redis::LazyConnection& conn, redis::LazyConnection& hb_conn);
+  bool wait_for_inference();
+  void unblock_pop();
+
+  Config cfg_;
+  std::unique_ptr<storage::Storage> storage_;
+  std::stop_source shutdown_;
+
+  std::mutex mu_;  // guards current_ and popping_
+  JobControl* current_ = nullptr;
+  std::string current_id_;
+  long long pop_client_id_ = 0;
+  bool popping_ = false;
+};
+
+}  // namespace relay::sidecar

@@ -1,0 +1,230 @@
+#include "harness.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace relay::testing {
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (pred()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("bind");
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool port_open(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "relay-test-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp");
+  path_ = tmpl;
+}
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+Process::Process(std::vector<std::string> argv, const Env& env, std::string log_path) : log_path_(std::move(log_path)) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    auto name = kv.substr(0, kv.find('='));
+    if (!env.count(name)) envs.push_back(kv);
+  }
+  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  for (auto& e : envs) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork");
+  if (pid_ == 0) {
+    int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    // A new process group, so that a test's SIGKILL never reaches the test runner.
+    ::setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(cargv[0], cargv.data(), cenv.data());
+    std::perror("execve");
+    ::_exit(127);
+  }
+}
+
+Process::~Process() {
+  if (pid_ > 0 && !exit_code_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+void Process::signal(int sig) {
+  if (pid_ > 0 && !exit_code_) ::kill(pid_, sig);
+}
+
+void Process::sample_hwm() {
+  std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      long kib = std::atol(line.c_str() + 6);
+      if (kib > hwm_kib_) hwm_kib_ = kib;
+    }
+  }
+}
+
+std::optional<int> Process::wait_exit(std::chrono::milliseconds timeout) {
+  if (exit_code_) return exit_code_;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    sample_hwm();
+    int status = 0;
+    rusage usage{};
+    pid_t r = ::wait4(pid_, &status, WNOHANG, &usage);
+    if (r == pid_) {
+      maxrss_kib_ = usage.ru_maxrss;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return exit_code_;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+bool Process::running() { return !wait_exit(0ms).has_value(); }
+
+std::string Process::log() const {
+  std::ifstream f(log_path_);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+RedisServer::RedisServer() : port_(free_port()) { start(); }
+
+void RedisServer::start() {
+  proc_ = std::make_unique<Process>(
+      std::vector<std::string>{"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no", "--dir", dir_.path()},
+      Env{}, dir_.path() + "/redis.log");
+  if (!wait_until([&] { return port_open(port_); }, 10s)) throw std::runtime_error("redis-server did not start");
+}
+
+void RedisServer::stop() {
+  proc_->signal(SIGKILL);
+  proc_->wait_exit(5s);
+}
+
+redis::Connection RedisServer::connect() const {
+  redis::Endpoint ep;
+  ep.port = port_;
+  return redis::Connection::open(ep);
+}
+
+S3Server::S3Server() : port_(free_port()) {
+  proc_ = std::make_unique<Process>(
+      std::vector<std::string>{RELAY_TEST_NODE, RELAY_TEST_S3_SERVER, "--port", std::to_string(port_), "--dir",
+                               dir_.path() + "/data"},
+      Env{}, dir_.path() + "/s3.log");
+  if (!wait_until([&] { return port_open(port_); }, 20s)) throw std::runtime_error("S3 test server did not start: " + proc_->log());
+}
+
+S3Server::~S3Server() = default;
+
+Env S3Server::env() const {
+  return {{"RELAY_STORAGE_URL", "s3://" + bucket() + "/jobs"},
+          {"RELAY_STORAGE_S3_ENDPOINT", endpoint()},
+          {"RELAY_STORAGE_S3_PATH_STYLE", "true"},
+          {"RELAY_STORAGE_S3_REGION", "us-east-1"},
+          {"AWS_ACCESS_KEY_ID", "relaytestkey"},
+          {"AWS_SECRET_ACCESS_KEY", "relaytestsecret"}};
+}
+
+void S3Server::kill() {
+  proc_->signal(SIGKILL);
+  proc_->wait_exit(5s);
+}
+
+std::string S3Server::aws_cat(const std::string& key) const {
+  std::string cmd = "AWS_ACCESS_KEY_ID=relaytestkey AWS_SECRET_ACCESS_KEY=relaytestsecret AWS_DEFAULT_REGION=us-east-1 "
+                    "AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null "
+                    "/usr/bin/aws --endpoint-url " + endpoint() + " s3 cp s3://" + bucket() + "/" + key + " - 2>/dev/null";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  return ::pclose(p) == 0 ? out : "";
+}
+
+InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
+  events_path_ = dir_.path() + "/events.txt";
+  proc_ = std::make_unique<Process>(
+      std::vector<std::string>{noop_binary(), "--listen", "127.0.0.1:" + std::to_string(port_), "--health-status",
+                               std::to_string(o.health_status), "--status", std::to_string(o.status), "--delay-ms",
+                               std::to_string(o.delay_ms), "--events", events_path_},
+      Env{}, dir_.path() + "/inference.log");
+  if (!wait_until([&] { return port_open(port_); }, 10s)) throw std::runtime_error("inference server did not start");
+}
+
+std::string InferenceServer::events() const {
+  std::ifstream f(events_path_);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool InferenceServer::saw(const std::string& line) const { return events().find(line + "\n") != std::string::npos; }
+
+std::string relay_binary() { return RELAY_TEST_RELAY_BIN; }
+std::string noop_binary() { return RELAY_TEST_NOOP_BIN; }
+
+}  // namespace relay::testing

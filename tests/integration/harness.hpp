@@ -1,0 +1,123 @@
+#pragma once
+// Integration-test harness: real redis-server, the S3 test server (s3rver behind a SigV4
+// check), the no-op inference server and relay binaries, each a real process on a free loopback
+// port, cleaned up whatever happens (destructors SIGKILL and reap).
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "redis/connection.hpp"
+
+namespace relay::testing {
+
+using namespace std::chrono_literals;
+using Env = std::map<std::string, std::string>;
+
+// Polls pred every 10 ms until it holds or the deadline passes. Never a bare sleep.
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 10s);
+
+int free_port();
+bool port_open(int port);
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class Process {
+ public:
+  Process(std::vector<std::string> argv, const Env& env, std::string log_path);
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig);
+  // Exit code (128 + signal when killed by one), or nullopt if still running at the deadline.
+  // While waiting it samples VmHWM from /proc/<pid>/status.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout);
+  bool running();
+  std::string log() const;
+  // Peak resident memory in KiB: the last VmHWM read from /proc while the process ran, and the
+  // kernel's ru_maxrss reported when it was reaped.
+  long peak_rss_proc_kib() const { return hwm_kib_; }
+  long peak_rss_rusage_kib() const { return maxrss_kib_; }
+
+ private:
+  void sample_hwm();
+  pid_t pid_ = -1;
+  std::string log_path_;
+  std::optional<int> exit_code_;
+  long hwm_kib_ = 0;
+  long maxrss_kib_ = 0;
+};
+
+class RedisServer {
+ public:
+  RedisServer();
+  int port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  redis::Connection connect() const;
+  void stop();   // SIGKILL
+  void start();  // again on the same port (no persistence: an empty Redis)
+
+ private:
+  TempDir dir_;
+  int port_;
+  std::unique_ptr<Process> proc_;
+};
+
+class S3Server {
+ public:
+  S3Server();
+  ~S3Server();
+  int port() const { return port_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string bucket() const { return "relay-test"; }
+  Env env() const;  // the relay's storage settings and AWS credentials for this server
+  void kill();
+  // Runs Debian's awscli (an independent S3 client) and returns its stdout; "" on failure.
+  std::string aws_cat(const std::string& key) const;
+  std::string log() const { return proc_ ? proc_->log() : ""; }
+
+ private:
+  TempDir dir_;
+  int port_;
+  std::unique_ptr<Process> proc_;
+};
+
+struct InferenceOptions {
+  int health_status = 200;
+  int status = 200;
+  long delay_ms = 0;
+};
+
+class InferenceServer {
+ public:
+  explicit InferenceServer(InferenceOptions o = {});
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string events() const;  // the lines the server appended
+  bool saw(const std::string& line) const;
+
+ private:
+  TempDir dir_;
+  int port_;
+  std::string events_path_;
+  std::unique_ptr<Process> proc_;
+};
+
+std::string relay_binary();
+std::string noop_binary();
+
+}  // namespace relay::testing

@@ -1,0 +1,139 @@
+// The Lua steps of SPEC §4 against a real redis-server: fencing by lease token, terminal states
+// that never change, and the atomic submit.
+
+#include "relay_fixture.hpp"
+
+namespace relay::testing {
+namespace {
+
+using JobStoreTest = RelayTest;
+
+JobRecord pending_job(const std::string& model) {
+  JobRecord r;
+  r.id = new_job_id();
+  r.service_type = "svc";
+  r.model = model;
+  r.status = "pending";
+  r.input_key = "svc/" + r.id + "/input";
+  r.created_at = "2026-11-30T00:00:00.000Z";
+  return r;
+}
+
+TEST_F(JobStoreTest, SubmitWritesRecordAndQueueTogetherAndRefusesADuplicateId) {
+  auto r = pending_job(model_);
+  ASSERT_TRUE(store_.submit(r, false));
+  EXPECT_EQ(list(keys_.pending(model_)), std::vector<std::string>{r.id});
+  EXPECT_EQ(status(r.id), "pending");
+  r.status = "completed";
+  EXPECT_FALSE(store_.submit(r, false));
+  EXPECT_EQ(status(r.id), "pending") << "a duplicate id changes nothing";
+  EXPECT_EQ(list(keys_.pending(model_)).size(), 1u);
+}
+
+TEST_F(JobStoreTest, BeginTakesLeaseAndMarksProcessing) {
+  auto r = pending_job(model_);
+  store_.submit(r, false);
+  ASSERT_EQ(store_.pop(model_, 1s), r.id);
+  auto b = store_.begin(model_, r.id, "tok-1", 5s);
+  ASSERT_EQ(b.outcome, redis::BeginOutcome::ok);
+  EXPECT_EQ(b.record.status, "processing");
+  EXPECT_EQ(b.record.holder, "tok-1");
+  EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, r.id)}).get()), "tok-1");
+  auto ttl = redis::as_integer(conn_.command({"PTTL", keys_.lease(model_, r.id)}).get());
+  EXPECT_GT(ttl, 4000);
+  EXPECT_LE(ttl, 5000);
+}
+
+TEST_F(JobStoreTest, PopTimesOutWithNothing) { EXPECT_EQ(store_.pop(model_, 100ms), std::nullopt); }
+
+TEST_F(JobStoreTest, HeartbeatExtendsOnlyItsOwnLease) {
+  auto r = pending_job(model_);
+  store_.submit(r, false);
+  store_.pop(model_, 1s);
+  store_.begin(model_, r.id, "mine", 1s);
+  auto hb = store_.heartbeat(model_, r.id, "mine", 10s);
+  EXPECT_TRUE(hb.held);
+  EXPECT_FALSE(hb.cancel_requested);
+  EXPECT_GT(redis::as_integer(conn_.command({"PTTL", keys_.lease(model_, r.id)}).get()), 5000);
+  EXPECT_FALSE(store_.heartbeat(model_, r.id, "someone-else", 10s).held);
+  conn_.command({"HSET", keys_.job(model_, r.id), "cancel_requested", "1"});
+  EXPECT_TRUE(store_.heartbeat(model_, r.id, "mine", 10s).cancel_requested);
+}
+
+TEST_F(JobStoreTest, FinishWithAStaleTokenWritesNothing) {
+  auto r = pending_job(model_);
+  store_.submit(r, false);
+  store_.pop(model_, 1s);
+  store_.begin(model_, r.id, "old-holder", 5s);
+  // The job was reaped and taken by another relay.
+  conn_.command({"SET", keys_.lease(model_, r.id), "new-holder"});
+  auto out = store_.finish(model_, r.id, "old-holder", JobStatus::completed, {{"result_key", "x"}}, "{}");
+  EXPECT_EQ(out, redis::FinishOutcome::lease_lost);
+  EXPECT_EQ(status(r.id), "processing");
+  EXPECT_TRUE(record(r.id).result_key.empty());
+  EXPECT_EQ(events_count(), 0);
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{r.id});
+  EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, r.id)}).get()), "new-holder");
+}
+
+TEST_F(JobStoreTest, TerminalStatesNeverChange) {
+  auto r = pending_job(model_);
+  store_.submit(r, false);
+  store_.pop(model_, 1s);
+  store_.begin(model_, r.id, "tok", 5s);
+  ASSERT_EQ(store_.finish(model_, r.id, "tok", JobStatus::completed, {{"finished_at", "T1"}}, "{}"),
+            redis::FinishOutcome::ok);
+  EXPECT_EQ(events_count(), 1);
+  // A late duplicate of the last step, a late give-back and a late begin: all no-ops.
+  conn_.command({"SET", keys_.lease(model_, r.id), "tok"});
+  EXPECT_EQ(store_.finish(model_, r.id, "tok", JobStatus::failed, {{"finished_at", "T2"}}, "{}"),
+            redis::FinishOutcome::terminal);
+  EXPECT_FALSE(store_.give_back(model_, r.id, "tok"));
+  conn_.command({"RPUSH", keys_.processing(model_), r.id});
+  EXPECT_EQ(store_.begin(model_, r.id, "tok2", 5s).outcome, redis::BeginOutcome::terminal);
+  auto rec = record(r.id);
+  EXPECT_EQ(rec.status, "completed");
+  EXPECT_EQ(rec.finished_at, "T1");
+  EXPECT_EQ(rec.holder, "tok");
+  EXPECT_EQ(events_count(), 1);
+  EXPECT_TRUE(list(keys_.pending(model_)).empty());
+}
+
+TEST_F(JobStoreTest, GiveBackPutsTheJobAtTheFrontAndDropsTheLease) {
+  auto a = pending_job(model_), b = pending_job(model_);
+  store_.submit(a, false);
+  store_.submit(b, false);
+  store_.pop(model_, 1s);
+  store_.begin(model_, a.id, "tok", 5s);
+  EXPECT_FALSE(store_.give_back(model_, a.id, "not-mine"));
+  EXPECT_TRUE(store_.give_back(model_, a.id, "tok"));
+  EXPECT_EQ(list(keys_.pending(model_)), (std::vector<std::string>{a.id, b.id}));
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_FALSE(exists(keys_.lease(model_, a.id)));
+  EXPECT_EQ(status(a.id), "pending");
+}
+
+TEST_F(JobStoreTest, ScriptsSurviveARedisRestart) {
+  // EVALSHA meets an empty script cache after a restart; the NOSCRIPT fallback loads it.
+  auto r = pending_job(model_);
+  store_.submit(r, false);
+  conn_.command({"SCRIPT", "FLUSH"});
+  auto r2 = pending_job(model_);
+  EXPECT_TRUE(store_.submit(r2, false));
+}
+
+TEST_F(JobStoreTest, HashTagKeysWorkForEveryStep) {
+  redis::Keys tagged("pfx:", true);
+  redis::JobStore store(conn_, tagged);
+  auto r = pending_job(model_);
+  ASSERT_TRUE(store.submit(r, true));
+  EXPECT_TRUE(exists("pfx:job:{m1}:" + r.id));
+  ASSERT_EQ(store.pop(model_, 1s), r.id);
+  ASSERT_EQ(store.begin(model_, r.id, "t", 5s).outcome, redis::BeginOutcome::ok);
+  EXPECT_TRUE(exists("pfx:relay:{m1}:lease:" + r.id));
+  EXPECT_EQ(store.finish(model_, r.id, "t", JobStatus::failed, {{"error_code", "x"}}, "{}"), redis::FinishOutcome::ok);
+  EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", "pfx:jobs:{m1}:events"}).get()), 1);
+}
+
+}  // namespace
+}  // namespace relay::testing

@@ -1,0 +1,118 @@
+#pragma once
+// Shared fixture for the relay's integration tests: a fresh redis-server per test, a storage
+// backend, and helpers that submit jobs through the project's own JobStore (the same code the
+// gateway uses) and start relay processes.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <boost/json.hpp>
+#include <iostream>
+
+#include "harness.hpp"
+#include "common/time.hpp"
+#include "redis/job_store.hpp"
+#include "storage/storage.hpp"
+
+namespace relay::testing {
+
+struct SubmitOptions {
+  std::string operation;
+  std::string filename = "sample.txt";
+  std::string content_type = "text/plain";
+  std::string params;
+  bool priority = false;
+  bool upload_input = true;
+};
+
+class RelayTest : public ::testing::Test {
+ protected:
+  RelayTest() : conn_(redis_.connect()), store_(conn_, keys_) {}
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (auto* p : relays_) std::cerr << "---- relay log ----\n" << p->log() << "\n";
+    }
+  }
+
+  Env base_env(const InferenceServer& inference) const {
+    return {{"RELAY_MODEL", model_},
+            {"RELAY_REDIS_URL", redis_.url()},
+            {"RELAY_STORAGE_URL", "file://" + files_.path()},
+            {"RELAY_INFERENCE_URL", inference.url()},
+            {"RELAY_RELAY_HEALTH_INTERVAL", "50ms"},
+            {"RELAY_QUEUE_POP_TIMEOUT", "2s"},
+            {"RELAY_LOG_LEVEL", "debug"}};
+  }
+
+  std::unique_ptr<Process> start_relay(Env env, std::vector<std::string> args = {}) {
+    std::vector<std::string> argv{relay_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = std::make_unique<Process>(argv, env, logs_.path() + "/relay-" + std::to_string(relays_.size()) + ".log");
+    relays_.push_back(p.get());
+    return p;
+  }
+
+  std::unique_ptr<storage::Storage> storage_for(const Env& env) {
+    storage::Config c;
+    c.url = env.at("RELAY_STORAGE_URL");
+    if (env.count("RELAY_STORAGE_S3_ENDPOINT")) {
+      c.s3_endpoint = env.at("RELAY_STORAGE_S3_ENDPOINT");
+      c.s3_path_style = true;
+      ::setenv("AWS_ACCESS_KEY_ID", env.at("AWS_ACCESS_KEY_ID").c_str(), 1);
+      ::setenv("AWS_SECRET_ACCESS_KEY", env.at("AWS_SECRET_ACCESS_KEY").c_str(), 1);
+    }
+    return storage::make_storage(c);
+  }
+
+  // Stores the input (unless told not to) and submits the job; returns its id.
+  std::string submit(storage::Storage& storage, const std::string& content, const SubmitOptions& o = {}) {
+    JobRecord r;
+    r.id = new_job_id();
+    r.service_type = "svc";
+    r.model = model_;
+    r.operation = o.operation;
+    r.status = "pending";
+    r.input_key = input_object_key(r.service_type, r.id);
+    r.input_filename = o.filename;
+    r.input_content_type = o.content_type;
+    r.input_size = std::to_string(content.size());
+    r.params = o.params;
+    r.priority = o.priority ? "1" : "";
+    r.attempts = "0";
+    r.created_at = format_now();
+    if (o.upload_input) {
+      MemorySource src(content);
+      storage.put(r.input_key, src, {});
+    }
+    EXPECT_TRUE(store_.submit(r, o.priority));
+    return r.id;
+  }
+
+  JobRecord record(const std::string& id) {
+    auto r = store_.get(model_, id);
+    return r ? *r : JobRecord{};
+  }
+  std::string status(const std::string& id) { return record(id).status; }
+
+  std::vector<std::string> list(const std::string& key) {
+    auto r = conn_.command({"LRANGE", key, "0", "-1"});
+    std::vector<std::string> out;
+    for (size_t i = 0; i < r->elements; ++i) out.push_back(redis::as_string(r->element[i]));
+    return out;
+  }
+  bool exists(const std::string& key) { return redis::as_integer(conn_.command({"EXISTS", key}).get()) == 1; }
+  long long events_count() { return redis::as_integer(conn_.command({"XLEN", keys_.events(model_)}).get()); }
+
+  static std::string format_now() { return format_rfc3339(wall_now()); }
+
+  RedisServer redis_;
+  TempDir files_, logs_;
+  redis::Connection conn_;
+  redis::Keys keys_;
+  redis::JobStore store_;
+  std::string model_ = "m1";
+  std::vector<Process*> relays_;
+};
+
+}  // namespace relay::testing

@@ -1,0 +1,482 @@
+// The relay end to end: real redis-server, real storage (filesystem and S3 behind a SigV4
+// check), the no-op inference server, the relay binary as a process killed with real signals.
+
+#include <openssl/sha.h>
+
+#include "relay_fixture.hpp"
+
+namespace relay::testing {
+namespace {
+
+std::string sha256_hex(const std::string& data) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), d);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : d) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+std::string read_all(storage::Storage& st, const std::string& key) {
+  auto src = st.open(key, {});
+  std::string out, buf(65536, '\0');
+  while (size_t n = src->read(buf)) out.append(buf.data(), n);
+  return out;
+}
+
+// What the no-op server says it received, from the stored result.json.
+boost::json::object file_part(const std::string& result_json) {
+  auto v = boost::json::parse(result_json).as_object();
+  for (auto& p : v.at("parts").as_array())
+    if (p.as_object().at("name").as_string() == "file") return p.as_object();
+  return {};
+}
+
+TEST_F(RelayTest, HappyPathOnFilesystemStorage) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  const std::string input = "hello, relay\n";
+  auto id = submit(*st, input, {.params = R"({"language":"eng","beam":5})"});
+
+  // Listen for the seed's completion signal like the gateway would.
+  auto sub = redis_.connect();
+  sub.append({"SUBSCRIBE", keys_.completed_channel(model_)});
+  sub.read_reply();
+
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "completed");
+  EXPECT_EQ(rec.result_key, "svc/" + id + "/result.json");
+  EXPECT_FALSE(rec.started_at.empty());
+  EXPECT_FALSE(rec.finished_at.empty());
+  EXPECT_TRUE(rec.holder.starts_with(rec.holder.substr(0, 1)));
+  auto timings = boost::json::parse(rec.timings).as_object();
+  for (const char* stage : {"queue_wait", "download", "inference", "upload", "total"}) EXPECT_TRUE(timings.contains(stage)) << stage;
+
+  // The inference server got the bytes intact, with filename, type and params as fields.
+  auto result = read_all(*st, rec.result_key);
+  auto part = file_part(result);
+  EXPECT_EQ(part.at("sha256").as_string(), sha256_hex(input));
+  EXPECT_EQ(part.at("filename").as_string(), "sample.txt");
+  EXPECT_EQ(part.at("content_type").as_string(), "text/plain");
+  EXPECT_NE(result.find(R"("name":"language")"), std::string::npos);
+  EXPECT_NE(result.find(R"("value":"eng")"), std::string::npos);
+  EXPECT_NE(result.find(R"("value":"5")"), std::string::npos);
+
+  // Bookkeeping: out of processing, no lease, one durable event, one PUBLISH.
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_FALSE(exists(keys_.lease(model_, id)));
+  EXPECT_EQ(events_count(), 1);
+  auto msg = sub.read_reply();
+  ASSERT_EQ(msg->elements, 3u);
+  auto payload = boost::json::parse(redis::as_string(msg->element[2])).as_object();
+  EXPECT_EQ(payload.at("job_id").as_string(), id);
+  EXPECT_EQ(payload.at("status").as_string(), "completed");
+  // One structured summary line with the stage timings.
+  EXPECT_NE(relay->log().find(R"("msg":"job finished","job_id":")" + id), std::string::npos);
+}
+
+TEST_F(RelayTest, HappyPathOnS3BehindSignatureCheck) {
+  S3Server s3;
+  InferenceServer inference;
+  auto env = base_env(inference);
+  for (auto& [k, v] : s3.env()) env[k] = v;
+  auto st = storage_for(env);
+  std::string input(3 * 1024 * 1024 + 17, 'x');  // several reads through the streaming GET
+  for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<char>('a' + i % 26);
+  auto id = submit(*st, input, {.filename = "audio.bin", .content_type = "application/octet-stream"});
+
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  auto rec = record(id);
+  ASSERT_EQ(rec.status, "completed") << rec.error_message << "\n" << s3.log();
+  // Read back by an independent S3 client (awscli), under the prefix of storage.url.
+  std::string result = s3.aws_cat("jobs/" + rec.result_key);
+  ASSERT_FALSE(result.empty());
+  EXPECT_EQ(file_part(result).at("sha256").as_string(), sha256_hex(input));
+  EXPECT_EQ(s3.log().find("rejected"), std::string::npos) << s3.log();
+}
+
+TEST_F(RelayTest, WrongS3SecretIsRejectedAndTheJobFails) {
+  S3Server s3;
+  InferenceServer inference;
+  auto env = base_env(inference);
+  for (auto& [k, v] : s3.env()) env[k] = v;
+  auto st = storage_for(env);
+  auto id = submit(*st, "data");
+  env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret";
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.error_code, "download_failed");
+  EXPECT_NE(rec.error_message.find("SignatureDoesNotMatch"), std::string::npos) << rec.error_message;
+  EXPECT_TRUE(inference.events().empty());
+}
+
+TEST_F(RelayTest, PriorityJobIsTakenFirst) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto a = submit(*st, "a");
+  auto b = submit(*st, "b");
+  auto urgent = submit(*st, "urgent", {.priority = true});
+  EXPECT_EQ(list(keys_.pending(model_)).front(), urgent);
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(status(urgent), "completed");
+  EXPECT_EQ(status(a), "pending");
+  EXPECT_EQ(status(b), "pending");
+  EXPECT_EQ(list(keys_.pending(model_)), (std::vector<std::string>{a, b}));
+}
+
+TEST_F(RelayTest, MaxJobsZeroDrainsTheQueueThenExitsOnTimeout) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "500ms";
+  auto st = storage_for(env);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(submit(*st, "job " + std::to_string(i)));
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  for (auto& id : ids) EXPECT_EQ(status(id), "completed");
+  EXPECT_EQ(events_count(), 5);
+}
+
+TEST_F(RelayTest, MaxJobsNStopsAfterN) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  for (int i = 0; i < 3; ++i) submit(*st, "job");
+  auto relay = start_relay(env, {"--max-jobs", "2"});
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(events_count(), 2);
+  EXPECT_EQ(list(keys_.pending(model_)).size(), 1u);
+}
+
+TEST_F(RelayTest, EmptyQueueTimesOutAndExitsZero) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "300ms";
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+  EXPECT_NE(relay->log().find("queue empty"), std::string::npos);
+}
+
+TEST_F(RelayTest, UnhealthyInferenceExitsNonZeroAfterTheDeadline) {
+  InferenceServer inference({.health_status = 503});
+  auto env = base_env(inference);
+  env["RELAY_RELAY_HEALTH_TIMEOUT"] = "1s";
+  auto st = storage_for(env);
+  auto id = submit(*st, "never processed");
+  auto relay = start_relay(env);
+  auto code = relay->wait_exit(10s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(relay->log().find("not healthy before relay.health_timeout"), std::string::npos);
+  // Nothing was dequeued while the model was not ready.
+  EXPECT_EQ(list(keys_.pending(model_)), std::vector<std::string>{id});
+  EXPECT_EQ(status(id), "pending");
+}
+
+TEST_F(RelayTest, InferenceErrorFailsTheJobWithStatusAndBody) {
+  InferenceServer inference({.status = 500});
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.error_code, "inference_failed");
+  EXPECT_NE(rec.error_message.find("HTTP 500"), std::string::npos) << rec.error_message;
+  EXPECT_NE(rec.error_message.find("injected failure"), std::string::npos) << rec.error_message;
+  EXPECT_TRUE(rec.result_key.empty());
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_EQ(events_count(), 1);
+}
+
+TEST_F(RelayTest, MissingInputObjectFailsTheJob) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto id = submit(*st, "never stored", {.upload_input = false});
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.error_code, "download_failed");
+  EXPECT_TRUE(inference.events().empty()) << "inference must not be called without an input";
+}
+
+TEST_F(RelayTest, MissingInputObjectOnS3FailsWithNoSuchKey) {
+  S3Server s3;
+  InferenceServer inference;
+  auto env = base_env(inference);
+  for (auto& [k, v] : s3.env()) env[k] = v;
+  auto st = storage_for(env);
+  auto id = submit(*st, "never stored", {.upload_input = false});
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.error_code, "download_failed");
+  EXPECT_NE(rec.error_message.find("NoSuchKey"), std::string::npos) << rec.error_message;
+}
+
+TEST_F(RelayTest, S3UnreachableAtUploadFailsTheJob) {
+  auto s3 = std::make_unique<S3Server>();
+  InferenceServer inference({.delay_ms = 1500});
+  auto env = base_env(inference);
+  for (auto& [k, v] : s3->env()) env[k] = v;
+  env["RELAY_STORAGE_S3_TIMEOUT"] = "2s";
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  auto relay = start_relay(env);
+  // The input has been read once inference has it; storage goes away before the upload.
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  s3->kill();
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.error_code, "upload_failed") << rec.error_message;
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+}
+
+TEST_F(RelayTest, UnknownOperationFailsTheJob) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto id = submit(*st, "input", {.operation = "translate"});
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(record(id).error_code, "unknown_operation");
+}
+
+TEST_F(RelayTest, OperationSelectsTheRoute) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  env["RELAY_INFERENCE_ROUTES"] = "default=/predict,transcribe=/v1/transcribe";
+  auto st = storage_for(env);
+  auto id = submit(*st, "input", {.operation = "transcribe"});
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(status(id), "completed");
+  EXPECT_TRUE(inference.saw("request /v1/transcribe"));
+}
+
+TEST_F(RelayTest, CancelDuringInferenceAbortsTheRequest) {
+  InferenceServer inference({.delay_ms = 30'000});
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto id = submit(*st, "long job");
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  // What the gateway does (SPEC §4.7): flag, then publish.
+  conn_.command({"HSET", keys_.job(model_, id), "cancel_requested", "1"});
+  conn_.command({"PUBLISH", keys_.cancel_channel(model_), id});
+  // The inference server sees its connection dropped — long before its 30 s answer.
+  ASSERT_TRUE(wait_until([&] { return inference.saw("dropped /predict"); }, 5s)) << inference.events();
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "cancelled");
+  EXPECT_TRUE(rec.result_key.empty());
+  EXPECT_FALSE(exists(keys_.lease(model_, id)));
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_EQ(events_count(), 1);
+}
+
+TEST_F(RelayTest, CancelFlagSetBeforeTheRelayStartsIsHonoured) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  // The PUBLISH went out before any relay listened: only the flag remains.
+  conn_.command({"HSET", keys_.job(model_, id), "cancel_requested", "1"});
+  conn_.command({"PUBLISH", keys_.cancel_channel(model_), id});
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(status(id), "cancelled");
+  EXPECT_TRUE(inference.events().empty()) << "a cancelled job must not reach inference";
+}
+
+TEST_F(RelayTest, LongJobKeepsItsLeaseThroughout) {
+  InferenceServer inference({.delay_ms = 7000});
+  auto env = base_env(inference);
+  env["RELAY_LEASE_TTL"] = "2s";
+  auto st = storage_for(env);
+  auto id = submit(*st, "seven seconds");
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until([&] { return exists(keys_.lease(model_, id)); }, 20s));
+  // Sample the lease until the job ends: it must never lapse although the job outlives the TTL
+  // three times over.
+  int samples = 0;
+  while (status(id) == "processing") {
+    auto ttl = redis::as_integer(conn_.command({"PTTL", keys_.lease(model_, id)}).get());
+    if (status(id) != "processing") break;
+    ASSERT_GT(ttl, 0) << "lease lapsed mid-job after " << samples << " samples";
+    ++samples;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_GT(samples, 40);
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+  EXPECT_EQ(status(id), "completed");
+}
+
+TEST_F(RelayTest, LostLeaseStopsTheJobWithoutWritingIt) {
+  InferenceServer inference({.delay_ms = 30'000});
+  auto env = base_env(inference);
+  env["RELAY_LEASE_TTL"] = "900ms";
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  // As if the reaper had taken it: the lease is gone.
+  conn_.command({"DEL", keys_.lease(model_, id)});
+  ASSERT_TRUE(wait_until([&] { return inference.saw("dropped /predict"); }, 5s));
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "processing") << "fencing: the relay must write nothing after losing its lease";
+  EXPECT_TRUE(rec.finished_at.empty());
+  EXPECT_EQ(events_count(), 0);
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{id}) << "left for the reaper";
+  EXPECT_NE(relay->log().find("lease lost"), std::string::npos);
+}
+
+TEST_F(RelayTest, SigtermMidJobGivesTheJobBack) {
+  InferenceServer inference({.delay_ms = 30'000});
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto first = submit(*st, "first");
+  auto second = submit(*st, "second");
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  relay->signal(SIGTERM);
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+  EXPECT_EQ(list(keys_.pending(model_)), (std::vector<std::string>{first, second})) << "back at the front";
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_FALSE(exists(keys_.lease(model_, first)));
+  auto rec = record(first);
+  EXPECT_EQ(rec.status, "pending");
+  EXPECT_TRUE(rec.holder.empty());
+  EXPECT_EQ(events_count(), 0);
+  EXPECT_TRUE(inference.saw("dropped /predict"));
+}
+
+TEST_F(RelayTest, SigtermWhileIdleExitsZeroPromptly) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "5m";
+  auto relay = start_relay(env);
+  // Wait until it blocks on BLMOVE (a blocked client shows up in INFO clients).
+  ASSERT_TRUE(wait_until([&] {
+    auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
+    return info.find("blocked_clients:1") != std::string::npos;
+  }, 20s));
+  relay->signal(SIGTERM);
+  // Far sooner than the 5 minute pop timeout: the blocked BLMOVE is released.
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+}
+
+TEST_F(RelayTest, KillNineMidJobLeavesALeaseThatExpires) {
+  InferenceServer inference({.delay_ms = 30'000});
+  auto env = base_env(inference);
+  env["RELAY_LEASE_TTL"] = "1500ms";
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  relay->signal(SIGKILL);
+  ASSERT_EQ(relay->wait_exit(5s), 128 + SIGKILL);
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{id});
+  EXPECT_TRUE(exists(keys_.lease(model_, id)));
+  // No heartbeat any more: the lease runs out — what the gateway's reaper looks for.
+  ASSERT_TRUE(wait_until([&] { return !exists(keys_.lease(model_, id)); }, 10s));
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{id});
+  EXPECT_EQ(status(id), "processing");
+}
+
+TEST_F(RelayTest, LargeInputStreamsInBoundedMemory) {
+  S3Server s3;
+  InferenceServer inference;
+  auto env = base_env(inference);
+  for (auto& [k, v] : s3.env()) env[k] = v;
+  auto st = storage_for(env);
+  // 512 MiB, generated as it is uploaded (multipart) rather than held in the test's memory.
+  class Pattern final : public ByteSource {
+   public:
+    explicit Pattern(std::uint64_t n) : left_(n) {}
+    size_t read(std::span<char> buf) override {
+      size_t n = static_cast<size_t>(std::min<std::uint64_t>(buf.size(), left_));
+      for (size_t i = 0; i < n; ++i) buf[i] = static_cast<char>((pos_ + i) * 2654435761u >> 24);
+      pos_ += n;
+      left_ -= n;
+      return n;
+    }
+    std::optional<std::uint64_t> size() const override { return std::nullopt; }
+
+   private:
+    std::uint64_t left_, pos_ = 0;
+  };
+  const std::uint64_t size = 512ull << 20;
+  Pattern pattern(size);
+  JobRecord r;
+  r.id = new_job_id();
+  r.service_type = "svc";
+  r.model = model_;
+  r.status = "pending";
+  r.input_key = input_object_key(r.service_type, r.id);
+  r.input_filename = "big.bin";
+  r.input_size = std::to_string(size);
+  r.created_at = format_now();
+  st->put(r.input_key, pattern, {});
+  ASSERT_TRUE(store_.submit(r, false));
+
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(300s), 0);
+  auto rec = record(r.id);
+  ASSERT_EQ(rec.status, "completed") << rec.error_message;
+  auto result = s3.aws_cat("jobs/" + rec.result_key);
+  EXPECT_EQ(file_part(result).at("size").as_int64(), static_cast<std::int64_t>(size));
+  std::cerr << "relay peak RSS: /proc VmHWM " << relay->peak_rss_proc_kib() << " KiB, ru_maxrss "
+            << relay->peak_rss_rusage_kib() << " KiB\n";
+  EXPECT_GT(relay->peak_rss_proc_kib(), 0);
+  EXPECT_LT(relay->peak_rss_proc_kib(), 64 * 1024);
+  EXPECT_LT(relay->peak_rss_rusage_kib(), 64 * 1024);
+}
+
+TEST_F(RelayTest, TerminalJobInThePendingListIsDroppedUnchanged) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  // A stale queue entry for a job that already ended.
+  conn_.command({"HSET", keys_.job(model_, id), "status", "cancelled", "finished_at", "2026-01-01T00:00:00.000Z"});
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "300ms";
+  auto relay = start_relay(env, {"--max-jobs", "1"});
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "cancelled");
+  EXPECT_EQ(rec.finished_at, "2026-01-01T00:00:00.000Z");
+  EXPECT_TRUE(rec.started_at.empty());
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_TRUE(inference.events().empty());
+}
+
+TEST_F(RelayTest, BadConfigExitsTwoNamingTheKey) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  env["RELAY_LEASE_TTL"] = "sixty";
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(10s), 2);
+  EXPECT_NE(relay->log().find("lease_ttl"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace relay::testing

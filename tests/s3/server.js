@@ -1,0 +1,96 @@
+// S3 test server for Relay's integration tests: s3rver (an S3 implementation that does not check
+// signatures) behind a proxy that verifies every request's SigV4 signature with AWS's own signer,
+// as real S3 would: a wrong signature fails the test instead of passing silently.
+//
+// usage: node server.js --port P --dir DIR [--bucket B] [--access-key K] [--secret-key S]
+//                       [--region R] [--session-token T]
+// Prints "ready <port>" on stdout once both servers listen.
+'use strict';
+const http = require('http');
+const fs = require('fs');
+const { SignatureV4 } = require('@smithy/signature-v4');
+const { Sha256 } = require('@aws-crypto/sha256-js');
+const S3rver = require('s3rver');
+
+function arg(name, def) {
+  const i = process.argv.indexOf('--' + name);
+  return i >= 0 ? process.argv[i + 1] : def;
+}
+const port = Number(arg('port', '0'));
+const dir = arg('dir');
+const bucket = arg('bucket', 'relay-test');
+const accessKeyId = arg('access-key', 'relaytestkey');
+const secretAccessKey = arg('secret-key', 'relaytestsecret');
+const sessionToken = arg('session-token', undefined);
+const region = arg('region', 'us-east-1');
+
+function fail(res, status, code, message) {
+  res.writeHead(status, { 'content-type': 'application/xml' });
+  res.end(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${code}</Code><Message>${message}</Message></Error>`);
+}
+
+async function verify(req) {
+  const auth = req.headers['authorization'];
+  if (!auth) return ['AccessDenied', 'no Authorization header'];
+  const m = /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/([^/]+)\/aws4_request, ?SignedHeaders=([^,]+), ?Signature=([0-9a-f]{64})$/.exec(auth);
+  if (!m) return ['AuthorizationHeaderMalformed', 'cannot parse: ' + auth];
+  const [, akid, , reqRegion, service, signedList, signature] = m;
+  if (akid !== accessKeyId) return ['InvalidAccessKeyId', 'unknown access key ' + akid];
+  if (reqRegion !== region || service !== 's3') return ['AuthorizationHeaderMalformed', `scope ${reqRegion}/${service}`];
+  const amzDate = req.headers['x-amz-date'];
+  if (!amzDate) return ['AccessDenied', 'no x-amz-date'];
+  if (!req.headers['x-amz-content-sha256']) return ['InvalidRequest', 'missing x-amz-content-sha256'];
+  if (sessionToken && req.headers['x-amz-security-token'] !== sessionToken) return ['InvalidToken', 'bad session token'];
+  const signed = signedList.split(';');
+  const headers = {};
+  for (const h of signed) {
+    if (req.headers[h] === undefined) return ['SignatureDoesNotMatch', `signed header "${h}" was not sent`];
+    headers[h] = String(req.headers[h]);
+  }
+  const url = new URL(req.url, 'http://placeholder');
+  const query = {};
+  for (const [k, v] of url.searchParams) query[k] = v;
+  const date = new Date(Date.UTC(+amzDate.slice(0, 4), +amzDate.slice(4, 6) - 1, +amzDate.slice(6, 8),
+                                 +amzDate.slice(9, 11), +amzDate.slice(11, 13), +amzDate.slice(13, 15)));
+  const signer = new SignatureV4({
+    credentials: { accessKeyId, secretAccessKey, sessionToken }, region, service: 's3',
+    sha256: Sha256, uriEscapePath: false, applyChecksum: false,
+  });
+  const out = await signer.sign({
+    method: req.method, protocol: 'http:', hostname: 'placeholder', path: url.pathname, query, headers,
+  }, { signingDate: date, signableHeaders: new Set(signed) });
+  const expected = /Signature=([0-9a-f]{64})/.exec(out.headers['authorization'])[1];
+  if (expected !== signature) return ['SignatureDoesNotMatch', `${req.method} ${req.url} signed ${signedList}`];
+  return null;
+}
+
+async function main() {
+  fs.mkdirSync(dir, { recursive: true });
+  const backend = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: dir,
+                               configureBuckets: [{ name: bucket }] });
+  const { port: backendPort } = await backend.run();
+  const proxy = http.createServer(async (req, res) => {
+    let problem;
+    try { problem = await verify(req); } catch (e) { problem = ['InternalError', String(e)]; }
+    if (problem) {
+      process.stderr.write(`s3 proxy: rejected ${req.method} ${req.url}: ${problem[0]}: ${problem[1]}\n`);
+      req.resume();
+      return fail(res, 403, problem[0], problem[1]);
+    }
+    // Verified here; s3rver would check the key against its own built-in one, so it gets an
+    // anonymous request instead.
+    const headers = { ...req.headers };
+    delete headers['authorization'];
+    const up = http.request({ host: '127.0.0.1', port: backendPort, method: req.method, path: req.url,
+                              headers }, (ur) => {
+      res.writeHead(ur.statusCode, ur.headers);
+      ur.pipe(res);
+    });
+    up.on('error', (e) => { if (!res.headersSent) fail(res, 502, 'BadGateway', String(e)); else res.destroy(); });
+    req.pipe(up);
+  });
+  proxy.listen(port, '127.0.0.1', () => {
+    process.stdout.write(`ready ${proxy.address().port}\n`);
+  });
+}
+main().catch((e) => { console.error(e); process.exit(1); });
