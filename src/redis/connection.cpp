@@ -1,6 +1,5 @@
 #include "redis/connection.hpp"
 
-#include <openssl/sha.h>
 #include <sys/socket.h>
 
 #include <boost/url/parse.hpp>
@@ -58,16 +57,6 @@ Endpoint parse_url(std::string_view url) {
       throw std::invalid_argument("the path must be a database number");
   }
   return ep;
-}
-
-Script::Script(std::string_view n, std::string_view src) : name(n), source(src) {
-  unsigned char digest[SHA_DIGEST_LENGTH];
-  SHA1(reinterpret_cast<const unsigned char*>(source.data()), source.size(), digest);
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (unsigned char b : digest) {
-    sha1 += kHex[b >> 4];
-    sha1 += kHex[b & 15];
-  }
 }
 
 namespace {
@@ -128,7 +117,7 @@ Reply Connection::command(std::initializer_list<std::string_view> argv) {
 
 Reply Connection::eval(const Script& script, const std::vector<std::string>& keys,
                        const std::vector<std::string>& args) {
-  std::vector<std::string> argv{"EVALSHA", script.sha1, std::to_string(keys.size())};
+  std::vector<std::string> argv{"EVALSHA", std::string(script.sha1), std::to_string(keys.size())};
   argv.insert(argv.end(), keys.begin(), keys.end());
   argv.insert(argv.end(), args.begin(), args.end());
   try {
@@ -137,7 +126,7 @@ Reply Connection::eval(const Script& script, const std::vector<std::string>& key
     if (std::string_view(e.what()).find("NOSCRIPT") == std::string_view::npos) throw;
   }
   argv[0] = "EVAL";
-  argv[1] = script.source;
+  argv[1] = std::string(script.source);
   return command(argv);
 }
 

@@ -48,12 +48,12 @@ struct Endpoint {
 // Throws std::invalid_argument with a message fit for a config error.
 Endpoint parse_url(std::string_view url);
 
-// A Lua script: run as EVALSHA, loaded with EVAL on NOSCRIPT (after a Redis restart or failover).
+// A Lua script (redis/lua/*.lua, embedded with its SHA-1 at build time): run as EVALSHA, sent
+// whole with EVAL on NOSCRIPT (after a Redis restart or failover).
 struct Script {
-  Script(std::string_view name, std::string_view source);
-  std::string name;
-  std::string source;
-  std::string sha1;
+  std::string_view name;
+  std::string_view source;
+  std::string_view sha1;
 };
 
 class Connection {
@@ -106,6 +106,7 @@ class LazyConnection {
     return *conn_;
   }
   void reset() { conn_.reset(); }
+  void adopt(Connection c) { conn_.emplace(std::move(c)); }
   const Endpoint& endpoint() const { return ep_; }
 
  private:

@@ -1,6 +1,6 @@
 #include "redis/job_record.hpp"
 
-#include <openssl/rand.h>
+#include "common/random.hpp"
 
 #include <stdexcept>
 
@@ -74,7 +74,7 @@ JobRecord JobRecord::from_fields(const Fields& fields) {
 
 std::string new_job_id() {
   unsigned char b[16];
-  if (RAND_bytes(b, sizeof b) != 1) throw std::runtime_error("RAND_bytes failed");
+  random_bytes(b, sizeof b);
   b[6] = (b[6] & 0x0f) | 0x40;  // version 4
   b[8] = (b[8] & 0x3f) | 0x80;  // RFC 4122 variant
   static constexpr char kHex[] = "0123456789abcdef";

@@ -1,29 +1,33 @@
 #include "redis/job_store.hpp"
 
 #include "common/time.hpp"
-#include "redis/scripts.hpp"
+#include "redis/lua_scripts.hpp"
 
 namespace relay::redis {
 namespace {
 
 const Script& submit_script() {
-  static const Script s("submit", lua::kSubmit);
+  static const Script s{lua::submit.name, lua::submit.body, lua::submit.sha1};
+  return s;
+}
+const Script& take_script() {
+  static const Script s{lua::take.name, lua::take.body, lua::take.sha1};
   return s;
 }
 const Script& begin_script() {
-  static const Script s("begin", lua::kBegin);
+  static const Script s{lua::begin.name, lua::begin.body, lua::begin.sha1};
   return s;
 }
 const Script& heartbeat_script() {
-  static const Script s("heartbeat", lua::kHeartbeat);
+  static const Script s{lua::heartbeat.name, lua::heartbeat.body, lua::heartbeat.sha1};
   return s;
 }
 const Script& finish_script() {
-  static const Script s("finish", lua::kFinish);
+  static const Script s{lua::finish.name, lua::finish.body, lua::finish.sha1};
   return s;
 }
 const Script& give_back_script() {
-  static const Script s("give_back", lua::kGiveBack);
+  static const Script s{lua::give_back.name, lua::give_back.body, lua::give_back.sha1};
   return s;
 }
 
@@ -70,6 +74,16 @@ std::optional<std::string> JobStore::pop(const std::string& model, std::chrono::
   }
   conn_.set_read_timeout(std::chrono::milliseconds(30'000));
   return as_optional_string(r.get());
+}
+
+std::optional<std::pair<std::string, JobRecord>> JobStore::take(const std::string& model, const std::string& token,
+                                                                std::chrono::milliseconds lease_ttl) {
+  auto r = conn_.eval(take_script(), {keys_.pending(model), keys_.processing(model)},
+                      {keys_.job_prefix(model), keys_.lease_prefix(model), token, std::to_string(lease_ttl.count()),
+                       format_rfc3339(wall_now())});
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("take: unexpected reply");
+  if (as_string(r->element[0]) != "ok") return std::nullopt;
+  return std::make_pair(as_string(r->element[1]), JobRecord::from_fields(pairs_from(r.get(), 2)));
 }
 
 BeginResult JobStore::begin(const std::string& model, const std::string& id, const std::string& token,

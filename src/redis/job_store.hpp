@@ -41,6 +41,11 @@ class JobStore {
   // CLIENT UNBLOCK (shutdown).
   std::optional<std::string> pop(const std::string& model, std::chrono::milliseconds timeout);
 
+  // Non-blocking take when jobs wait: move + lease + processing in one step. nullopt when the
+  // queue is empty (then pop() + begin()).
+  std::optional<std::pair<std::string, JobRecord>> take(const std::string& model, const std::string& token,
+                                                        std::chrono::milliseconds lease_ttl);
+
   BeginResult begin(const std::string& model, const std::string& id, const std::string& token,
                     std::chrono::milliseconds lease_ttl);
   HeartbeatResult heartbeat(const std::string& model, const std::string& id,

@@ -1,95 +1,260 @@
+// The only translation unit of the relay that includes Boost.Beast.
 #include "relay/inference_client.hpp"
 
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <boost/json/serialize.hpp>
+#include <boost/url/parse.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "common/errors.hpp"
-#include "http/curl.hpp"
+#include "common/random.hpp"
 
 namespace relay::sidecar {
 namespace {
 
-struct MimeDeleter {
-  void operator()(curl_mime* m) const noexcept { curl_mime_free(m); }
-};
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
 
-struct Context {
-  ByteSource* body;
-  http::Transfer* transfer = nullptr;
-  Spool* out;
-};
-
-size_t read_body(char* buf, size_t size, size_t n, void* user) {
-  auto* ctx = static_cast<Context*>(user);
-  try {
-    return ctx->body->read(std::span<char>(buf, size * n));
-  } catch (...) {
-    ctx->transfer->fail(std::current_exception());
-    return CURL_READFUNC_ABORT;
+std::string escape_quoted(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"') out += "%22";
+    else if (c == '\r') out += "%0D";
+    else if (c == '\n') out += "%0A";
+    else out += c;
   }
+  return out;
 }
 
-size_t write_body(char* data, size_t size, size_t n, void* user) {
-  auto* ctx = static_cast<Context*>(user);
+std::string new_boundary() { return "relay-" + random_hex(16); }
+
+// Shuts a socket down when stop is requested or a deadline passes, from whichever thread
+// notices first. shutdown(2) on a descriptor another thread blocks on is safe, and makes that
+// thread's read or write fail at once.
+class Interrupter {
+ public:
+  Interrupter(int fd, std::stop_token stop, std::chrono::milliseconds timeout)
+      : fd_(fd), on_stop_(stop, [this] { fire(); }) {
+    if (timeout.count() > 0) {
+      watchdog_ = std::jthread([this, timeout](std::stop_token st) {
+        std::mutex m;
+        std::condition_variable_any cv;
+        std::unique_lock lock(m);
+        if (!cv.wait_for(lock, st, timeout, [] { return false; }) && !st.stop_requested()) {
+          timed_out_ = true;
+          fire();
+        }
+      });
+    }
+  }
+  ~Interrupter() {
+    if (watchdog_.joinable()) {
+      watchdog_.request_stop();
+      watchdog_.join();
+    }
+  }
+  bool fired() const { return fired_; }
+  bool timed_out() const { return timed_out_; }
+
+ private:
+  void fire() {
+    fired_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+  }
+  int fd_;
+  std::atomic<bool> fired_{false}, timed_out_{false};
+  std::stop_callback<std::function<void()>> on_stop_;
+  std::jthread watchdog_;
+};
+
+}  // namespace
+
+std::string multipart_file_head(const std::string& boundary, const std::string& filename, const std::string& content_type) {
+  return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" +
+         escape_quoted(filename.empty() ? "input" : filename) + "\"\r\nContent-Type: " +
+         escape_quoted(content_type.empty() ? "application/octet-stream" : content_type) + "\r\n\r\n";
+}
+
+std::string multipart_field(const std::string& boundary, const std::string& name, const std::string& value) {
+  return "\r\n--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + escape_quoted(name) + "\"\r\n\r\n" + value;
+}
+
+std::string multipart_tail(const std::string& boundary) { return "\r\n--" + boundary + "--\r\n"; }
+
+struct InferenceClient::Impl {
+  asio::io_context io;
+  std::string host, port, host_header;
+  std::optional<tcp::socket> sock;
+  beast::flat_buffer buffer;
+
+  // Reuses the kept-alive connection unless the server has closed it meanwhile.
+  tcp::socket& connected() {
+    if (sock && sock->is_open()) {
+      pollfd p{sock->native_handle(), POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 0) return *sock;  // nothing to read: still good
+      drop();
+    }
+    tcp::resolver resolver(io);
+    beast::error_code ec;
+    auto results = resolver.resolve(host, port, ec);
+    if (ec) throw InferenceError("inference_unreachable", "cannot resolve " + host + ": " + ec.message());
+    sock.emplace(io);
+    asio::connect(*sock, results, ec);
+    if (ec) {
+      drop();
+      throw InferenceError("inference_unreachable", "cannot connect to " + host + ":" + port + ": " + ec.message());
+    }
+    sock->set_option(tcp::no_delay(true), ec);
+    buffer.clear();
+    return *sock;
+  }
+
+  void drop() {
+    if (sock) {
+      beast::error_code ec;
+      sock->close(ec);
+    }
+    sock.reset();
+    buffer.clear();
+  }
+};
+
+InferenceClient::InferenceClient(const std::string& base_url) : impl_(std::make_unique<Impl>()) {
+  auto url = boost::urls::parse_uri(base_url);
+  if (!url || url->scheme() != "http" || url->host().empty())
+    throw std::invalid_argument("inference.url must be http://host:port");
+  impl_->host = url->host();
+  impl_->port = url->has_port() ? std::string(url->port()) : "80";
+  impl_->host_header = std::string(url->encoded_host_and_port());
+}
+
+InferenceClient::~InferenceClient() = default;
+
+long InferenceClient::probe(const std::string& path, std::chrono::milliseconds timeout, std::stop_token stop) {
   try {
-    ctx->out->write(data, size * n);
-    return size * n;
-  } catch (...) {
-    ctx->transfer->fail(std::current_exception());
+    auto& sock = impl_->connected();
+    Interrupter guard(sock.native_handle(), stop, timeout);
+    http::request<http::empty_body> req{http::verb::get, path, 11};
+    req.set(http::field::host, impl_->host_header);
+    req.set(http::field::user_agent, "relay");
+    beast::error_code ec;
+    http::write(sock, req, ec);
+    http::response<http::string_body> res;
+    if (!ec) http::read(sock, impl_->buffer, res, ec);
+    if (stop.stop_requested()) {
+      impl_->drop();
+      throw Aborted();
+    }
+    if (ec || guard.fired()) {
+      impl_->drop();
+      return 0;
+    }
+    if (!res.keep_alive()) impl_->drop();
+    return static_cast<long>(res.result_int());
+  } catch (const InferenceError&) {
     return 0;
   }
 }
 
-}  // namespace
-
-InferenceResponse post_inference(const InferenceRequest& req, std::stop_token stop) {
-  InferenceResponse resp;
-  auto easy = http::make_easy();
-  std::unique_ptr<curl_mime, MimeDeleter> mime(curl_mime_init(easy.get()));
-  Context ctx{req.body, nullptr, &resp.body};
-
-  curl_mimepart* file = curl_mime_addpart(mime.get());
-  curl_mime_name(file, "file");
-  curl_mime_filename(file, req.filename.empty() ? "input" : req.filename.c_str());
-  curl_mime_type(file, req.content_type.empty() ? "application/octet-stream" : req.content_type.c_str());
-  auto size = req.body->size();
-  // A known size gives a Content-Length; an unknown one is sent chunked.
-  curl_mime_data_cb(file, size ? static_cast<curl_off_t>(*size) : -1, &read_body, nullptr, nullptr, &ctx);
-  for (const auto& kv : req.params) {
-    curl_mimepart* part = curl_mime_addpart(mime.get());
-    std::string name(kv.key());
+InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_token stop) {
+  InferenceResponse out;
+  const std::string boundary = new_boundary();
+  const std::string head = multipart_file_head(boundary, r.filename, r.content_type);
+  std::string fields;
+  for (const auto& kv : r.params) {
     std::string value = kv.value().is_string() ? std::string(kv.value().get_string()) : boost::json::serialize(kv.value());
-    curl_mime_name(part, name.c_str());
-    curl_mime_data(part, value.data(), value.size());
+    fields += multipart_field(boundary, std::string(kv.key()), value);
+  }
+  fields += multipart_tail(boundary);
+
+  auto& sock = impl_->connected();
+  Interrupter guard(sock.native_handle(), stop, r.timeout);
+  auto failed = [&](const beast::error_code& ec, const char* what) -> InferenceError {
+    impl_->drop();
+    if (stop.stop_requested()) throw Aborted();
+    if (guard.timed_out())
+      return InferenceError("inference_timeout", "inference request timed out after " + std::to_string(r.timeout.count()) + "ms");
+    return InferenceError("inference_unreachable", std::string("inference request failed while ") + what + ": " + ec.message());
+  };
+
+  http::request<http::buffer_body> req{http::verb::post, r.path, 11};
+  req.set(http::field::host, impl_->host_header);
+  req.set(http::field::user_agent, "relay");
+  req.set(http::field::content_type, "multipart/form-data; boundary=" + boundary);
+  auto size = r.body->size();
+  if (size) req.content_length(head.size() + *size + fields.size());
+  else req.chunked(true);
+  req.body().data = nullptr;
+  req.body().more = true;
+  http::request_serializer<http::buffer_body> sr{req};
+  beast::error_code ec;
+  http::write_header(sock, sr, ec);
+  if (ec) throw failed(ec, "sending the request");
+
+  // Streams head, input, fields: one buffer at a time, whatever the input size.
+  auto send = [&](const char* data, size_t n) {
+    req.body().data = const_cast<char*>(data);
+    req.body().size = n;
+    req.body().more = true;
+    http::write(sock, sr, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) throw failed(ec, "sending the input");
+  };
+  size_t cap = 0;
+  auto buf = transfer_buffer(size, cap);
+  std::uint64_t sent = 0;
+  try {
+    send(head.data(), head.size());
+    while (size_t n = r.body->read(std::span<char>(buf.get(), cap))) {
+      if (size && sent + n > *size) throw InferenceError("invalid_job", "the input is larger than its recorded size");
+      send(buf.get(), n);
+      sent += n;
+    }
+    if (size && sent != *size) throw InferenceError("invalid_job", "the input is shorter than its recorded size");
+    send(fields.data(), fields.size());
+    req.body().data = nullptr;
+    req.body().size = 0;
+    req.body().more = false;
+    http::write(sock, sr, ec);
+    if (ec) throw failed(ec, "finishing the request");
+  } catch (...) {
+    // A half-sent request must never look complete to the server: drop the connection.
+    impl_->drop();
+    if (stop.stop_requested()) throw Aborted();
+    throw;
   }
 
-  http::Headers headers;
-  headers.add("Expect:");  // no 100-continue round trip on loopback
-  curl_easy_setopt(easy.get(), CURLOPT_URL, req.url.c_str());
-  curl_easy_setopt(easy.get(), CURLOPT_MIMEPOST, mime.get());
-  curl_easy_setopt(easy.get(), CURLOPT_HTTPHEADER, headers.get());
-  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &write_body);
-  curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &ctx);
-  curl_easy_setopt(easy.get(), CURLOPT_CONNECTTIMEOUT_MS, 10'000L);
-  if (req.timeout.count() > 0) curl_easy_setopt(easy.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(req.timeout.count()));
-
-  http::Transfer transfer(easy.get(), stop);
-  ctx.transfer = &transfer;
-  CURLcode rc = transfer.run();
-  if (rc == CURLE_OPERATION_TIMEDOUT)
-    throw InferenceError("inference_timeout", "inference request timed out after " + std::to_string(req.timeout.count()) + "ms");
-  if (rc != CURLE_OK) throw InferenceError("inference_unreachable", "inference request failed: " + http::describe(rc));
-  resp.status = http::response_code(easy.get());
-  return resp;
-}
-
-long probe_health(const std::string& url, std::stop_token stop) {
-  auto easy = http::make_easy();
-  curl_easy_setopt(easy.get(), CURLOPT_URL, url.c_str());
-  curl_easy_setopt(easy.get(), CURLOPT_TIMEOUT_MS, 2000L);
-  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, +[](char*, size_t s, size_t n, void*) { return s * n; });
-  http::Transfer transfer(easy.get(), stop);
-  if (transfer.run() != CURLE_OK) return 0;
-  return http::response_code(easy.get());
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(boost::none);
+  http::read_header(sock, impl_->buffer, parser, ec);
+  if (ec) throw failed(ec, "waiting for the answer");
+  char chunk[64 * 1024];
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof chunk;
+    http::read(sock, impl_->buffer, parser, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) throw failed(ec, "reading the answer");
+    out.body.write(chunk, sizeof chunk - parser.get().body().size);
+  }
+  if (stop.stop_requested()) {
+    impl_->drop();
+    throw Aborted();
+  }
+  out.status = static_cast<long>(parser.get().result_int());
+  if (!parser.get().keep_alive()) impl_->drop();
+  return out;
 }
 
 }  // namespace relay::sidecar

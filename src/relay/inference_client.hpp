@@ -1,9 +1,14 @@
 #pragma once
 // The relay's client for the local inference server: the health probe and the multipart POST
-// that streams the job's input (SPEC §5).
+// that streams the job's input (SPEC §5). Boost.Beast over one keep-alive connection, reused
+// across jobs: the server is on loopback, a new connection per job would be pure overhead.
+//
+// Cancellation: a stop request shuts the socket down from the requesting thread, so a blocked
+// read or write fails at once and the server sees the connection drop.
 
 #include <boost/json/object.hpp>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -24,12 +29,12 @@ class InferenceError : public std::runtime_error {
 };
 
 struct InferenceRequest {
-  std::string url;  // base + route
+  std::string path;  // the route, e.g. "/predict"
   std::string filename;
   std::string content_type;
   ByteSource* body = nullptr;
-  boost::json::object params;       // each key becomes a form field beside "file"
-  std::chrono::milliseconds timeout{0};
+  boost::json::object params;  // each key becomes a form field beside "file"
+  std::chrono::milliseconds timeout{0};  // 0 = none
 };
 
 struct InferenceResponse {
@@ -37,13 +42,29 @@ struct InferenceResponse {
   Spool body;
 };
 
-// POSTs multipart/form-data: a "file" part streamed from request.body (with its filename and
-// content type) and one field per params key (strings as they are, other values as JSON).
-// Throws InferenceError, relay::Aborted when stop is requested (the connection is closed at
-// once, so the server sees it drop), or whatever request.body's read throws.
-InferenceResponse post_inference(const InferenceRequest& request, std::stop_token stop);
+class InferenceClient {
+ public:
+  // base_url: http://host:port (no TLS: the server is local). Throws std::invalid_argument.
+  explicit InferenceClient(const std::string& base_url);
+  ~InferenceClient();
 
-// GET url; returns the HTTP status, or 0 when nothing answered.
-long probe_health(const std::string& url, std::stop_token stop);
+  // GET path; the HTTP status, or 0 when nothing answered within timeout.
+  long probe(const std::string& path, std::chrono::milliseconds timeout, std::stop_token stop);
+
+  // POSTs multipart/form-data: a "file" part streamed from request.body (with its filename and
+  // content type) and one field per params key (strings as they are, other values as JSON).
+  // Throws InferenceError, relay::Aborted when stop is requested, or whatever request.body's
+  // read throws (the connection is then dropped, so the server never sees a complete request).
+  InferenceResponse post(const InferenceRequest& request, std::stop_token stop);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Multipart pieces, exposed for tests. Quotes, CR and LF in names are escaped as browsers do.
+std::string multipart_file_head(const std::string& boundary, const std::string& filename, const std::string& content_type);
+std::string multipart_field(const std::string& boundary, const std::string& name, const std::string& value);
+std::string multipart_tail(const std::string& boundary);
 
 }  // namespace relay::sidecar

@@ -77,6 +77,12 @@ std::string Timings::json() const {
   return out + "}";
 }
 
+boost::json::object Timings::micros() const {
+  boost::json::object o;
+  for (const auto& [name, v] : stages_) o[name] = static_cast<std::int64_t>(v * 1000.0 + 0.5);
+  return o;
+}
+
 std::string_view to_string(Disposition d) {
   switch (d) {
     case Disposition::completed: return "completed";
@@ -88,7 +94,8 @@ std::string_view to_string(Disposition d) {
   return "failed";
 }
 
-JobResult run_job(const Config& cfg, storage::Storage& storage, const JobRecord& job, JobControl& control) {
+JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference, const JobRecord& job,
+                  JobControl& control) {
   const auto start = Clock::now();
   Timings timings;
   if (auto created = parse_rfc3339(job.created_at)) {
@@ -120,14 +127,14 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, const JobRecord&
 
     stage = Stage::inference;
     InferenceRequest req;
-    req.url = cfg.inference.url + route->second;
+    req.path = route->second;
     req.filename = job.input_filename;
     req.content_type = job.input_content_type;
     req.body = &timed;
     req.params = std::move(params);
     req.timeout = cfg.inference.timeout;
     auto t_post = Clock::now();
-    InferenceResponse resp = post_inference(req, control.token());
+    InferenceResponse resp = inference.post(req, control.token());
     download_ms += timed.spent_ms();
     timings.set("download", download_ms);
     timings.set("inference", ms_since(t_post) - timed.spent_ms());

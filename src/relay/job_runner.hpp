@@ -22,6 +22,8 @@ class Timings {
   bool has(std::string_view stage) const;
   // {"queue_wait":12.345,...} — fixed three decimals, for humans and for jq alike.
   std::string json() const;
+  // {"queue_wait":12345,...}: integer microseconds, for log lines (no float formatting).
+  boost::json::object micros() const;
 
  private:
   std::vector<std::pair<std::string, double>> stages_;
@@ -44,6 +46,8 @@ struct JobResult {
   Timings timings;  // milliseconds per stage
 };
 
-JobResult run_job(const Config& config, storage::Storage& storage, const JobRecord& job, JobControl& control);
+class InferenceClient;
+JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference, const JobRecord& job,
+                  JobControl& control);
 
 }  // namespace relay::sidecar

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "common/log.hpp"
-#include "http/curl.hpp"
 #include "relay/config.hpp"
 #include "relay/relay.hpp"
 
@@ -55,7 +54,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   relay::log::set_component("relay");
-  relay::http::global_init();
 
   std::unique_ptr<relay::storage::Storage> storage;
   try {

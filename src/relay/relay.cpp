@@ -1,15 +1,14 @@
 #include "relay/relay.hpp"
 
-#include <openssl/rand.h>
 #include <unistd.h>
 
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <condition_variable>
 #include <thread>
 
 #include "common/errors.hpp"
 #include "common/log.hpp"
+#include "common/random.hpp"
 #include "common/time.hpp"
 #include "redis/job_store.hpp"
 #include "relay/cancel_listener.hpp"
@@ -23,17 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Lease token: pod name + random, so that a lease names its holder and no two jobs share one.
-std::string new_token(const std::string& pod) {
-  unsigned char b[8];
-  RAND_bytes(b, sizeof b);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string t = pod + "-";
-  for (unsigned char c : b) {
-    t += kHex[c >> 4];
-    t += kHex[c & 15];
-  }
-  return t;
-}
+std::string new_token(const std::string& pod) { return pod + "-" + random_hex(8); }
 
 // Sleeps for d or until stop; returns false when stopped.
 bool sleep_for(std::chrono::milliseconds d, std::stop_token stop) {
@@ -66,7 +55,7 @@ auto with_redis(redis::LazyConnection& conn, std::chrono::milliseconds max_wait,
 }  // namespace
 
 Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage)
-    : cfg_(std::move(config)), storage_(std::move(storage)) {}
+    : cfg_(std::move(config)), storage_(std::move(storage)), inference_(std::make_unique<InferenceClient>(cfg_.inference.url)) {}
 
 Relay::~Relay() = default;
 
@@ -108,7 +97,7 @@ bool Relay::wait_for_inference() {
   while (!shutdown_.stop_requested()) {
     long status = 0;
     try {
-      status = probe_health(url, shutdown_.get_token());
+      status = inference_->probe(cfg_.inference.health_path, std::chrono::seconds(2), shutdown_.get_token());
     } catch (const Aborted&) {
       return false;
     }
@@ -136,7 +125,7 @@ int Relay::run() {
   const auto endpoint = cfg_.redis_endpoint();
   redis::LazyConnection main_conn(endpoint);
   try {
-    main_conn.get() = redis::connect_with_retry(endpoint, cfg_.health_timeout, shutdown_.get_token());
+    main_conn.adopt(redis::connect_with_retry(endpoint, cfg_.health_timeout, shutdown_.get_token()));
   } catch (const redis::IoError& e) {
     if (shutdown_.stop_requested()) return 0;
     log::error("redis never came up; exiting", {{"error", e.what()}});
@@ -158,13 +147,27 @@ int Relay::run() {
   }
   std::jthread listener_thread([&listener](std::stop_token st) { listener.run(st); });
 
-  redis::LazyConnection hb_conn(endpoint);  // the heartbeat thread's, kept across jobs
+  redis::LazyConnection hb_conn(endpoint);  // the heartbeat thread's
+  Heartbeat heartbeat({&hb_conn, keys, cfg_.model, cfg_.lease_ttl});
+  std::jthread heartbeat_thread([&heartbeat](std::stop_token st) { heartbeat.run(st); });
+
   std::int64_t done = 0;
   int exit_code = 0;
+  const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
   while (!shutdown_.stop_requested() && (cfg_.max_jobs == 0 || done < cfg_.max_jobs)) {
-    std::optional<std::string> id;
+    const std::string token = new_token(cfg_.pod_name);
     try {
-      id = with_redis(main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
+      // Busy path: a job is waiting; move, lease and mark it in one step.
+      auto taken = with_redis(main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
+        return redis::JobStore(c, keys).take(cfg_.model, token, cfg_.lease_ttl);
+      });
+      if (taken) {
+        ++done;
+        if (process(taken->second, token, main_conn, heartbeat) == Step::stop) break;
+        continue;
+      }
+      // Idle path: the seed's BLMOVE, then the lease.
+      auto id = with_redis(main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
         {
           std::lock_guard lock(mu_);
           popping_ = true;
@@ -180,51 +183,46 @@ int Relay::run() {
         if (shutdown_.stop_requested()) return std::optional<std::string>{};
         return redis::JobStore(c, keys).pop(cfg_.model, cfg_.queue_pop_timeout);
       });
+      if (!id) {
+        if (!shutdown_.stop_requested())
+          log::info("queue empty: no job within queue_pop_timeout; exiting",
+                    {{"model", cfg_.model}, {"queue_pop_timeout", format_duration(cfg_.queue_pop_timeout)}});
+        break;
+      }
+      auto begun = with_redis(main_conn, retry_for, {}, [&](redis::Connection& c) {
+        return redis::JobStore(c, keys).begin(cfg_.model, *id, token, cfg_.lease_ttl);
+      });
+      if (begun.outcome != redis::BeginOutcome::ok) {
+        log::warn("dequeued a job that cannot run; dropped from processing",
+                  {{"job_id", *id}, {"reason", begun.outcome == redis::BeginOutcome::missing ? "record missing" : "already terminal"}});
+        continue;
+      }
+      ++done;
+      if (process(begun.record, token, main_conn, heartbeat) == Step::stop) break;
     } catch (const redis::IoError& e) {
+      // A job in hand stays in processing; its lease (if any) expires and the reaper requeues it.
       log::error("redis unavailable for too long; exiting", {{"error", e.what()}});
       exit_code = 1;
       break;
     } catch (const Aborted&) {
-      break;
-    }
-    if (!id) {
-      if (!shutdown_.stop_requested())
-        log::info("queue empty: no job within queue_pop_timeout; exiting",
-                  {{"model", cfg_.model}, {"queue_pop_timeout", format_duration(cfg_.queue_pop_timeout)}});
-      break;
-    }
-    try {
-      Step step = process(*id, main_conn, hb_conn);
-      ++done;
-      if (step == Step::stop) break;
-    } catch (const redis::IoError& e) {
-      // The job stays in processing; its lease (if any) expires and the reaper requeues it.
-      log::error("redis unavailable while finishing a job; exiting", {{"job_id", *id}, {"error", e.what()}});
-      exit_code = 1;
-      break;
+      break;  // shutdown while waiting for Redis
     }
   }
+  heartbeat_thread.request_stop();
+  heartbeat_thread.join();
   listener_thread.request_stop();
   listener_thread.join();
   log::info("relay exiting", {{"jobs", done}, {"exit_code", exit_code}});
   return exit_code;
 }
 
-Relay::Step Relay::process(const std::string& job_id, redis::LazyConnection& conn, redis::LazyConnection& hb_conn) {
+Relay::Step Relay::process(const JobRecord& job, const std::string& token, redis::LazyConnection& conn,
+                           Heartbeat& heartbeat) {
   const auto keys = cfg_.keys();
-  const std::string token = new_token(cfg_.pod_name);
+  const std::string& job_id = job.id;
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
 
   JobControl control;
-  auto begun = with_redis(conn, retry_for, {}, [&](redis::Connection& c) {
-    return redis::JobStore(c, keys).begin(cfg_.model, job_id, token, cfg_.lease_ttl);
-  });
-  if (begun.outcome != redis::BeginOutcome::ok) {
-    log::warn("dequeued a job that cannot run; dropped from processing",
-              {{"job_id", job_id}, {"reason", begun.outcome == redis::BeginOutcome::missing ? "record missing" : "already terminal"}});
-    return Step::next;
-  }
-  const JobRecord& job = begun.record;
   {
     std::lock_guard lock(mu_);
     current_ = &control;
@@ -234,16 +232,14 @@ Relay::Step Relay::process(const std::string& job_id, redis::LazyConnection& con
   if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);
 
   JobResult result;
-  {
-    Heartbeat heartbeat({&hb_conn, keys, cfg_.model, job_id, token, cfg_.lease_ttl, &control});
-    std::jthread hb([&heartbeat](std::stop_token st) { heartbeat.run(st); });
-    if (control.token().stop_requested()) {
-      // Cancelled or shut down before it started: nothing to run.
-      result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled : Disposition::given_back;
-    } else {
-      result = run_job(cfg_, *storage_, job, control);
-    }
+  heartbeat.watch(job_id, token, &control);
+  if (control.token().stop_requested()) {
+    // Cancelled or shut down before it started: nothing to run.
+    result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled : Disposition::given_back;
+  } else {
+    result = run_job(cfg_, *storage_, *inference_, job, control);
   }
+  heartbeat.unwatch();
   {
     std::lock_guard lock(mu_);
     current_ = nullptr;
@@ -284,7 +280,7 @@ Relay::Step Relay::process(const std::string& job_id, redis::LazyConnection& con
   }
 
   boost::json::object line{{"job_id", job_id},       {"model", cfg_.model},          {"service_type", job.service_type},
-                           {"operation", job.operation}, {"outcome", outcome},      {"timings_ms", boost::json::parse(result.timings.json())}};
+                           {"operation", job.operation}, {"outcome", outcome},      {"timings_us", result.timings.micros()}};
   if (!result.error_code.empty()) {
     line["error_code"] = result.error_code;
     line["error"] = result.error_message.substr(0, 512);

@@ -8,11 +8,15 @@
 #include <stop_token>
 
 #include "redis/connection.hpp"
+#include "redis/job_record.hpp"
 #include "relay/config.hpp"
 #include "relay/job_control.hpp"
 #include "storage/storage.hpp"
 
 namespace relay::sidecar {
+
+class InferenceClient;
+class Heartbeat;
 
 class Relay {
  public:
@@ -27,12 +31,14 @@ class Relay {
 
  private:
   enum class Step { next, stop };
-  Step process(const std::string& job_id, redis::LazyConnection& conn, redis::LazyConnection& hb_conn);
+  // Runs a job whose lease is taken, and writes its outcome.
+  Step process(const JobRecord& job, const std::string& token, redis::LazyConnection& conn, Heartbeat& heartbeat);
   bool wait_for_inference();
   void unblock_pop();
 
   Config cfg_;
   std::unique_ptr<storage::Storage> storage_;
+  std::unique_ptr<InferenceClient> inference_;  // used by the main thread only
   std::stop_source shutdown_;
 
   std::mutex mu_;  // guards current_ and popping_

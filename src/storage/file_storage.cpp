@@ -9,9 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <utility>
-#include <openssl/rand.h>
 
 #include "common/errors.hpp"
+#include "common/random.hpp"
 #include "storage/file_storage.hpp"
 
 namespace relay::storage {
@@ -94,22 +94,19 @@ void FileStorage::put(const std::string& key, ByteSource& body, std::stop_token 
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   if (ec) throw StorageError(ErrorKind::other, "cannot create " + path.parent_path().string() + ": " + ec.message());
-  unsigned char rnd[6];
-  RAND_bytes(rnd, sizeof rnd);
-  char suffix[32];
-  std::snprintf(suffix, sizeof suffix, ".tmp-%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
-  std::string tmp = path.string() + suffix;
+  std::string tmp = path.string() + ".tmp-" + random_hex(6);
   FdGuard fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
   if (fd.get() < 0) fail_errno("cannot create", tmp);
   try {
-    std::string buf(256 * 1024, '\0');
+    size_t cap = 0;
+    auto buf = transfer_buffer(body.size(), cap);
     for (;;) {
       if (stop.stop_requested()) throw Aborted();
-      size_t n = body.read(buf);
+      size_t n = body.read(std::span<char>(buf.get(), cap));
       if (n == 0) break;
       size_t off = 0;
       while (off < n) {
-        ssize_t w = ::write(fd.get(), buf.data() + off, n - off);
+        ssize_t w = ::write(fd.get(), buf.get() + off, n - off);
         if (w < 0) {
           if (errno == EINTR) continue;
           fail_errno("cannot write", key);

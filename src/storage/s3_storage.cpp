@@ -362,6 +362,5 @@ void S3Storage::check() {
   if (status >= 300) fail_http("HEAD bucket", status, "");
 }
 
-std::unique_ptr<Storage> make_storage(const Config& config);
 
 }  // namespace relay::storage

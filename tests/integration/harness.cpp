@@ -138,6 +138,16 @@ std::optional<int> Process::wait_exit(std::chrono::milliseconds timeout) {
   }
 }
 
+int Process::wait_blocking() {
+  if (exit_code_) return *exit_code_;
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid_, &status, 0, &usage);
+  maxrss_kib_ = usage.ru_maxrss;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return *exit_code_;
+}
+
 bool Process::running() { return !wait_exit(0ms).has_value(); }
 
 std::string Process::log() const {
@@ -207,11 +217,14 @@ std::string S3Server::aws_cat(const std::string& key) const {
 
 InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
   events_path_ = dir_.path() + "/events.txt";
-  proc_ = std::make_unique<Process>(
-      std::vector<std::string>{noop_binary(), "--listen", "127.0.0.1:" + std::to_string(port_), "--health-status",
-                               std::to_string(o.health_status), "--status", std::to_string(o.status), "--delay-ms",
-                               std::to_string(o.delay_ms), "--events", events_path_},
-      Env{}, dir_.path() + "/inference.log");
+  std::vector<std::string> argv{noop_binary(), "--listen", "127.0.0.1:" + std::to_string(port_), "--health-status",
+                                std::to_string(o.health_status), "--status", std::to_string(o.status), "--delay-ms",
+                                std::to_string(o.delay_ms)};
+  if (o.record_events) {
+    argv.push_back("--events");
+    argv.push_back(events_path_);
+  }
+  proc_ = std::make_unique<Process>(argv, Env{}, dir_.path() + "/inference.log");
   if (!wait_until([&] { return port_open(port_); }, 10s)) throw std::runtime_error("inference server did not start");
 }
 

@@ -48,6 +48,8 @@ class Process {
   // While waiting it samples VmHWM from /proc/<pid>/status.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout);
   bool running();
+  // Blocks until exit (no polling delay, for benchmarks); returns the exit code.
+  int wait_blocking();
   std::string log() const;
   // Peak resident memory in KiB: the last VmHWM read from /proc while the process ran, and the
   // kernel's ru_maxrss reported when it was reaped.
@@ -101,6 +103,7 @@ struct InferenceOptions {
   int health_status = 200;
   int status = 200;
   long delay_ms = 0;
+  bool record_events = true;  // benchmarks turn it off: it appends to a file per request
 };
 
 class InferenceServer {

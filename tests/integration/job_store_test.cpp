@@ -137,3 +137,27 @@ TEST_F(JobStoreTest, HashTagKeysWorkForEveryStep) {
 
 }  // namespace
 }  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+TEST_F(JobStoreTest, TakeMovesLeasesAndMarksInOneStepSkippingStaleEntries) {
+  auto stale = pending_job(model_);
+  store_.submit(stale, false);
+  conn_.command({"HSET", keys_.job(model_, stale.id), "status", "cancelled"});
+  conn_.command({"RPUSH", keys_.pending(model_), "no-such-job"});
+  auto live = pending_job(model_);
+  store_.submit(live, false);
+  auto taken = store_.take(model_, "tok", 5s);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->first, live.id);
+  EXPECT_EQ(taken->second.status, "processing");
+  EXPECT_EQ(taken->second.holder, "tok");
+  EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, live.id)}).get()), "tok");
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{live.id}) << "stale entries are dropped";
+  EXPECT_EQ(status(stale.id), "cancelled");
+  EXPECT_FALSE(store_.take(model_, "tok2", 5s).has_value());
+}
+
+}  // namespace
+}  // namespace relay::testing

@@ -1,0 +1,41 @@
+#pragma once
+// Random bytes from the kernel (getrandom(2)): for ids, lease tokens, multipart boundaries and
+// temporary names. Not OpenSSL's RAND_bytes: its first use loads openssl.cnf, a cost every
+// one-shot relay would pay at start.
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace relay {
+
+inline void random_bytes(unsigned char* out, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::getrandom(out + got, n - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("getrandom failed");
+    }
+    got += static_cast<size_t>(r);
+  }
+}
+
+// 2n lowercase hex characters from n random bytes.
+inline std::string random_hex(size_t n) {
+  std::string bytes(n, '\0');
+  random_bytes(reinterpret_cast<unsigned char*>(bytes.data()), n);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (unsigned char c : bytes) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+}  // namespace relay

@@ -1,0 +1,22 @@
+-- Dequeue bookkeeping, run right after BLMOVE pending -> processing (SPEC §4.2): take the lease
+-- and mark the record processing. Until this runs the id sits in processing without a lease;
+-- the reaper tolerates that window (it reaps only ids seen lease-less on two passes).
+-- KEYS[1] job record, KEYS[2] processing list, KEYS[3] lease
+-- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339)
+-- Returns {'ok', <HGETALL of the record>...}; {'missing'} when the record is gone, or
+-- {'terminal', status} when the job already ended (a cancelled job, say) — in both cases the id
+-- is taken out of processing and no lease is written.
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then
+  redis.call('LREM', KEYS[2], 1, ARGV[1])
+  return {'missing'}
+end
+if st == 'completed' or st == 'failed' or st == 'cancelled' then
+  redis.call('LREM', KEYS[2], 1, ARGV[1])
+  return {'terminal', st}
+end
+redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
+redis.call('HSET', KEYS[1], 'status', 'processing', 'started_at', ARGV[4], 'holder', ARGV[2])
+local out = {'ok'}
+for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = v end
+return out

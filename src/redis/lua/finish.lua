@@ -1,0 +1,21 @@
+-- The relay's last step: complete, fail or cancel (SPEC §4.4). The record and the events stream
+-- make the completion durable; the PUBLISH (at-most-once) stays for live listeners.
+-- KEYS[1] job record, KEYS[2] lease, KEYS[3] processing list, KEYS[4] events stream
+-- ARGV[1] job id, ARGV[2] lease token, ARGV[3] terminal status, ARGV[4] completed channel,
+-- ARGV[5] completion payload (JSON), ARGV[6] events stream max length (approximate),
+-- ARGV[7..] field, value pairs to set on the record
+-- Returns 'ok'; 'terminal' if the job had ended already, 'lease_lost' if our lease is gone
+-- (the job may belong to another relay now), 'missing' if the record is gone. In all but 'ok'
+-- nothing is written: no double completion.
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return 'missing' end
+if st == 'completed' or st == 'failed' or st == 'cancelled' then return 'terminal' end
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 'lease_lost' end
+local fields = {'status', ARGV[3]}
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'job_id', ARGV[1], 'status', ARGV[3])
+redis.call('LREM', KEYS[3], 1, ARGV[1])
+redis.call('DEL', KEYS[2])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 'ok'

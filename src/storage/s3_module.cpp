@@ -1,0 +1,23 @@
+// The S3 backend as a loadable module (relay-s3.so). libcurl and its dependencies (GnuTLS, LDAP,
+// SSH, Kerberos...) cost ~5 ms of dynamic-loader and initialiser time at every process start —
+// more than a one-shot relay's whole job on filesystem storage — so only processes configured
+// for S3 load it (storage.cpp, make_storage).
+
+#include <cstring>
+
+#include "storage/s3_storage.hpp"
+
+extern "C" {
+
+// Returns a new backend, or nullptr with the reason in `error` (for a config error message).
+__attribute__((visibility("default"))) relay::storage::Storage* relay_s3_storage_create(
+    const relay::storage::Config* config, const char* bucket, const char* prefix, char* error, size_t error_len) {
+  try {
+    return new relay::storage::S3Storage(*config, bucket, prefix, relay::storage::S3Credentials::from_environment());
+  } catch (const std::exception& e) {
+    std::strncpy(error, e.what(), error_len - 1);
+    error[error_len - 1] = '\0';
+    return nullptr;
+  }
+}
+}
