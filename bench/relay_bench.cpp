@@ -7,12 +7,12 @@
 // 1 KiB inputs, the no-op inference server (C++), filesystem storage, Redis on loopback.
 // Figures are printed, never asserted.
 
-#include <boost/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <boost/json.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <numeric>
 
@@ -71,7 +71,8 @@ double redis_latency_ms(int port) {
   return avg;
 }
 
-std::string submit(redis::JobStore& store, storage::Storage& st, const std::string& model, const std::string& input) {
+std::string submit(redis::JobStore& store, storage::Storage& st, const std::string& model,
+                   const std::string& input) {
   JobRecord r;
   r.id = new_job_id();
   r.service_type = "bench";
@@ -121,7 +122,8 @@ int main(int argc, char** argv) {
     wall.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     auto rec = store.get(model, id);
     if (code != 0 || !rec || rec->status != "completed") {
-      std::cerr << "one-shot job " << id << " did not complete (exit " << code << ")\n" << relay.log();
+      std::cerr << "one-shot job " << id << " did not complete (exit " << code << ")\n"
+                << relay.log();
       return 1;
     }
     boost::system::error_code jec;
@@ -143,45 +145,59 @@ int main(int argc, char** argv) {
   std::vector<Run> runs;
   std::string shm = "/dev/shm/relay-bench-" + std::to_string(::getpid());
   std::filesystem::create_directories(shm);
-  for (const auto& [where, root] : std::vector<std::pair<std::string, std::string>>{{"disk (" + files.path() + ")", files.path()},
-                                                                                     {"tmpfs (/dev/shm)", shm}}) {
+  for (const auto& [where, root] : std::vector<std::pair<std::string, std::string>>{
+           {"disk (" + files.path() + ")", files.path()}, {"tmpfs (/dev/shm)", shm}}) {
     storage::FileStorage rst(root, false);
     Env renv = env;
     renv["RELAY_STORAGE_URL"] = "file://" + root;
     for (int i = 0; i < throughput_jobs; ++i) submit(store, rst, model, input);
     conn.command({"DEL", redis::Keys{}.events(model)});
     auto t0 = Clock::now();
-    Process relay({relay_binary(), "--max-jobs", std::to_string(throughput_jobs)}, renv, logs.path() + "/throughput.log");
+    Process relay({relay_binary(), "--max-jobs", std::to_string(throughput_jobs)}, renv,
+                  logs.path() + "/throughput.log");
     int code = relay.wait_blocking();
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     long long done = redis::as_integer(conn.command({"XLEN", redis::Keys{}.events(model)}).get());
     if (code != 0 || done != throughput_jobs) {
-      std::cerr << "throughput run: exit " << code << ", " << done << " of " << throughput_jobs << " done\n" << relay.log();
+      std::cerr << "throughput run: exit " << code << ", " << done << " of " << throughput_jobs
+                << " done\n"
+                << relay.log();
       return 1;
     }
     runs.push_back({where, throughput_jobs / secs, create_cost_us(root)});
   }
   std::filesystem::remove_all(shm);
 
-  std::printf("Relay benchmark: 1 KiB inputs, no-op inference server, filesystem storage, Redis on loopback\n");
+  std::printf(
+      "Relay benchmark: 1 KiB inputs, no-op inference server, filesystem storage, Redis on "
+      "loopback\n");
   std::printf("redis-cli --latency (avg round trip): %.3f ms\n", rtt);
-  std::printf("Redis round trips per job: one-shot %d, steady state %d\n\n", kRoundTripsOneShot, kRoundTripsSteady);
+  std::printf("Redis round trips per job: one-shot %d, steady state %d\n\n", kRoundTripsOneShot,
+              kRoundTripsSteady);
   std::printf("%-44s %12s %12s %14s\n", "figure", "measured", "target", "floor (RTT x n)");
-  std::printf("%-44s %9.2f ms %9s ms %11.2f ms\n", ("one-shot wall time, median (n=" + std::to_string(oneshot_jobs) + ")").c_str(),
+  std::printf("%-44s %9.2f ms %9s ms %11.2f ms\n",
+              ("one-shot wall time, median (n=" + std::to_string(oneshot_jobs) + ")").c_str(),
               percentile(wall, 0.5), "<= 5", rtt * kRoundTripsOneShot);
-  std::printf("%-44s %9.2f ms %12s %11.2f ms\n", "one-shot wall time, p99", percentile(wall, 0.99), "", rtt * kRoundTripsOneShot);
+  std::printf("%-44s %9.2f ms %12s %11.2f ms\n", "one-shot wall time, p99", percentile(wall, 0.99),
+              "", rtt * kRoundTripsOneShot);
   for (const auto& r : runs)
-    std::printf("%-44s %7.0f jobs/s %5s jobs/s %6.0f jobs/s\n", ("--max-jobs 0, one relay, " + r.where.substr(0, r.where.find(' '))).c_str(),
+    std::printf("%-44s %7.0f jobs/s %5s jobs/s %6.0f jobs/s\n",
+                ("--max-jobs 0, one relay, " + r.where.substr(0, r.where.find(' '))).c_str(),
                 r.jobs_per_s, ">= 2000", rtt > 0 ? 1000.0 / (rtt * kRoundTripsSteady) : 0.0);
-  std::printf("\n(n=%d jobs per throughput run; one atomic small-file write costs %.0f us on disk, %.0f us on tmpfs\n"
-              " on this machine, measured in this run: the storage floor per job)\n",
-              throughput_jobs, runs[0].create_us, runs[1].create_us);
+  std::printf(
+      "\n(n=%d jobs per throughput run; one atomic small-file write costs %.0f us on disk, %.0f us "
+      "on tmpfs\n"
+      " on this machine, measured in this run: the storage floor per job)\n",
+      throughput_jobs, runs[0].create_us, runs[1].create_us);
   std::printf("\none-shot stage breakdown (median / p99 ms, from the job records):\n");
   for (const char* s : {"download", "inference", "upload", "total"}) {
     auto it = stages.find(s);
-    if (it != stages.end()) std::printf("  %-10s %8.3f / %8.3f\n", s, percentile(it->second, 0.5), percentile(it->second, 0.99));
+    if (it != stages.end())
+      std::printf("  %-10s %8.3f / %8.3f\n", s, percentile(it->second, 0.5),
+                  percentile(it->second, 0.99));
   }
-  std::printf("  (total = in-process job time; the rest of the wall time is process start, health check,\n"
-              "   Redis connect and subscribe, BLMOVE, begin and finish)\n");
+  std::printf(
+      "  (total = in-process job time; the rest of the wall time is process start, health check,\n"
+      "   Redis connect and subscribe, BLMOVE, begin and finish)\n");
   return 0;
 }

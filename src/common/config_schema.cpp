@@ -21,7 +21,8 @@ EnvLookup process_env() {
 
 std::string env_name(const std::string& key) {
   std::string out = "RELAY_";
-  for (char c : key) out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (char c : key)
+    out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
 
@@ -36,7 +37,8 @@ std::map<std::string, std::string> parse_pairs(const std::string& key, const std
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!item.empty()) {
       auto eq = item.find('=');
       if (eq == std::string::npos || eq == 0) bad(key, text, "expected name=value[,name=value...]");
@@ -49,10 +51,12 @@ std::map<std::string, std::string> parse_pairs(const std::string& key, const std
 }
 
 // Flattens nested maps into dotted keys; sequences are not used by any key.
-void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::string, YAML::Node>& out) {
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::map<std::string, YAML::Node>& out) {
   if (node.IsMap()) {
     for (const auto& kv : node) {
-      std::string k = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
+      std::string k =
+          prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
       out[k] = kv.second;
       flatten(kv.second, k, out);
     }
@@ -66,7 +70,8 @@ void Schema::string(std::string key, std::string* out, std::string def, std::str
                       [out](const std::string& v) { *out = v; }, nullptr});
 }
 
-void Schema::duration(std::string key, std::chrono::milliseconds* out, std::string def, std::string doc) {
+void Schema::duration(std::string key, std::chrono::milliseconds* out, std::string def,
+                      std::string doc) {
   auto parsed = parse_duration(def);
   if (!parsed) throw std::logic_error("bad default for " + key);
   entries_.push_back({key, def, std::move(doc), false, [out, d = *parsed] { *out = d; },
@@ -80,24 +85,29 @@ void Schema::duration(std::string key, std::chrono::milliseconds* out, std::stri
 
 void Schema::integer(std::string key, std::int64_t* out, std::int64_t def, std::int64_t min,
                      std::int64_t max, std::string doc) {
-  entries_.push_back({key, std::to_string(def), std::move(doc), false, [out, def] { *out = def; },
-                      [out, key, min, max](const std::string& v) {
-                        std::int64_t n = 0;
-                        auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-                        if (ec != std::errc{} || p != v.data() + v.size()) bad(key, v, "expected an integer");
-                        if (n < min || n > max)
-                          bad(key, v, "must be between " + std::to_string(min) + " and " + std::to_string(max));
-                        *out = n;
-                      },
-                      nullptr});
+  entries_.push_back(
+      {key, std::to_string(def), std::move(doc), false, [out, def] { *out = def; },
+       [out, key, min, max](const std::string& v) {
+         std::int64_t n = 0;
+         auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+         if (ec != std::errc{} || p != v.data() + v.size()) bad(key, v, "expected an integer");
+         if (n < min || n > max)
+           bad(key, v, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+         *out = n;
+       },
+       nullptr});
 }
 
 void Schema::boolean(std::string key, bool* out, bool def, std::string doc) {
-  entries_.push_back({key, def ? "true" : "false", std::move(doc), false, [out, def] { *out = def; },
+  entries_.push_back({key, def ? "true" : "false", std::move(doc), false,
+                      [out, def] { *out = def; },
                       [out, key](const std::string& v) {
-                        if (v == "true" || v == "1" || v == "yes") *out = true;
-                        else if (v == "false" || v == "0" || v == "no") *out = false;
-                        else bad(key, v, "expected true or false");
+                        if (v == "true" || v == "1" || v == "yes")
+                          *out = true;
+                        else if (v == "false" || v == "0" || v == "no")
+                          *out = false;
+                        else
+                          bad(key, v, "expected true or false");
                       },
                       nullptr});
 }
@@ -132,10 +142,13 @@ void Schema::load(const YAML::Node& root, const EnvLookup& env) const {
       if (it == flat.end()) continue;
       const YAML::Node& n = it->second;
       if (e.is_map) {
-        if (!n.IsMap()) throw ConfigError("config key '" + e.key + "': expected a mapping of name: value");
+        if (!n.IsMap())
+          throw ConfigError("config key '" + e.key + "': expected a mapping of name: value");
         std::map<std::string, std::string> m;
         for (const auto& kv : n) {
-          if (!kv.second.IsScalar()) throw ConfigError("config key '" + e.key + "." + kv.first.as<std::string>() + "': expected a string");
+          if (!kv.second.IsScalar())
+            throw ConfigError("config key '" + e.key + "." + kv.first.as<std::string>() +
+                              "': expected a string");
           m[kv.first.as<std::string>()] = kv.second.as<std::string>();
         }
         e.set_map(m);
@@ -177,8 +190,8 @@ void Schema::load_string(const std::string& yaml, const EnvLookup& env) const {
 std::string Schema::reference_markdown() const {
   std::string out = "| key | environment | default | meaning |\n| --- | --- | --- | --- |\n";
   for (const auto& e : entries_) {
-    out += "| `" + e.key + "` | `" + env_name(e.key) + "` | " + (e.def.empty() ? "" : "`" + e.def + "`") +
-           " | " + e.doc + " |\n";
+    out += "| `" + e.key + "` | `" + env_name(e.key) + "` | " +
+           (e.def.empty() ? "" : "`" + e.def + "`") + " | " + e.doc + " |\n";
   }
   return out;
 }

@@ -43,7 +43,8 @@ inference:
     ocr: /v1/ocr
 redis:
   url: redis://u:p@redis:6380/2
-)", env_of({{"RELAY_LEASE_TTL", "10s"}}));
+)",
+                env_of({{"RELAY_LEASE_TTL", "10s"}}));
   EXPECT_EQ(c.model, "ocr");
   EXPECT_EQ(c.lease_ttl, std::chrono::seconds(10)) << "environment wins over the file";
   EXPECT_EQ(c.inference.routes.at("ocr"), "/v1/ocr");
@@ -56,7 +57,8 @@ redis:
 }
 
 TEST(RelayConfig, RoutesFromTheEnvironment) {
-  auto c = sidecar::load("", env_of({{"RELAY_MODEL", "m"}, {"RELAY_INFERENCE_ROUTES", "default=/a,x=/b"}}));
+  auto c = sidecar::load(
+      "", env_of({{"RELAY_MODEL", "m"}, {"RELAY_INFERENCE_ROUTES", "default=/a,x=/b"}}));
   EXPECT_EQ(c.inference.routes.size(), 2u);
   EXPECT_EQ(c.inference.routes.at("x"), "/b");
 }
@@ -73,11 +75,20 @@ TEST(RelayConfig, BadValuesNameTheirKey) {
       {"tiny lease", {{"RELAY_MODEL", "m"}, {"RELAY_LEASE_TTL", "10ms"}}, "", "'lease_ttl'"},
       {"negative max_jobs", {{"RELAY_MODEL", "m"}, {"RELAY_MAX_JOBS", "-1"}}, "", "'max_jobs'"},
       {"not a number", {{"RELAY_MODEL", "m"}, {"RELAY_MAX_JOBS", "two"}}, "", "'max_jobs'"},
-      {"bad boolean", {{"RELAY_MODEL", "m"}, {"RELAY_REDIS_HASH_TAG", "maybe"}}, "", "'redis.hash_tag'"},
+      {"bad boolean",
+       {{"RELAY_MODEL", "m"}, {"RELAY_REDIS_HASH_TAG", "maybe"}},
+       "",
+       "'redis.hash_tag'"},
       {"bad redis url", {{"RELAY_MODEL", "m"}, {"RELAY_REDIS_URL", "http://x"}}, "", "'redis.url'"},
-      {"bad storage url", {{"RELAY_MODEL", "m"}, {"RELAY_STORAGE_URL", "ftp://x"}}, "", "'storage.url'"},
+      {"bad storage url",
+       {{"RELAY_MODEL", "m"}, {"RELAY_STORAGE_URL", "ftp://x"}},
+       "",
+       "'storage.url'"},
       {"unknown key (typo)", {{"RELAY_MODEL", "m"}}, "lease_tll: 5s\n", "'lease_tll'"},
-      {"route without slash", {{"RELAY_MODEL", "m"}}, "inference:\n  routes:\n    a: predict\n", "'inference.routes.a'"},
+      {"route without slash",
+       {{"RELAY_MODEL", "m"}},
+       "inference:\n  routes:\n    a: predict\n",
+       "'inference.routes.a'"},
       {"model with a colon", {{"RELAY_MODEL", "a:b"}}, "", "'model'"},
   };
   for (const auto& c : cases) {
@@ -88,7 +99,8 @@ TEST(RelayConfig, BadValuesNameTheirKey) {
       sidecar::validate(cfg);
       ADD_FAILURE() << c.description << ": accepted";
     } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(c.key), std::string::npos) << c.description << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.key), std::string::npos)
+          << c.description << ": " << e.what();
     }
   }
 }

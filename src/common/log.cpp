@@ -25,10 +25,14 @@ State& state() {
 
 std::string_view level_name(Level l) {
   switch (l) {
-    case Level::debug: return "debug";
-    case Level::info: return "info";
-    case Level::warn: return "warn";
-    case Level::error: return "error";
+    case Level::debug:
+      return "debug";
+    case Level::info:
+      return "info";
+    case Level::warn:
+      return "warn";
+    case Level::error:
+      return "error";
   }
   return "info";
 }
@@ -72,7 +76,8 @@ void write(Level level, std::string_view msg, const boost::json::object& fields)
     for (const auto& kv : fields) o[kv.key()] = kv.value();
     line = boost::json::serialize(o);
   } else {
-    line = format_rfc3339(wall_now()) + " " + std::string(level_name(level)) + " " + std::string(msg);
+    line =
+        format_rfc3339(wall_now()) + " " + std::string(level_name(level)) + " " + std::string(msg);
     for (const auto& kv : fields) {
       line += " " + std::string(kv.key()) + "=";
       line += kv.value().is_string() ? std::string(kv.value().get_string())

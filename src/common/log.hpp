@@ -17,9 +17,17 @@ void set_format(std::string_view format);
 void set_component(std::string_view component);
 
 void write(Level level, std::string_view msg, const boost::json::object& fields = {});
-inline void debug(std::string_view m, const boost::json::object& f = {}) { write(Level::debug, m, f); }
-inline void info(std::string_view m, const boost::json::object& f = {}) { write(Level::info, m, f); }
-inline void warn(std::string_view m, const boost::json::object& f = {}) { write(Level::warn, m, f); }
-inline void error(std::string_view m, const boost::json::object& f = {}) { write(Level::error, m, f); }
+inline void debug(std::string_view m, const boost::json::object& f = {}) {
+  write(Level::debug, m, f);
+}
+inline void info(std::string_view m, const boost::json::object& f = {}) {
+  write(Level::info, m, f);
+}
+inline void warn(std::string_view m, const boost::json::object& f = {}) {
+  write(Level::warn, m, f);
+}
+inline void error(std::string_view m, const boost::json::object& f = {}) {
+  write(Level::error, m, f);
+}
 
 }  // namespace relay::log

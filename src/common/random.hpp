@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/hex.hpp"
+
 namespace relay {
 
 inline void random_bytes(unsigned char* out, size_t n) {
@@ -28,14 +30,7 @@ inline void random_bytes(unsigned char* out, size_t n) {
 inline std::string random_hex(size_t n) {
   std::string bytes(n, '\0');
   random_bytes(reinterpret_cast<unsigned char*>(bytes.data()), n);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (unsigned char c : bytes) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
+  return to_hex(bytes);
 }
 
 }  // namespace relay

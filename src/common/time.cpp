@@ -13,7 +13,8 @@ std::optional<Millis> parse_duration(std::string_view text) {
     double ms;
   };
   // Longest suffixes first so that "ms" is not read as "m".
-  static constexpr Unit kUnits[] = {{"ms", 1.0}, {"s", 1000.0}, {"m", 60'000.0}, {"h", 3'600'000.0}};
+  static constexpr Unit kUnits[] = {
+      {"ms", 1.0}, {"s", 1000.0}, {"m", 60'000.0}, {"h", 3'600'000.0}};
   double scale = 1000.0;  // a bare number is seconds
   for (const auto& u : kUnits) {
     if (text.size() > u.suffix.size() && text.ends_with(u.suffix)) {

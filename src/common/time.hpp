@@ -23,6 +23,8 @@ std::string format_rfc3339(std::chrono::system_clock::time_point t);
 std::optional<std::chrono::system_clock::time_point> parse_rfc3339(std::string_view text);
 
 // The clock is injected where loops need it testable; this is the production one.
-inline std::chrono::system_clock::time_point wall_now() { return std::chrono::system_clock::now(); }
+inline std::chrono::system_clock::time_point wall_now() {
+  return std::chrono::system_clock::now();
+}
 
 }  // namespace relay

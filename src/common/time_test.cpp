@@ -10,9 +10,9 @@ TEST(ParseDuration, AcceptsTheDocumentedForms) {
     const char* text;
     long long ms;
   } cases[] = {
-      {"250ms", 250}, {"60s", 60'000}, {"5m", 300'000}, {"1h", 3'600'000},
-      {"90", 90'000},  // a bare number is seconds
-      {"1.5s", 1500}, {"0", 0},     {"0.25", 250},
+      {"250ms", 250},    {"60s", 60'000}, {"5m", 300'000},
+      {"1h", 3'600'000}, {"90", 90'000},  // a bare number is seconds
+      {"1.5s", 1500},    {"0", 0},        {"0.25", 250},
   };
   for (const auto& c : cases) {
     auto d = parse_duration(c.text);

@@ -50,7 +50,8 @@ bool Transfer::perform_once() {
   int running = 0;
   CURLMcode mc = curl_multi_perform(multi_, &running);
   if (failure_) std::rethrow_exception(failure_);
-  if (mc != CURLM_OK) throw std::runtime_error(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
+  if (mc != CURLM_OK)
+    throw std::runtime_error(std::string("curl_multi_perform: ") + curl_multi_strerror(mc));
   int queued = 0;
   while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
     if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy_) {
@@ -64,7 +65,8 @@ bool Transfer::perform_once() {
 
 void Transfer::poll_once(int timeout_ms) {
   CURLMcode mc = curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
-  if (mc != CURLM_OK) throw std::runtime_error(std::string("curl_multi_poll: ") + curl_multi_strerror(mc));
+  if (mc != CURLM_OK)
+    throw std::runtime_error(std::string("curl_multi_poll: ") + curl_multi_strerror(mc));
   if (stop_.stop_requested()) throw Aborted();
 }
 
@@ -79,6 +81,8 @@ long response_code(CURL* easy) {
   return code;
 }
 
-std::string describe(CURLcode code) { return curl_easy_strerror(code); }
+std::string describe(CURLcode code) {
+  return curl_easy_strerror(code);
+}
 
 }  // namespace relay::http

@@ -7,12 +7,12 @@
 
 #include <exception>
 #include <functional>
-#include <utility>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace relay::http {

@@ -14,11 +14,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <CLI/CLI.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -111,7 +111,8 @@ class MultipartScanner {
     std::string filename = param(headers, "filename");
     if (!filename.empty()) cur_["filename"] = filename;
     auto ct = headers.find("Content-Type: ");
-    if (ct != std::string::npos) cur_["content_type"] = headers.substr(ct + 14, headers.find("\r\n", ct) - ct - 14);
+    if (ct != std::string::npos)
+      cur_["content_type"] = headers.substr(ct + 14, headers.find("\r\n", ct) - ct - 14);
     size_ = 0;
     value_.clear();
     md_.reset(EVP_MD_CTX_new());
@@ -155,7 +156,9 @@ class MultipartScanner {
 bool client_dropped_within(int fd, long delay_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
     if (left <= 0) return false;
     pollfd p{fd, POLLIN | POLLRDHUP, 0};
     int r = ::poll(&p, 1, static_cast<int>(left));
@@ -190,7 +193,8 @@ void serve(tcp::socket sock, const Options& o) {
       std::string ctype(req[http::field::content_type]);
       auto b = ctype.find("boundary=");
       std::string boundary = b == std::string::npos ? "" : ctype.substr(b + 9);
-      if (!boundary.empty() && boundary.front() == '"') boundary = boundary.substr(1, boundary.size() - 2);
+      if (!boundary.empty() && boundary.front() == '"')
+        boundary = boundary.substr(1, boundary.size() - 2);
       MultipartScanner scanner(boundary);
       std::uint64_t total = 0;
       char chunk[64 * 1024];
@@ -215,10 +219,13 @@ void serve(tcp::socket sock, const Options& o) {
         event(o, "dropped " + path);
         return;
       }
-      boost::json::object out{{"path", path}, {"bytes", total}, {"multipart_complete", scanner.complete()},
+      boost::json::object out{{"path", path},
+                              {"bytes", total},
+                              {"multipart_complete", scanner.complete()},
                               {"parts", scanner.parts()}};
       res.result(o.status);
-      if (o.status != 200) out["error"] = "injected failure (--status " + std::to_string(o.status) + ")";
+      if (o.status != 200)
+        out["error"] = "injected failure (--status " + std::to_string(o.status) + ")";
       res.body() = boost::json::serialize(out);
       event(o, "done " + path);
     } else {
@@ -239,7 +246,8 @@ int main(int argc, char** argv) {
   app.add_option("--listen", o.listen, "host:port");
   app.add_option("--health-status", o.health_status, "status of GET /health");
   app.add_option("--status", o.status, "status of every POST");
-  app.add_option("--delay-ms", o.delay_ms, "hold each POST's answer this long, watching for the client to drop");
+  app.add_option("--delay-ms", o.delay_ms,
+                 "hold each POST's answer this long, watching for the client to drop");
   app.add_option("--events", o.events, "append one line per request/drop/done to this file");
   CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);

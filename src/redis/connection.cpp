@@ -11,7 +11,9 @@
 
 namespace relay::redis {
 
-bool is_nil(const redisReply* r) { return r == nullptr || r->type == REDIS_REPLY_NIL; }
+bool is_nil(const redisReply* r) {
+  return r == nullptr || r->type == REDIS_REPLY_NIL;
+}
 
 std::string as_string(const redisReply* r) {
   if (r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS))
@@ -77,20 +79,26 @@ Reply Connection::checked(redisReply* r) {
     throw IoError("redis: " + why);
   }
   Reply reply(r);
-  if (reply->type == REDIS_REPLY_ERROR) throw ReplyError("redis: " + std::string(reply->str, reply->len));
+  if (reply->type == REDIS_REPLY_ERROR)
+    throw ReplyError("redis: " + std::string(reply->str, reply->len));
   return reply;
 }
 
 Connection Connection::open(const Endpoint& ep) {
-  redisContext* c = redisConnectWithTimeout(ep.host.c_str(), ep.port, to_timeval(ep.connect_timeout));
+  redisContext* c =
+      redisConnectWithTimeout(ep.host.c_str(), ep.port, to_timeval(ep.connect_timeout));
   if (c == nullptr) throw IoError("redis: cannot allocate a context");
   Connection conn(c);
-  if (c->err) throw IoError("redis: cannot connect to " + ep.host + ":" + std::to_string(ep.port) + ": " + c->errstr);
+  if (c->err)
+    throw IoError("redis: cannot connect to " + ep.host + ":" + std::to_string(ep.port) + ": " +
+                  c->errstr);
   // A dead server must not hang a command for ever; blocking commands lift this themselves.
   conn.set_read_timeout(std::chrono::milliseconds(30'000));
   if (!ep.password.empty()) {
-    if (ep.username.empty()) conn.command({"AUTH", ep.password});
-    else conn.command({"AUTH", ep.username, ep.password});
+    if (ep.username.empty())
+      conn.command({"AUTH", ep.password});
+    else
+      conn.command({"AUTH", ep.username, ep.password});
   }
   if (ep.db != 0) conn.command({"SELECT", std::to_string(ep.db)});
   conn.client_id_ = as_integer(conn.command({"CLIENT", "ID"}).get());
@@ -137,7 +145,8 @@ void Connection::append(const std::vector<std::string>& argv) {
     ptrs.push_back(a.data());
     lens.push_back(a.size());
   }
-  if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data()) != REDIS_OK)
+  if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
+      REDIS_OK)
     throw IoError("redis: cannot queue a command");
 }
 
@@ -151,14 +160,16 @@ Reply Connection::read_reply() {
 }
 
 void Connection::set_read_timeout(std::chrono::milliseconds timeout) {
-  if (redisSetTimeout(ctx_.get(), to_timeval(timeout)) != REDIS_OK) throw IoError("redis: cannot set a timeout");
+  if (redisSetTimeout(ctx_.get(), to_timeval(timeout)) != REDIS_OK)
+    throw IoError("redis: cannot set a timeout");
 }
 
 void Connection::interrupt() noexcept {
   if (ctx_ && ctx_->fd >= 0) ::shutdown(ctx_->fd, SHUT_RDWR);
 }
 
-Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_wait, std::stop_token stop) {
+Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_wait,
+                              std::stop_token stop) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + max_wait;
   std::chrono::milliseconds delay{100};

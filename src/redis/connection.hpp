@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "redis/script.hpp"
+
 namespace relay::redis {
 
 class IoError : public std::runtime_error {
@@ -48,13 +50,6 @@ struct Endpoint {
 // Throws std::invalid_argument with a message fit for a config error.
 Endpoint parse_url(std::string_view url);
 
-// A Lua script (redis/lua/*.lua, embedded with its SHA-1 at build time): run as EVALSHA, sent
-// whole with EVAL on NOSCRIPT (after a Redis restart or failover).
-struct Script {
-  std::string_view name;
-  std::string_view source;
-  std::string_view sha1;
-};
 
 class Connection {
  public:

@@ -1,25 +1,30 @@
 #include "redis/job_record.hpp"
 
-#include "common/random.hpp"
-
 #include <stdexcept>
+
+#include "common/random.hpp"
 
 namespace relay {
 
 std::string_view to_string(JobStatus s) {
   switch (s) {
-    case JobStatus::pending: return "pending";
-    case JobStatus::processing: return "processing";
-    case JobStatus::completed: return "completed";
-    case JobStatus::failed: return "failed";
-    case JobStatus::cancelled: return "cancelled";
+    case JobStatus::pending:
+      return "pending";
+    case JobStatus::processing:
+      return "processing";
+    case JobStatus::completed:
+      return "completed";
+    case JobStatus::failed:
+      return "failed";
+    case JobStatus::cancelled:
+      return "cancelled";
   }
   return "pending";
 }
 
 std::optional<JobStatus> parse_status(std::string_view s) {
-  for (auto st : {JobStatus::pending, JobStatus::processing, JobStatus::completed, JobStatus::failed,
-                  JobStatus::cancelled})
+  for (auto st : {JobStatus::pending, JobStatus::processing, JobStatus::completed,
+                  JobStatus::failed, JobStatus::cancelled})
     if (to_string(st) == s) return st;
   return std::nullopt;
 }

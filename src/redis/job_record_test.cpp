@@ -22,17 +22,25 @@ TEST(JobRecord, FieldsRoundTripAndEmptyOnesAreOmitted) {
 
 TEST(JobRecord, UsesExactlyTheSpecFieldNames) {
   JobRecord r;
-  for (auto* m : {&r.id, &r.service_type, &r.model, &r.operation, &r.status, &r.tenant, &r.input_key,
-                  &r.input_filename, &r.input_content_type, &r.input_size, &r.result_key, &r.params,
-                  &r.callback_url, &r.priority, &r.attempts, &r.error_code, &r.error_message, &r.created_at,
-                  &r.started_at, &r.finished_at, &r.holder, &r.key_id, &r.cancel_requested, &r.timings})
+  for (auto* m : {&r.id,           &r.service_type,     &r.model,
+                  &r.operation,    &r.status,           &r.tenant,
+                  &r.input_key,    &r.input_filename,   &r.input_content_type,
+                  &r.input_size,   &r.result_key,       &r.params,
+                  &r.callback_url, &r.priority,         &r.attempts,
+                  &r.error_code,   &r.error_message,    &r.created_at,
+                  &r.started_at,   &r.finished_at,      &r.holder,
+                  &r.key_id,       &r.cancel_requested, &r.timings})
     *m = "v";
   std::set<std::string> names;
   for (auto& [k, v] : r.to_fields()) names.insert(k);
-  std::set<std::string> spec{"id", "service_type", "model", "operation", "status", "tenant", "input_key",
-                             "input_filename", "input_content_type", "input_size", "result_key", "params",
-                             "callback_url", "priority", "attempts", "error_code", "error_message", "created_at",
-                             "started_at", "finished_at", "holder", "key_id", "cancel_requested", "timings"};
+  std::set<std::string> spec{"id",           "service_type",     "model",
+                             "operation",    "status",           "tenant",
+                             "input_key",    "input_filename",   "input_content_type",
+                             "input_size",   "result_key",       "params",
+                             "callback_url", "priority",         "attempts",
+                             "error_code",   "error_message",    "created_at",
+                             "started_at",   "finished_at",      "holder",
+                             "key_id",       "cancel_requested", "timings"};
   EXPECT_EQ(names, spec);
 }
 
@@ -57,10 +65,11 @@ TEST(JobId, NewIdsAreValidUuidV4AndDistinct) {
 }
 
 TEST(JobId, RejectsAnythingElse) {
-  for (const char* bad : {"", "abc", "11111111-1111-1111-8111-111111111111" /* not v4 */,
-                          "11111111-1111-4111-8111-11111111111G", "11111111-1111-4111-8111-1111111111111",
-                          "11111111_1111-4111-8111-111111111111", "../../etc/passwd-000000000000000000",
-                          "AAAAAAAA-1111-4111-8111-111111111111" /* uppercase */})
+  for (const char* bad :
+       {"", "abc", "11111111-1111-1111-8111-111111111111" /* not v4 */,
+        "11111111-1111-4111-8111-11111111111G", "11111111-1111-4111-8111-1111111111111",
+        "11111111_1111-4111-8111-111111111111", "../../etc/passwd-000000000000000000",
+        "AAAAAAAA-1111-4111-8111-111111111111" /* uppercase */})
     EXPECT_FALSE(is_valid_job_id(bad)) << bad;
   EXPECT_TRUE(is_valid_job_id("11111111-1111-4111-8111-111111111111"));
 }

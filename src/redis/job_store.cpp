@@ -6,31 +6,6 @@
 namespace relay::redis {
 namespace {
 
-const Script& submit_script() {
-  static const Script s{lua::submit.name, lua::submit.body, lua::submit.sha1};
-  return s;
-}
-const Script& take_script() {
-  static const Script s{lua::take.name, lua::take.body, lua::take.sha1};
-  return s;
-}
-const Script& begin_script() {
-  static const Script s{lua::begin.name, lua::begin.body, lua::begin.sha1};
-  return s;
-}
-const Script& heartbeat_script() {
-  static const Script s{lua::heartbeat.name, lua::heartbeat.body, lua::heartbeat.sha1};
-  return s;
-}
-const Script& finish_script() {
-  static const Script s{lua::finish.name, lua::finish.body, lua::finish.sha1};
-  return s;
-}
-const Script& give_back_script() {
-  static const Script s{lua::give_back.name, lua::give_back.body, lua::give_back.sha1};
-  return s;
-}
-
 Fields pairs_from(const redisReply* r, size_t first) {
   Fields out;
   for (size_t i = first; i + 1 < r->elements; i += 2)
@@ -42,10 +17,14 @@ Fields pairs_from(const redisReply* r, size_t first) {
 
 std::string_view to_string(FinishOutcome o) {
   switch (o) {
-    case FinishOutcome::ok: return "ok";
-    case FinishOutcome::terminal: return "terminal";
-    case FinishOutcome::lease_lost: return "lease_lost";
-    case FinishOutcome::missing: return "missing";
+    case FinishOutcome::ok:
+      return "ok";
+    case FinishOutcome::terminal:
+      return "terminal";
+    case FinishOutcome::lease_lost:
+      return "lease_lost";
+    case FinishOutcome::missing:
+      return "missing";
   }
   return "ok";
 }
@@ -56,18 +35,21 @@ bool JobStore::submit(const JobRecord& record, bool priority) {
     args.push_back(k);
     args.push_back(v);
   }
-  auto r = conn_.eval(submit_script(), {keys_.job(record.model, record.id), keys_.pending(record.model)}, args);
+  auto r = conn_.eval(lua::submit,
+                      {keys_.job(record.model, record.id), keys_.pending(record.model)}, args);
   return as_integer(r.get()) == 1;
 }
 
-std::optional<std::string> JobStore::pop(const std::string& model, std::chrono::milliseconds timeout) {
+std::optional<std::string> JobStore::pop(const std::string& model,
+                                         std::chrono::milliseconds timeout) {
   // The server-side timeout bounds the wait; the socket must not time out first.
   conn_.set_read_timeout(std::chrono::milliseconds(0));
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(timeout.count()) / 1000.0);
   Reply r;
   try {
-    r = conn_.command({"BLMOVE", keys_.pending(model), keys_.processing(model), "LEFT", "RIGHT", secs});
+    r = conn_.command(
+        {"BLMOVE", keys_.pending(model), keys_.processing(model), "LEFT", "RIGHT", secs});
   } catch (...) {
     conn_.set_read_timeout(std::chrono::milliseconds(30'000));
     throw;
@@ -76,19 +58,20 @@ std::optional<std::string> JobStore::pop(const std::string& model, std::chrono::
   return as_optional_string(r.get());
 }
 
-std::optional<std::pair<std::string, JobRecord>> JobStore::take(const std::string& model, const std::string& token,
-                                                                std::chrono::milliseconds lease_ttl) {
-  auto r = conn_.eval(take_script(), {keys_.pending(model), keys_.processing(model)},
-                      {keys_.job_prefix(model), keys_.lease_prefix(model), token, std::to_string(lease_ttl.count()),
-                       format_rfc3339(wall_now())});
+std::optional<std::pair<std::string, JobRecord>> JobStore::take(
+    const std::string& model, const std::string& token, std::chrono::milliseconds lease_ttl) {
+  auto r = conn_.eval(lua::take, {keys_.pending(model), keys_.processing(model)},
+                      {keys_.job_prefix(model), keys_.lease_prefix(model), token,
+                       std::to_string(lease_ttl.count()), format_rfc3339(wall_now())});
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("take: unexpected reply");
   if (as_string(r->element[0]) != "ok") return std::nullopt;
   return std::make_pair(as_string(r->element[1]), JobRecord::from_fields(pairs_from(r.get(), 2)));
 }
 
-BeginResult JobStore::begin(const std::string& model, const std::string& id, const std::string& token,
-                            std::chrono::milliseconds lease_ttl) {
-  auto r = conn_.eval(begin_script(), {keys_.job(model, id), keys_.processing(model), keys_.lease(model, id)},
+BeginResult JobStore::begin(const std::string& model, const std::string& id,
+                            const std::string& token, std::chrono::milliseconds lease_ttl) {
+  auto r = conn_.eval(lua::begin,
+                      {keys_.job(model, id), keys_.processing(model), keys_.lease(model, id)},
                       {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now())});
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("begin: unexpected reply");
   std::string tag = as_string(r->element[0]);
@@ -99,23 +82,30 @@ BeginResult JobStore::begin(const std::string& model, const std::string& id, con
 
 HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string& id,
                                     const std::string& token, std::chrono::milliseconds lease_ttl) {
-  auto r = conn_.eval(heartbeat_script(), {keys_.lease(model, id), keys_.job(model, id)},
+  auto r = conn_.eval(lua::heartbeat, {keys_.lease(model, id), keys_.job(model, id)},
                       {token, std::to_string(lease_ttl.count())});
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) throw ReplyError("heartbeat: unexpected reply");
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
+    throw ReplyError("heartbeat: unexpected reply");
   return {as_integer(r->element[0]) == 1, as_integer(r->element[1]) == 1};
 }
 
-FinishOutcome JobStore::finish(const std::string& model, const std::string& id, const std::string& token,
-                               JobStatus status, const Fields& fields, const std::string& payload) {
-  std::vector<std::string> args{id, token, std::string(to_string(status)), keys_.completed_channel(model),
-                                payload, std::to_string(kEventsMaxLen)};
+FinishOutcome JobStore::finish(const std::string& model, const std::string& id,
+                               const std::string& token, JobStatus status, const Fields& fields,
+                               const std::string& payload) {
+  std::vector<std::string> args{id,
+                                token,
+                                std::string(to_string(status)),
+                                keys_.completed_channel(model),
+                                payload,
+                                std::to_string(kEventsMaxLen)};
   for (const auto& [k, v] : fields) {
     args.push_back(k);
     args.push_back(v);
   }
-  auto r = conn_.eval(finish_script(),
-                      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model)},
-                      args);
+  auto r = conn_.eval(
+      lua::finish,
+      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model)},
+      args);
   std::string s = as_string(r.get());
   if (s == "ok") return FinishOutcome::ok;
   if (s == "terminal") return FinishOutcome::terminal;
@@ -123,10 +113,12 @@ FinishOutcome JobStore::finish(const std::string& model, const std::string& id, 
   return FinishOutcome::missing;
 }
 
-bool JobStore::give_back(const std::string& model, const std::string& id, const std::string& token) {
-  auto r = conn_.eval(give_back_script(),
-                      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.pending(model)},
-                      {id, token});
+bool JobStore::give_back(const std::string& model, const std::string& id,
+                         const std::string& token) {
+  auto r = conn_.eval(
+      lua::give_back,
+      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.pending(model)},
+      {id, token});
   return as_integer(r.get()) == 1;
 }
 

@@ -43,7 +43,8 @@ class JobStore {
 
   // Non-blocking take when jobs wait: move + lease + processing in one step. nullopt when the
   // queue is empty (then pop() + begin()).
-  std::optional<std::pair<std::string, JobRecord>> take(const std::string& model, const std::string& token,
+  std::optional<std::pair<std::string, JobRecord>> take(const std::string& model,
+                                                        const std::string& token,
                                                         std::chrono::milliseconds lease_ttl);
 
   BeginResult begin(const std::string& model, const std::string& id, const std::string& token,

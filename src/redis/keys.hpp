@@ -18,13 +18,17 @@ class Keys {
   std::string pending(std::string_view model) const { return model_key(model, "pending"); }
   std::string processing(std::string_view model) const { return model_key(model, "processing"); }
   std::string deadletter(std::string_view model) const { return model_key(model, "deadletter"); }
-  std::string lease(std::string_view model, std::string_view id) const { return lease_prefix(model) + std::string(id); }
+  std::string lease(std::string_view model, std::string_view id) const {
+    return lease_prefix(model) + std::string(id);
+  }
   // Durable log of terminal transitions (stream), read by the gateway's consumer group.
   std::string events(std::string_view model) const {
     return prefix_ + "jobs:" + tagged(model) + ":events";
   }
   // The job record (hash).
-  std::string job(std::string_view model, std::string_view id) const { return job_prefix(model) + std::string(id); }
+  std::string job(std::string_view model, std::string_view id) const {
+    return job_prefix(model) + std::string(id);
+  }
   // What job() and lease() put before the id; for scripts that build those keys from an id.
   std::string job_prefix(std::string_view model) const {
     return hash_tag_ ? prefix_ + "job:" + tagged(model) + ":" : prefix_ + "job:";

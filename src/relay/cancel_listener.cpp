@@ -16,7 +16,9 @@ void CancelListener::open_and_subscribe() {
   conn_.emplace(std::move(conn));
 }
 
-void CancelListener::subscribe() { open_and_subscribe(); }
+void CancelListener::subscribe() {
+  open_and_subscribe();
+}
 
 void CancelListener::run(std::stop_token stop) {
   // Stopping closes the socket under the blocked read.
@@ -33,7 +35,8 @@ void CancelListener::run(std::stop_token stop) {
       }
       auto msg = conn_->read_reply();
       backoff = std::chrono::milliseconds(100);
-      if (msg->type == REDIS_REPLY_ARRAY && msg->elements == 3 && redis::as_string(msg->element[0]) == "message")
+      if (msg->type == REDIS_REPLY_ARRAY && msg->elements == 3 &&
+          redis::as_string(msg->element[0]) == "message")
         p_.on_cancel(redis::as_string(msg->element[2]));
     } catch (const redis::IoError& e) {
       if (stop.stop_requested()) break;
@@ -41,7 +44,8 @@ void CancelListener::run(std::stop_token stop) {
         std::lock_guard lock(mu_);
         conn_.reset();
       }
-      log::warn("cancel subscription lost, resubscribing", {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
+      log::warn("cancel subscription lost, resubscribing",
+                {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
       try {

@@ -15,19 +15,19 @@
 namespace relay::sidecar {
 
 struct RedisConfig {
-  std::string url;                  // redis://[user:password@]host:port[/db]
-  std::string username;             // ACL user; overrides the URL's
-  std::string password;             // overrides the URL's; prefer RELAY_REDIS_PASSWORD
-  std::string key_prefix;           // prepended to every key and channel
-  bool hash_tag = false;            // relay:{model}:... for Redis Cluster
+  std::string url;         // redis://[user:password@]host:port[/db]
+  std::string username;    // ACL user; overrides the URL's
+  std::string password;    // overrides the URL's; prefer RELAY_REDIS_PASSWORD
+  std::string key_prefix;  // prepended to every key and channel
+  bool hash_tag = false;   // relay:{model}:... for Redis Cluster
   std::chrono::milliseconds connect_timeout{};
 };
 
 struct InferenceConfig {
-  std::string url;                               // base URL of the local inference server
-  std::string health_path;                       // GET, must answer 200 before any dequeue
-  std::map<std::string, std::string> routes;     // operation -> path; "default" for none
-  std::chrono::milliseconds timeout{};           // whole request; 0 = none
+  std::string url;                            // base URL of the local inference server
+  std::string health_path;                    // GET, must answer 200 before any dequeue
+  std::map<std::string, std::string> routes;  // operation -> path; "default" for none
+  std::chrono::milliseconds timeout{};        // whole request; 0 = none
 };
 
 struct Config {

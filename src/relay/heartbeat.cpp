@@ -57,8 +57,10 @@ void Heartbeat::beat() {
     // Keep trying: if Redis comes back before the lease expires, nothing was lost. If it
     // expired, the next successful beat reports the loss.
     p_.conn->reset();
-    auto down_for = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - last_ok_);
-    log::warn("heartbeat failed", {{"job_id", job_id_}, {"error", e.what()}, {"since_ms", down_for.count()}});
+    auto down_for = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - last_ok_);
+    log::warn("heartbeat failed",
+              {{"job_id", job_id_}, {"error", e.what()}, {"since_ms", down_for.count()}});
   }
 }
 

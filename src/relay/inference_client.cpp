@@ -29,15 +29,21 @@ using tcp = asio::ip::tcp;
 std::string escape_quoted(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '"') out += "%22";
-    else if (c == '\r') out += "%0D";
-    else if (c == '\n') out += "%0A";
-    else out += c;
+    if (c == '"')
+      out += "%22";
+    else if (c == '\r')
+      out += "%0D";
+    else if (c == '\n')
+      out += "%0A";
+    else
+      out += c;
   }
   return out;
 }
 
-std::string new_boundary() { return "relay-" + random_hex(16); }
+std::string new_boundary() {
+  return "relay-" + random_hex(16);
+}
 
 // Shuts a socket down when stop is requested or a deadline passes, from whichever thread
 // notices first. shutdown(2) on a descriptor another thread blocks on is safe, and makes that
@@ -80,17 +86,23 @@ class Interrupter {
 
 }  // namespace
 
-std::string multipart_file_head(const std::string& boundary, const std::string& filename, const std::string& content_type) {
+std::string multipart_file_head(const std::string& boundary, const std::string& filename,
+                                const std::string& content_type) {
   return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" +
          escape_quoted(filename.empty() ? "input" : filename) + "\"\r\nContent-Type: " +
-         escape_quoted(content_type.empty() ? "application/octet-stream" : content_type) + "\r\n\r\n";
+         escape_quoted(content_type.empty() ? "application/octet-stream" : content_type) +
+         "\r\n\r\n";
 }
 
-std::string multipart_field(const std::string& boundary, const std::string& name, const std::string& value) {
-  return "\r\n--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + escape_quoted(name) + "\"\r\n\r\n" + value;
+std::string multipart_field(const std::string& boundary, const std::string& name,
+                            const std::string& value) {
+  return "\r\n--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + escape_quoted(name) +
+         "\"\r\n\r\n" + value;
 }
 
-std::string multipart_tail(const std::string& boundary) { return "\r\n--" + boundary + "--\r\n"; }
+std::string multipart_tail(const std::string& boundary) {
+  return "\r\n--" + boundary + "--\r\n";
+}
 
 struct InferenceClient::Impl {
   asio::io_context io;
@@ -108,12 +120,14 @@ struct InferenceClient::Impl {
     tcp::resolver resolver(io);
     beast::error_code ec;
     auto results = resolver.resolve(host, port, ec);
-    if (ec) throw InferenceError("inference_unreachable", "cannot resolve " + host + ": " + ec.message());
+    if (ec)
+      throw InferenceError("inference_unreachable", "cannot resolve " + host + ": " + ec.message());
     sock.emplace(io);
     asio::connect(*sock, results, ec);
     if (ec) {
       drop();
-      throw InferenceError("inference_unreachable", "cannot connect to " + host + ":" + port + ": " + ec.message());
+      throw InferenceError("inference_unreachable",
+                           "cannot connect to " + host + ":" + port + ": " + ec.message());
     }
     sock->set_option(tcp::no_delay(true), ec);
     buffer.clear();
@@ -141,7 +155,8 @@ InferenceClient::InferenceClient(const std::string& base_url) : impl_(std::make_
 
 InferenceClient::~InferenceClient() = default;
 
-long InferenceClient::probe(const std::string& path, std::chrono::milliseconds timeout, std::stop_token stop) {
+long InferenceClient::probe(const std::string& path, std::chrono::milliseconds timeout,
+                            std::stop_token stop) {
   try {
     auto& sock = impl_->connected();
     Interrupter guard(sock.native_handle(), stop, timeout);
@@ -173,7 +188,8 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   const std::string head = multipart_file_head(boundary, r.filename, r.content_type);
   std::string fields;
   for (const auto& kv : r.params) {
-    std::string value = kv.value().is_string() ? std::string(kv.value().get_string()) : boost::json::serialize(kv.value());
+    std::string value = kv.value().is_string() ? std::string(kv.value().get_string())
+                                               : boost::json::serialize(kv.value());
     fields += multipart_field(boundary, std::string(kv.key()), value);
   }
   fields += multipart_tail(boundary);
@@ -184,8 +200,10 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
     impl_->drop();
     if (stop.stop_requested()) throw Aborted();
     if (guard.timed_out())
-      return InferenceError("inference_timeout", "inference request timed out after " + std::to_string(r.timeout.count()) + "ms");
-    return InferenceError("inference_unreachable", std::string("inference request failed while ") + what + ": " + ec.message());
+      return InferenceError("inference_timeout", "inference request timed out after " +
+                                                     std::to_string(r.timeout.count()) + "ms");
+    return InferenceError("inference_unreachable", std::string("inference request failed while ") +
+                                                       what + ": " + ec.message());
   };
 
   http::request<http::buffer_body> req{http::verb::post, r.path, 11};
@@ -193,8 +211,10 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   req.set(http::field::user_agent, "relay");
   req.set(http::field::content_type, "multipart/form-data; boundary=" + boundary);
   auto size = r.body->size();
-  if (size) req.content_length(head.size() + *size + fields.size());
-  else req.chunked(true);
+  if (size)
+    req.content_length(head.size() + *size + fields.size());
+  else
+    req.chunked(true);
   req.body().data = nullptr;
   req.body().more = true;
   http::request_serializer<http::buffer_body> sr{req};
@@ -217,11 +237,13 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   try {
     send(head.data(), head.size());
     while (size_t n = r.body->read(std::span<char>(buf.get(), cap))) {
-      if (size && sent + n > *size) throw InferenceError("invalid_job", "the input is larger than its recorded size");
+      if (size && sent + n > *size)
+        throw InferenceError("invalid_job", "the input is larger than its recorded size");
       send(buf.get(), n);
       sent += n;
     }
-    if (size && sent != *size) throw InferenceError("invalid_job", "the input is shorter than its recorded size");
+    if (size && sent != *size)
+      throw InferenceError("invalid_job", "the input is shorter than its recorded size");
     send(fields.data(), fields.size());
     req.body().data = nullptr;
     req.body().size = 0;

@@ -21,7 +21,8 @@ namespace relay::sidecar {
 // The request could not be completed (as opposed to a non-200 answer, which is a response).
 class InferenceError : public std::runtime_error {
  public:
-  InferenceError(std::string code, const std::string& what) : std::runtime_error(what), code_(std::move(code)) {}
+  InferenceError(std::string code, const std::string& what)
+      : std::runtime_error(what), code_(std::move(code)) {}
   const std::string& code() const { return code_; }  // inference_unreachable, inference_timeout
 
  private:
@@ -33,7 +34,7 @@ struct InferenceRequest {
   std::string filename;
   std::string content_type;
   ByteSource* body = nullptr;
-  boost::json::object params;  // each key becomes a form field beside "file"
+  boost::json::object params;            // each key becomes a form field beside "file"
   std::chrono::milliseconds timeout{0};  // 0 = none
 };
 
@@ -63,8 +64,10 @@ class InferenceClient {
 };
 
 // Multipart pieces, exposed for tests. Quotes, CR and LF in names are escaped as browsers do.
-std::string multipart_file_head(const std::string& boundary, const std::string& filename, const std::string& content_type);
-std::string multipart_field(const std::string& boundary, const std::string& name, const std::string& value);
+std::string multipart_file_head(const std::string& boundary, const std::string& filename,
+                                const std::string& content_type);
+std::string multipart_field(const std::string& boundary, const std::string& name,
+                            const std::string& value);
 std::string multipart_tail(const std::string& boundary);
 
 }  // namespace relay::sidecar

@@ -16,7 +16,8 @@ TEST(Multipart, FilePartCarriesNameAndTypeWithQuotesEscaped) {
 }
 
 TEST(Multipart, FieldsAndTail) {
-  EXPECT_EQ(multipart_field("B", "lang", "eng"), "\r\n--B\r\nContent-Disposition: form-data; name=\"lang\"\r\n\r\neng");
+  EXPECT_EQ(multipart_field("B", "lang", "eng"),
+            "\r\n--B\r\nContent-Disposition: form-data; name=\"lang\"\r\n\r\neng");
   EXPECT_EQ(multipart_tail("B"), "\r\n--B--\r\n");
 }
 
@@ -32,11 +33,13 @@ TEST(InferenceClient, NothingListeningProbesAsZero) {
 }
 
 TEST(Spool, SmallBodiesStayInMemoryLargeOnesSpillAndReadBackWhole) {
-  for (size_t size : {size_t{0}, size_t{10}, Spool::kMemoryLimit, Spool::kMemoryLimit + 1, 3 * Spool::kMemoryLimit + 7}) {
+  for (size_t size : {size_t{0}, size_t{10}, Spool::kMemoryLimit, Spool::kMemoryLimit + 1,
+                      3 * Spool::kMemoryLimit + 7}) {
     Spool s;
     std::string data(size, '\0');
     for (size_t i = 0; i < size; ++i) data[i] = static_cast<char>(i * 31);
-    for (size_t off = 0; off < size; off += 1000) s.write(data.data() + off, std::min<size_t>(1000, size - off));
+    for (size_t off = 0; off < size; off += 1000)
+      s.write(data.data() + off, std::min<size_t>(1000, size - off));
     EXPECT_EQ(s.size(), size);
     auto r = s.reader();
     std::string back, buf(4096, '\0');

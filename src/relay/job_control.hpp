@@ -28,10 +28,14 @@ class JobControl {
 
 inline std::string_view to_string(StopReason r) {
   switch (r) {
-    case StopReason::none: return "none";
-    case StopReason::cancelled: return "cancelled";
-    case StopReason::lease_lost: return "lease_lost";
-    case StopReason::shutdown: return "shutdown";
+    case StopReason::none:
+      return "none";
+    case StopReason::cancelled:
+      return "cancelled";
+    case StopReason::lease_lost:
+      return "lease_lost";
+    case StopReason::shutdown:
+      return "shutdown";
   }
   return "none";
 }

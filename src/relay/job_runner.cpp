@@ -85,22 +85,28 @@ boost::json::object Timings::micros() const {
 
 std::string_view to_string(Disposition d) {
   switch (d) {
-    case Disposition::completed: return "completed";
-    case Disposition::failed: return "failed";
-    case Disposition::cancelled: return "cancelled";
-    case Disposition::abandoned: return "abandoned";
-    case Disposition::given_back: return "given_back";
+    case Disposition::completed:
+      return "completed";
+    case Disposition::failed:
+      return "failed";
+    case Disposition::cancelled:
+      return "cancelled";
+    case Disposition::abandoned:
+      return "abandoned";
+    case Disposition::given_back:
+      return "given_back";
   }
   return "failed";
 }
 
-JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference, const JobRecord& job,
-                  JobControl& control) {
+JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference,
+                  const JobRecord& job, JobControl& control) {
   const auto start = Clock::now();
   Timings timings;
   if (auto created = parse_rfc3339(job.created_at)) {
     if (auto started = parse_rfc3339(job.started_at))
-      timings.set("queue_wait", std::chrono::duration<double, std::milli>(*started - *created).count());
+      timings.set("queue_wait",
+                  std::chrono::duration<double, std::milli>(*started - *created).count());
   }
   double download_ms = 0;
   Stage stage = Stage::prepare;
@@ -109,13 +115,15 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     const std::string op = job.operation.empty() ? "default" : job.operation;
     auto route = cfg.inference.routes.find(op);
     if (route == cfg.inference.routes.end())
-      return failed("unknown_operation", "no inference route for operation '" + op + "' in inference.routes");
+      return failed("unknown_operation",
+                    "no inference route for operation '" + op + "' in inference.routes");
     if (job.input_key.empty()) return failed("invalid_job", "the job record has no input_key");
     boost::json::object params;
     if (!job.params.empty()) {
       boost::system::error_code ec;
       auto v = boost::json::parse(job.params, ec);
-      if (ec || !v.is_object()) return failed("invalid_job", "the job's params are not a JSON object");
+      if (ec || !v.is_object())
+        return failed("invalid_job", "the job's params are not a JSON object");
       params = v.as_object();
     }
 
@@ -141,7 +149,7 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     if (resp.status != 200) {
       std::string head = resp.body.head(512);
       result = failed("inference_failed", "inference returned HTTP " + std::to_string(resp.status) +
-                                               (head.empty() ? "" : ": " + head));
+                                              (head.empty() ? "" : ": " + head));
     } else {
       stage = Stage::upload;
       auto t_up = Clock::now();
@@ -154,9 +162,15 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     }
   } catch (const Aborted&) {
     switch (control.reason()) {
-      case StopReason::cancelled: result.disposition = Disposition::cancelled; break;
-      case StopReason::lease_lost: result.disposition = Disposition::abandoned; break;
-      default: result.disposition = Disposition::given_back; break;
+      case StopReason::cancelled:
+        result.disposition = Disposition::cancelled;
+        break;
+      case StopReason::lease_lost:
+        result.disposition = Disposition::abandoned;
+        break;
+      default:
+        result.disposition = Disposition::given_back;
+        break;
     }
   } catch (const storage::StorageError& e) {
     result = failed(stage == Stage::upload ? "upload_failed" : "download_failed", e.what());
@@ -169,7 +183,8 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
   }
   // A lost lease always means: write nothing. A cancel that lands after the result was stored
   // loses the race — the work is done, the job completes — but it turns a failure into a cancel.
-  if (control.reason() == StopReason::lease_lost) result.disposition = Disposition::abandoned;
+  if (control.reason() == StopReason::lease_lost)
+    result.disposition = Disposition::abandoned;
   else if (result.disposition == Disposition::failed && control.reason() == StopReason::cancelled)
     result.disposition = Disposition::cancelled;
   if (!timings.has("download") && download_ms > 0) timings.set("download", download_ms);

@@ -43,11 +43,11 @@ struct JobResult {
   std::string error_code;     // when failed
   std::string error_message;  // when failed
   std::string result_key;     // when completed
-  Timings timings;  // milliseconds per stage
+  Timings timings;            // milliseconds per stage
 };
 
 class InferenceClient;
-JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference, const JobRecord& job,
-                  JobControl& control);
+JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference,
+                  const JobRecord& job, JobControl& control);
 
 }  // namespace relay::sidecar

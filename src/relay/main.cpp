@@ -17,10 +17,13 @@ int main(int argc, char** argv) {
   std::optional<std::int64_t> max_jobs;
   std::optional<std::string> model;
   bool print_config = false;
-  app.add_option("-c,--config", config_path, "YAML config file (every key can be set by RELAY_* variables)");
-  app.add_option("--max-jobs", max_jobs, "jobs to process before exiting; 0 = no limit (overrides max_jobs)");
+  app.add_option("-c,--config", config_path,
+                 "YAML config file (every key can be set by RELAY_* variables)");
+  app.add_option("--max-jobs", max_jobs,
+                 "jobs to process before exiting; 0 = no limit (overrides max_jobs)");
   app.add_option("--model", model, "model to serve (overrides model)");
-  app.add_flag("--print-config-reference", print_config, "print the config keys as a Markdown table and exit");
+  app.add_flag("--print-config-reference", print_config,
+               "print the config keys as a Markdown table and exit");
   CLI11_PARSE(app, argc, argv);
 
   if (print_config) {

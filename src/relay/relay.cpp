@@ -22,7 +22,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Lease token: pod name + random, so that a lease names its holder and no two jobs share one.
-std::string new_token(const std::string& pod) { return pod + "-" + random_hex(8); }
+std::string new_token(const std::string& pod) {
+  return pod + "-" + random_hex(8);
+}
 
 // Sleeps for d or until stop; returns false when stopped.
 bool sleep_for(std::chrono::milliseconds d, std::stop_token stop) {
@@ -36,7 +38,8 @@ bool sleep_for(std::chrono::milliseconds d, std::stop_token stop) {
 // Runs a Redis step, reconnecting with backoff on connection errors until it succeeds, the
 // deadline passes (the last error is rethrown) or shutdown is requested (Aborted).
 template <typename F>
-auto with_redis(redis::LazyConnection& conn, std::chrono::milliseconds max_wait, std::stop_token stop, F&& f) {
+auto with_redis(redis::LazyConnection& conn, std::chrono::milliseconds max_wait,
+                std::stop_token stop, F&& f) {
   const auto deadline = Clock::now() + max_wait;
   std::chrono::milliseconds backoff{100};
   for (;;) {
@@ -45,7 +48,8 @@ auto with_redis(redis::LazyConnection& conn, std::chrono::milliseconds max_wait,
     } catch (const redis::IoError& e) {
       conn.reset();
       if (Clock::now() + backoff > deadline) throw;
-      log::warn("redis unavailable, retrying", {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
+      log::warn("redis unavailable, retrying",
+                {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
       if (!sleep_for(backoff, stop)) throw;
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     }
@@ -55,7 +59,9 @@ auto with_redis(redis::LazyConnection& conn, std::chrono::milliseconds max_wait,
 }  // namespace
 
 Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage)
-    : cfg_(std::move(config)), storage_(std::move(storage)), inference_(std::make_unique<InferenceClient>(cfg_.inference.url)) {}
+    : cfg_(std::move(config)),
+      storage_(std::move(storage)),
+      inference_(std::make_unique<InferenceClient>(cfg_.inference.url)) {}
 
 Relay::~Relay() = default;
 
@@ -82,7 +88,8 @@ void Relay::unblock_pop() {
     }
     try {
       auto conn = redis::Connection::open(cfg_.redis_endpoint());
-      if (redis::as_integer(conn.command({"CLIENT", "UNBLOCK", std::to_string(id)}).get()) == 1) return;
+      if (redis::as_integer(conn.command({"CLIENT", "UNBLOCK", std::to_string(id)}).get()) == 1)
+        return;
     } catch (const std::exception& e) {
       log::warn("cannot unblock the queue wait", {{"error", e.what()}});
     }
@@ -97,7 +104,8 @@ bool Relay::wait_for_inference() {
   while (!shutdown_.stop_requested()) {
     long status = 0;
     try {
-      status = inference_->probe(cfg_.inference.health_path, std::chrono::seconds(2), shutdown_.get_token());
+      status = inference_->probe(cfg_.inference.health_path, std::chrono::seconds(2),
+                                 shutdown_.get_token());
     } catch (const Aborted&) {
       return false;
     }
@@ -105,11 +113,14 @@ bool Relay::wait_for_inference() {
       log::info("inference server healthy", {{"url", url}});
       return true;
     }
-    if (status != last) log::info("waiting for the inference server", {{"url", url}, {"status", status}});
+    if (status != last)
+      log::info("waiting for the inference server", {{"url", url}, {"status", status}});
     last = status;
     if (Clock::now() >= deadline) {
       log::error("inference server not healthy before relay.health_timeout; exiting",
-                 {{"url", url}, {"last_status", status}, {"health_timeout", format_duration(cfg_.health_timeout)}});
+                 {{"url", url},
+                  {"last_status", status},
+                  {"health_timeout", format_duration(cfg_.health_timeout)}});
       return false;
     }
     sleep_for(cfg_.health_interval, shutdown_.get_token());
@@ -118,14 +129,16 @@ bool Relay::wait_for_inference() {
 }
 
 int Relay::run() {
-  log::info("relay starting", {{"model", cfg_.model}, {"pod", cfg_.pod_name}, {"max_jobs", cfg_.max_jobs}});
+  log::info("relay starting",
+            {{"model", cfg_.model}, {"pod", cfg_.pod_name}, {"max_jobs", cfg_.max_jobs}});
   if (!wait_for_inference()) return shutdown_.stop_requested() ? 0 : 1;
 
   const auto keys = cfg_.keys();
   const auto endpoint = cfg_.redis_endpoint();
   redis::LazyConnection main_conn(endpoint);
   try {
-    main_conn.adopt(redis::connect_with_retry(endpoint, cfg_.health_timeout, shutdown_.get_token()));
+    main_conn.adopt(
+        redis::connect_with_retry(endpoint, cfg_.health_timeout, shutdown_.get_token()));
   } catch (const redis::IoError& e) {
     if (shutdown_.stop_requested()) return 0;
     log::error("redis never came up; exiting", {{"error", e.what()}});
@@ -133,13 +146,14 @@ int Relay::run() {
   }
 
   // Subscribed before the first BLMOVE, so no cancel for a job we take can be missed.
-  CancelListener listener({endpoint, keys.cancel_channel(cfg_.model), [this](const std::string& id) {
-                             std::lock_guard lock(mu_);
-                             if (current_ && id == current_id_) {
-                               log::info("cancel received", {{"job_id", id}});
-                               current_->stop(StopReason::cancelled);
-                             }
-                           }});
+  CancelListener listener(
+      {endpoint, keys.cancel_channel(cfg_.model), [this](const std::string& id) {
+         std::lock_guard lock(mu_);
+         if (current_ && id == current_id_) {
+           log::info("cancel received", {{"job_id", id}});
+           current_->stop(StopReason::cancelled);
+         }
+       }});
   try {
     listener.subscribe();
   } catch (const redis::IoError& e) {
@@ -158,35 +172,38 @@ int Relay::run() {
     const std::string token = new_token(cfg_.pod_name);
     try {
       // Busy path: a job is waiting; move, lease and mark it in one step.
-      auto taken = with_redis(main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
-        return redis::JobStore(c, keys).take(cfg_.model, token, cfg_.lease_ttl);
-      });
+      auto taken =
+          with_redis(main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
+            return redis::JobStore(c, keys).take(cfg_.model, token, cfg_.lease_ttl);
+          });
       if (taken) {
         ++done;
         if (process(taken->second, token, main_conn, heartbeat) == Step::stop) break;
         continue;
       }
       // Idle path: the seed's BLMOVE, then the lease.
-      auto id = with_redis(main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
-        {
-          std::lock_guard lock(mu_);
-          popping_ = true;
-          pop_client_id_ = c.client_id();
-        }
-        struct Clear {
-          Relay* r;
-          ~Clear() {
-            std::lock_guard lock(r->mu_);
-            r->popping_ = false;
-          }
-        } clear{this};
-        if (shutdown_.stop_requested()) return std::optional<std::string>{};
-        return redis::JobStore(c, keys).pop(cfg_.model, cfg_.queue_pop_timeout);
-      });
+      auto id = with_redis(
+          main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
+            {
+              std::lock_guard lock(mu_);
+              popping_ = true;
+              pop_client_id_ = c.client_id();
+            }
+            struct Clear {
+              Relay* r;
+              ~Clear() {
+                std::lock_guard lock(r->mu_);
+                r->popping_ = false;
+              }
+            } clear{this};
+            if (shutdown_.stop_requested()) return std::optional<std::string>{};
+            return redis::JobStore(c, keys).pop(cfg_.model, cfg_.queue_pop_timeout);
+          });
       if (!id) {
         if (!shutdown_.stop_requested())
           log::info("queue empty: no job within queue_pop_timeout; exiting",
-                    {{"model", cfg_.model}, {"queue_pop_timeout", format_duration(cfg_.queue_pop_timeout)}});
+                    {{"model", cfg_.model},
+                     {"queue_pop_timeout", format_duration(cfg_.queue_pop_timeout)}});
         break;
       }
       auto begun = with_redis(main_conn, retry_for, {}, [&](redis::Connection& c) {
@@ -194,7 +211,9 @@ int Relay::run() {
       });
       if (begun.outcome != redis::BeginOutcome::ok) {
         log::warn("dequeued a job that cannot run; dropped from processing",
-                  {{"job_id", *id}, {"reason", begun.outcome == redis::BeginOutcome::missing ? "record missing" : "already terminal"}});
+                  {{"job_id", *id},
+                   {"reason", begun.outcome == redis::BeginOutcome::missing ? "record missing"
+                                                                            : "already terminal"}});
         continue;
       }
       ++done;
@@ -216,8 +235,8 @@ int Relay::run() {
   return exit_code;
 }
 
-Relay::Step Relay::process(const JobRecord& job, const std::string& token, redis::LazyConnection& conn,
-                           Heartbeat& heartbeat) {
+Relay::Step Relay::process(const JobRecord& job, const std::string& token,
+                           redis::LazyConnection& conn, Heartbeat& heartbeat) {
   const auto keys = cfg_.keys();
   const std::string& job_id = job.id;
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
@@ -235,7 +254,8 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token, redis
   heartbeat.watch(job_id, token, &control);
   if (control.token().stop_requested()) {
     // Cancelled or shut down before it started: nothing to run.
-    result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled : Disposition::given_back;
+    result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled
+                                                                   : Disposition::given_back;
   } else {
     result = run_job(cfg_, *storage_, *inference_, job, control);
   }
@@ -257,13 +277,16 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token, redis
   } else if (result.disposition == Disposition::abandoned) {
     outcome = "lease_lost";
   } else {
-    JobStatus status = result.disposition == Disposition::completed ? JobStatus::completed
+    JobStatus status = result.disposition == Disposition::completed   ? JobStatus::completed
                        : result.disposition == Disposition::cancelled ? JobStatus::cancelled
-                                                                     : JobStatus::failed;
+                                                                      : JobStatus::failed;
     Fields fields{{std::string(field::finished_at), finished_at},
                   {std::string(field::timings), result.timings.json()}};
-    boost::json::object payload{{"job_id", job_id}, {"status", to_string(status)}, {"service_type", job.service_type},
-                                {"model", cfg_.model}, {"finished_at", finished_at}};
+    boost::json::object payload{{"job_id", job_id},
+                                {"status", to_string(status)},
+                                {"service_type", job.service_type},
+                                {"model", cfg_.model},
+                                {"finished_at", finished_at}};
     if (status == JobStatus::completed) {
       fields.emplace_back(field::result_key, result.result_key);
       payload["result_key"] = result.result_key;
@@ -274,13 +297,16 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token, redis
       payload["error_code"] = result.error_code;
     }
     auto fin = with_redis(conn, retry_for, {}, [&](redis::Connection& c) {
-      return redis::JobStore(c, keys).finish(cfg_.model, job_id, token, status, fields, boost::json::serialize(payload));
+      return redis::JobStore(c, keys).finish(cfg_.model, job_id, token, status, fields,
+                                             boost::json::serialize(payload));
     });
-    outcome = fin == redis::FinishOutcome::ok ? std::string(to_string(status)) : std::string(redis::to_string(fin));
+    outcome = fin == redis::FinishOutcome::ok ? std::string(to_string(status))
+                                              : std::string(redis::to_string(fin));
   }
 
-  boost::json::object line{{"job_id", job_id},       {"model", cfg_.model},          {"service_type", job.service_type},
-                           {"operation", job.operation}, {"outcome", outcome},      {"timings_us", result.timings.micros()}};
+  boost::json::object line{
+      {"job_id", job_id},           {"model", cfg_.model}, {"service_type", job.service_type},
+      {"operation", job.operation}, {"outcome", outcome},  {"timings_us", result.timings.micros()}};
   if (!result.error_code.empty()) {
     line["error_code"] = result.error_code;
     line["error"] = result.error_message.substr(0, 512);

@@ -32,7 +32,8 @@ class Relay {
  private:
   enum class Step { next, stop };
   // Runs a job whose lease is taken, and writes its outcome.
-  Step process(const JobRecord& job, const std::string& token, redis::LazyConnection& conn, Heartbeat& heartbeat);
+  Step process(const JobRecord& job, const std::string& token, redis::LazyConnection& conn,
+               Heartbeat& heartbeat);
   bool wait_for_inference();
   void unblock_pop();
 

@@ -10,7 +10,8 @@ class FileReader final : public ByteSource {
   FileReader(std::FILE* f, std::uint64_t size) : f_(f), size_(size) { std::rewind(f_); }
   size_t read(std::span<char> buf) override {
     size_t n = std::fread(buf.data(), 1, buf.size(), f_);
-    if (n == 0 && std::ferror(f_)) throw std::runtime_error("spool: cannot read the temporary file");
+    if (n == 0 && std::ferror(f_))
+      throw std::runtime_error("spool: cannot read the temporary file");
     return n;
   }
   std::optional<std::uint64_t> size() const override { return size_; }
@@ -31,15 +32,19 @@ void Spool::write(const char* data, size_t n) {
   if (!file_) {
     file_.reset(std::tmpfile());
     if (!file_) throw std::runtime_error("spool: cannot create a temporary file");
-    if (!memory_.empty() && std::fwrite(memory_.data(), 1, memory_.size(), file_.get()) != memory_.size())
+    if (!memory_.empty() &&
+        std::fwrite(memory_.data(), 1, memory_.size(), file_.get()) != memory_.size())
       throw std::runtime_error("spool: cannot write the temporary file");
     memory_.resize(std::min(memory_.size(), size_t{4096}));  // keep the head for error messages
     memory_.shrink_to_fit();
   }
-  if (std::fwrite(data, 1, n, file_.get()) != n) throw std::runtime_error("spool: cannot write the temporary file");
+  if (std::fwrite(data, 1, n, file_.get()) != n)
+    throw std::runtime_error("spool: cannot write the temporary file");
 }
 
-std::string Spool::head(size_t max) const { return memory_.substr(0, std::min(max, memory_.size())); }
+std::string Spool::head(size_t max) const {
+  return memory_.substr(0, std::min(max, memory_.size()));
+}
 
 std::unique_ptr<ByteSource> Spool::reader() const {
   if (file_) {

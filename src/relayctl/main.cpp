@@ -30,7 +30,8 @@ std::string env_or(const char* name, std::string def) {
 
 class FileSource final : public relay::ByteSource {
  public:
-  explicit FileSource(const std::string& path) : in_(path, std::ios::binary), size_(std::filesystem::file_size(path)) {}
+  explicit FileSource(const std::string& path)
+      : in_(path, std::ios::binary), size_(std::filesystem::file_size(path)) {}
   size_t read(std::span<char> buf) override {
     in_.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     return static_cast<size_t>(in_.gcount());
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> params;
   bool priority = false;
 
-  auto* enqueue = app.add_subcommand("enqueue", "store FILE and queue a job for MODEL (bypasses the gateway)");
+  auto* enqueue =
+      app.add_subcommand("enqueue", "store FILE and queue a job for MODEL (bypasses the gateway)");
   enqueue->add_option("--model", model)->required();
   enqueue->add_option("--service-type", service_type);
   enqueue->add_option("--operation", operation);
@@ -104,7 +106,8 @@ int main(int argc, char** argv) {
       boost::json::object p;
       for (const auto& kv : params) {
         auto eq = kv.find('=');
-        if (eq == std::string::npos) throw std::invalid_argument("--param expects k=v, got '" + kv + "'");
+        if (eq == std::string::npos)
+          throw std::invalid_argument("--param expects k=v, got '" + kv + "'");
         p[kv.substr(0, eq)] = kv.substr(eq + 1);
       }
       relay::JobRecord r;

@@ -24,7 +24,8 @@ class ByteSource {
 
 // A transfer buffer sized for the stream: small objects (the common case) don't fault in and
 // zero 256 KiB per job; large ones get 256 KiB. Not zero-initialised.
-inline std::unique_ptr<char[]> transfer_buffer(std::optional<std::uint64_t> size, size_t& capacity) {
+inline std::unique_ptr<char[]> transfer_buffer(std::optional<std::uint64_t> size,
+                                               size_t& capacity) {
   constexpr size_t kMax = 256 * 1024, kMin = 4096;
   capacity = size ? static_cast<size_t>(std::clamp<std::uint64_t>(*size + 1, kMin, kMax)) : kMax;
   return std::unique_ptr<char[]>(new char[capacity]);

@@ -1,6 +1,8 @@
 // Filesystem backend: the embedded default for one machine. Objects are files under a root;
 // writes go to a temporary file that is renamed into place, so a reader never sees half an object.
 
+#include "storage/file_storage.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,7 +14,6 @@
 
 #include "common/errors.hpp"
 #include "common/random.hpp"
-#include "storage/file_storage.hpp"
 
 namespace relay::storage {
 namespace {
@@ -24,13 +25,17 @@ void check_key(const std::string& key) {
   if (key.empty() || key.front() == '/' || key.find('\0') != std::string::npos)
     throw StorageError(ErrorKind::invalid, "invalid object key '" + key + "'");
   for (const auto& part : fs::path(key))
-    if (part == ".." || part == ".") throw StorageError(ErrorKind::invalid, "invalid object key '" + key + "'");
+    if (part == ".." || part == ".")
+      throw StorageError(ErrorKind::invalid, "invalid object key '" + key + "'");
 }
 
 [[noreturn]] void fail_errno(const std::string& what, const std::string& path) {
   int e = errno;
-  ErrorKind kind = e == ENOENT ? ErrorKind::not_found : e == EACCES ? ErrorKind::access_denied : ErrorKind::other;
-  throw StorageError(kind, what + " " + path + ": " + std::strerror(e), e == ENOENT ? "NoSuchKey" : "");
+  ErrorKind kind = e == ENOENT   ? ErrorKind::not_found
+                   : e == EACCES ? ErrorKind::access_denied
+                                 : ErrorKind::other;
+  throw StorageError(kind, what + " " + path + ": " + std::strerror(e),
+                     e == ENOENT ? "NoSuchKey" : "");
 }
 
 class FdGuard {
@@ -83,9 +88,10 @@ std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_errno("cannot open", key);
   FdGuard guard(fd);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) fail_errno("cannot stat", key);
-  return std::make_unique<FileSource>(guard.release(), key, static_cast<std::uint64_t>(st.st_size), std::move(stop));
+  return std::make_unique<FileSource>(guard.release(), key, static_cast<std::uint64_t>(st.st_size),
+                                      std::move(stop));
 }
 
 void FileStorage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
@@ -93,7 +99,9 @@ void FileStorage::put(const std::string& key, ByteSource& body, std::stop_token 
   fs::path path = fs::path(root_) / key;
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  if (ec) throw StorageError(ErrorKind::other, "cannot create " + path.parent_path().string() + ": " + ec.message());
+  if (ec)
+    throw StorageError(ErrorKind::other,
+                       "cannot create " + path.parent_path().string() + ": " + ec.message());
   std::string tmp = path.string() + ".tmp-" + random_hex(6);
   FdGuard fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
   if (fd.get() < 0) fail_errno("cannot create", tmp);

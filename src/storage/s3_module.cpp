@@ -11,9 +11,11 @@ extern "C" {
 
 // Returns a new backend, or nullptr with the reason in `error` (for a config error message).
 __attribute__((visibility("default"))) relay::storage::Storage* relay_s3_storage_create(
-    const relay::storage::Config* config, const char* bucket, const char* prefix, char* error, size_t error_len) {
+    const relay::storage::Config* config, const char* bucket, const char* prefix, char* error,
+    size_t error_len) {
   try {
-    return new relay::storage::S3Storage(*config, bucket, prefix, relay::storage::S3Credentials::from_environment());
+    return new relay::storage::S3Storage(*config, bucket, prefix,
+                                         relay::storage::S3Credentials::from_environment());
   } catch (const std::exception& e) {
     std::strncpy(error, e.what(), error_len - 1);
     error[error_len - 1] = '\0';

@@ -26,7 +26,8 @@ std::string uri_encode(std::string_view s, bool keep_slash) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        (keep_slash && c == '/')) {
       out += static_cast<char>(c);
     } else {
       out += '%';
@@ -65,10 +66,12 @@ size_t append_to_string(char* data, size_t size, size_t n, void* user) {
 // Captures the ETag response header (multipart parts).
 size_t capture_etag(char* data, size_t size, size_t n, void* user) {
   std::string_view line(data, size * n);
-  if (line.size() > 5 && (line.substr(0, 5) == "ETag:" || line.substr(0, 5) == "etag:" || line.substr(0, 5) == "Etag:")) {
+  if (line.size() > 5 && (line.substr(0, 5) == "ETag:" || line.substr(0, 5) == "etag:" ||
+                          line.substr(0, 5) == "Etag:")) {
     std::string_view v = line.substr(5);
     while (!v.empty() && (v.front() == ' ')) v.remove_prefix(1);
-    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' '))
+      v.remove_suffix(1);
     *static_cast<std::string*>(user) = std::string(v);
   }
   return size * n;
@@ -179,12 +182,17 @@ S3Credentials S3Credentials::from_environment() {
   };
   S3Credentials c{get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY"), get("AWS_SESSION_TOKEN")};
   if (c.access_key_id.empty() || c.secret_access_key.empty())
-    throw std::invalid_argument("S3 storage needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment");
+    throw std::invalid_argument(
+        "S3 storage needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment");
   return c;
 }
 
-S3Storage::S3Storage(const Config& config, std::string bucket, std::string prefix, S3Credentials creds)
-    : config_(config), bucket_(std::move(bucket)), prefix_(std::move(prefix)), creds_(std::move(creds)) {
+S3Storage::S3Storage(const Config& config, std::string bucket, std::string prefix,
+                     S3Credentials creds)
+    : config_(config),
+      bucket_(std::move(bucket)),
+      prefix_(std::move(prefix)),
+      creds_(std::move(creds)) {
   std::string endpoint = config_.s3_endpoint;
   if (endpoint.empty()) endpoint = "https://s3." + config_.s3_region + ".amazonaws.com";
   auto url = boost::urls::parse_uri(endpoint);
@@ -207,7 +215,8 @@ std::string S3Storage::object_url(const std::string& key, const std::string& que
   return url;
 }
 
-void S3Storage::configure(void* easy, const std::string& method, const std::string& url, void* h) const {
+void S3Storage::configure(void* easy, const std::string& method, const std::string& url,
+                          void* h) const {
   auto* headers = static_cast<Headers*>(h);
   // libcurl 7.88 does not add x-amz-content-sha256 itself; S3 rejects a SigV4 request without
   // it. UNSIGNED-PAYLOAD lets bodies stream (TLS protects their integrity on the wire).
@@ -236,8 +245,10 @@ std::unique_ptr<ByteSource> S3Storage::open(const std::string& key, std::stop_to
 
 void S3Storage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
   auto size = body.size();
-  if (size && *size <= static_cast<std::uint64_t>(config_.s3_part_size)) put_single(key, body, stop);
-  else put_multipart(key, body, stop);
+  if (size && *size <= static_cast<std::uint64_t>(config_.s3_part_size))
+    put_single(key, body, stop);
+  else
+    put_multipart(key, body, stop);
 }
 
 void S3Storage::put_single(const std::string& key, ByteSource& body, std::stop_token stop) {
@@ -262,8 +273,8 @@ void S3Storage::put_single(const std::string& key, ByteSource& body, std::stop_t
 
 void S3Storage::put_multipart(const std::string& key, ByteSource& body, std::stop_token stop) {
   // Small helper: one request with an in-memory body, returning status and response body.
-  auto request = [&](const std::string& method, const std::string& query, const std::string& payload,
-                     std::string* etag) {
+  auto request = [&](const std::string& method, const std::string& query,
+                     const std::string& payload, std::string* etag) {
     auto easy = http::make_easy();
     Headers headers;
     configure(easy.get(), method, object_url(key, query), &headers);
@@ -274,7 +285,8 @@ void S3Storage::put_multipart(const std::string& key, ByteSource& body, std::sto
       curl_easy_setopt(easy.get(), CURLOPT_UPLOAD, 1L);
       curl_easy_setopt(easy.get(), CURLOPT_READFUNCTION, &UploadFeed::read);
       curl_easy_setopt(easy.get(), CURLOPT_READDATA, &feed);
-      curl_easy_setopt(easy.get(), CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(payload.size()));
+      curl_easy_setopt(easy.get(), CURLOPT_INFILESIZE_LARGE,
+                       static_cast<curl_off_t>(payload.size()));
     }
     curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
     curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &response);
@@ -292,7 +304,8 @@ void S3Storage::put_multipart(const std::string& key, ByteSource& body, std::sto
   };
 
   std::string upload_id = xml_tag(request("POST", "uploads=", "", nullptr), "UploadId");
-  if (upload_id.empty()) throw StorageError(ErrorKind::other, "POST " + key + "?uploads: no UploadId in the answer");
+  if (upload_id.empty())
+    throw StorageError(ErrorKind::other, "POST " + key + "?uploads: no UploadId in the answer");
   const std::string id_query = "uploadId=" + uri_encode(upload_id, false);
   try {
     std::vector<std::string> etags;
@@ -302,7 +315,8 @@ void S3Storage::put_multipart(const std::string& key, ByteSource& body, std::sto
     while (!eof) {
       part.clear();
       while (part.size() < static_cast<size_t>(config_.s3_part_size)) {
-        size_t want = std::min<size_t>(256 * 1024, static_cast<size_t>(config_.s3_part_size) - part.size());
+        size_t want =
+            std::min<size_t>(256 * 1024, static_cast<size_t>(config_.s3_part_size) - part.size());
         size_t old = part.size();
         part.resize(old + want);
         size_t n = body.read(std::span<char>(part.data() + old, want));
@@ -316,17 +330,21 @@ void S3Storage::put_multipart(const std::string& key, ByteSource& body, std::sto
       if (part.empty() && !etags.empty()) break;
       std::string etag;
       // Query parameters in sorted order: libcurl 7.88 signs them as written.
-      request("PUT", "partNumber=" + std::to_string(etags.size() + 1) + "&" + id_query, part, &etag);
-      if (etag.empty()) throw StorageError(ErrorKind::other, "PUT " + key + " part: no ETag in the answer");
+      request("PUT", "partNumber=" + std::to_string(etags.size() + 1) + "&" + id_query, part,
+              &etag);
+      if (etag.empty())
+        throw StorageError(ErrorKind::other, "PUT " + key + " part: no ETag in the answer");
       etags.push_back(etag);
     }
     std::string complete = "<CompleteMultipartUpload>";
     for (size_t i = 0; i < etags.size(); ++i)
-      complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] + "</ETag></Part>";
+      complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] +
+                  "</ETag></Part>";
     complete += "</CompleteMultipartUpload>";
     std::string answer = request("POST", id_query, complete, nullptr);
     // CompleteMultipartUpload can fail with 200 and an <Error> document.
-    if (answer.find("<Error>") != std::string::npos) fail_http("POST " + key + " complete", 200, answer);
+    if (answer.find("<Error>") != std::string::npos)
+      fail_http("POST " + key + " complete", 200, answer);
   } catch (...) {
     try {
       request("DELETE", id_query, "", nullptr);  // abort: no orphaned parts left behind
@@ -361,6 +379,5 @@ void S3Storage::check() {
   long status = http::response_code(easy.get());
   if (status >= 300) fail_http("HEAD bucket", status, "");
 }
-
 
 }  // namespace relay::storage

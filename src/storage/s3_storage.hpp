@@ -28,7 +28,8 @@ class S3Storage final : public Storage {
   std::string object_url(const std::string& key, const std::string& query = {}) const;
 
  private:
-  void configure(void* easy, const std::string& method, const std::string& url, void* headers) const;
+  void configure(void* easy, const std::string& method, const std::string& url,
+                 void* headers) const;
   void put_single(const std::string& key, ByteSource& body, std::stop_token stop);
   void put_multipart(const std::string& key, ByteSource& body, std::stop_token stop);
 

@@ -5,7 +5,9 @@
 namespace relay::storage {
 namespace {
 
-S3Credentials creds() { return {"AKID", "secret", ""}; }
+S3Credentials creds() {
+  return {"AKID", "secret", ""};
+}
 
 TEST(S3Storage, PathStyleUrlsCarryBucketAndPrefix) {
   Config c;
@@ -13,7 +15,8 @@ TEST(S3Storage, PathStyleUrlsCarryBucketAndPrefix) {
   c.s3_path_style = true;
   S3Storage s(c, "bucket", "jobs/", creds());
   EXPECT_EQ(s.object_url("svc/id/input"), "http://127.0.0.1:9000/bucket/jobs/svc/id/input");
-  EXPECT_EQ(s.object_url("a b+c", "partNumber=1&uploadId=x"), "http://127.0.0.1:9000/bucket/jobs/a%20b%2Bc?partNumber=1&uploadId=x");
+  EXPECT_EQ(s.object_url("a b+c", "partNumber=1&uploadId=x"),
+            "http://127.0.0.1:9000/bucket/jobs/a%20b%2Bc?partNumber=1&uploadId=x");
 }
 
 TEST(S3Storage, VirtualHostedUrlsPutTheBucketInTheHost) {

@@ -20,7 +20,10 @@ enum class ErrorKind { not_found, access_denied, unavailable, invalid, other };
 class StorageError : public std::runtime_error {
  public:
   StorageError(ErrorKind kind, std::string message, std::string code = {}, long http_status = 0)
-      : std::runtime_error(std::move(message)), kind_(kind), code_(std::move(code)), http_status_(http_status) {}
+      : std::runtime_error(std::move(message)),
+        kind_(kind),
+        code_(std::move(code)),
+        http_status_(http_status) {}
   ErrorKind kind() const { return kind_; }
   const std::string& code() const { return code_; }  // S3 error code ("NoSuchKey"), if any
   long http_status() const { return http_status_; }
@@ -33,10 +36,10 @@ class StorageError : public std::runtime_error {
 
 struct Config {
   std::string url = "file:///var/lib/relay/storage";  // file:///path or s3://bucket[/prefix]
-  std::string s3_endpoint;                              // empty: AWS, https://s3.<region>.amazonaws.com
+  std::string s3_endpoint;  // empty: AWS, https://s3.<region>.amazonaws.com
   std::string s3_region = "us-east-1";
   bool s3_path_style = false;
-  std::int64_t s3_part_size = 8 * 1024 * 1024;  // multipart part size; also the single-PUT limit
+  std::int64_t s3_part_size = 8 * 1024 * 1024;   // multipart part size; also the single-PUT limit
   std::chrono::milliseconds s3_timeout{30'000};  // connect and low-speed timeout, not total time
   bool fsync = false;                            // filesystem: fsync each object before rename
 };

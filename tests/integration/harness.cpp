@@ -37,7 +37,8 @@ int free_port() {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) throw std::runtime_error("bind");
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw std::runtime_error("bind");
   socklen_t len = sizeof addr;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
@@ -65,7 +66,8 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-Process::Process(std::vector<std::string> argv, const Env& env, std::string log_path) : log_path_(std::move(log_path)) {
+Process::Process(std::vector<std::string> argv, const Env& env, std::string log_path)
+    : log_path_(std::move(log_path)) {
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
     std::string kv(*e);
@@ -148,7 +150,9 @@ int Process::wait_blocking() {
   return *exit_code_;
 }
 
-bool Process::running() { return !wait_exit(0ms).has_value(); }
+bool Process::running() {
+  return !wait_exit(0ms).has_value();
+}
 
 std::string Process::log() const {
   std::ifstream f(log_path_);
@@ -157,14 +161,18 @@ std::string Process::log() const {
   return ss.str();
 }
 
-RedisServer::RedisServer() : port_(free_port()) { start(); }
+RedisServer::RedisServer() : port_(free_port()) {
+  start();
+}
 
 void RedisServer::start() {
   proc_ = std::make_unique<Process>(
-      std::vector<std::string>{"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no", "--dir", dir_.path()},
+      std::vector<std::string>{"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind",
+                               "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
+                               dir_.path()},
       Env{}, dir_.path() + "/redis.log");
-  if (!wait_until([&] { return port_open(port_); }, 10s)) throw std::runtime_error("redis-server did not start");
+  if (!wait_until([&] { return port_open(port_); }, 10s))
+    throw std::runtime_error("redis-server did not start");
 }
 
 void RedisServer::stop() {
@@ -180,10 +188,11 @@ redis::Connection RedisServer::connect() const {
 
 S3Server::S3Server() : port_(free_port()) {
   proc_ = std::make_unique<Process>(
-      std::vector<std::string>{RELAY_TEST_NODE, RELAY_TEST_S3_SERVER, "--port", std::to_string(port_), "--dir",
-                               dir_.path() + "/data"},
+      std::vector<std::string>{RELAY_TEST_NODE, RELAY_TEST_S3_SERVER, "--port",
+                               std::to_string(port_), "--dir", dir_.path() + "/data"},
       Env{}, dir_.path() + "/s3.log");
-  if (!wait_until([&] { return port_open(port_); }, 20s)) throw std::runtime_error("S3 test server did not start: " + proc_->log());
+  if (!wait_until([&] { return port_open(port_); }, 20s))
+    throw std::runtime_error("S3 test server did not start: " + proc_->log());
 }
 
 S3Server::~S3Server() = default;
@@ -203,9 +212,12 @@ void S3Server::kill() {
 }
 
 std::string S3Server::aws_cat(const std::string& key) const {
-  std::string cmd = "AWS_ACCESS_KEY_ID=relaytestkey AWS_SECRET_ACCESS_KEY=relaytestsecret AWS_DEFAULT_REGION=us-east-1 "
-                    "AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null "
-                    "/usr/bin/aws --endpoint-url " + endpoint() + " s3 cp s3://" + bucket() + "/" + key + " - 2>/dev/null";
+  std::string cmd =
+      "AWS_ACCESS_KEY_ID=relaytestkey AWS_SECRET_ACCESS_KEY=relaytestsecret "
+      "AWS_DEFAULT_REGION=us-east-1 "
+      "AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null "
+      "/usr/bin/aws --endpoint-url " +
+      endpoint() + " s3 cp s3://" + bucket() + "/" + key + " - 2>/dev/null";
   std::string out;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return out;
@@ -217,15 +229,22 @@ std::string S3Server::aws_cat(const std::string& key) const {
 
 InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
   events_path_ = dir_.path() + "/events.txt";
-  std::vector<std::string> argv{noop_binary(), "--listen", "127.0.0.1:" + std::to_string(port_), "--health-status",
-                                std::to_string(o.health_status), "--status", std::to_string(o.status), "--delay-ms",
+  std::vector<std::string> argv{noop_binary(),
+                                "--listen",
+                                "127.0.0.1:" + std::to_string(port_),
+                                "--health-status",
+                                std::to_string(o.health_status),
+                                "--status",
+                                std::to_string(o.status),
+                                "--delay-ms",
                                 std::to_string(o.delay_ms)};
   if (o.record_events) {
     argv.push_back("--events");
     argv.push_back(events_path_);
   }
   proc_ = std::make_unique<Process>(argv, Env{}, dir_.path() + "/inference.log");
-  if (!wait_until([&] { return port_open(port_); }, 10s)) throw std::runtime_error("inference server did not start");
+  if (!wait_until([&] { return port_open(port_); }, 10s))
+    throw std::runtime_error("inference server did not start");
 }
 
 std::string InferenceServer::events() const {
@@ -235,9 +254,15 @@ std::string InferenceServer::events() const {
   return ss.str();
 }
 
-bool InferenceServer::saw(const std::string& line) const { return events().find(line + "\n") != std::string::npos; }
+bool InferenceServer::saw(const std::string& line) const {
+  return events().find(line + "\n") != std::string::npos;
+}
 
-std::string relay_binary() { return RELAY_TEST_RELAY_BIN; }
-std::string noop_binary() { return RELAY_TEST_NOOP_BIN; }
+std::string relay_binary() {
+  return RELAY_TEST_RELAY_BIN;
+}
+std::string noop_binary() {
+  return RELAY_TEST_NOOP_BIN;
+}
 
 }  // namespace relay::testing

@@ -44,7 +44,9 @@ TEST_F(JobStoreTest, BeginTakesLeaseAndMarksProcessing) {
   EXPECT_LE(ttl, 5000);
 }
 
-TEST_F(JobStoreTest, PopTimesOutWithNothing) { EXPECT_EQ(store_.pop(model_, 100ms), std::nullopt); }
+TEST_F(JobStoreTest, PopTimesOutWithNothing) {
+  EXPECT_EQ(store_.pop(model_, 100ms), std::nullopt);
+}
 
 TEST_F(JobStoreTest, HeartbeatExtendsOnlyItsOwnLease) {
   auto r = pending_job(model_);
@@ -67,13 +69,15 @@ TEST_F(JobStoreTest, FinishWithAStaleTokenWritesNothing) {
   store_.begin(model_, r.id, "old-holder", 5s);
   // The job was reaped and taken by another relay.
   conn_.command({"SET", keys_.lease(model_, r.id), "new-holder"});
-  auto out = store_.finish(model_, r.id, "old-holder", JobStatus::completed, {{"result_key", "x"}}, "{}");
+  auto out =
+      store_.finish(model_, r.id, "old-holder", JobStatus::completed, {{"result_key", "x"}}, "{}");
   EXPECT_EQ(out, redis::FinishOutcome::lease_lost);
   EXPECT_EQ(status(r.id), "processing");
   EXPECT_TRUE(record(r.id).result_key.empty());
   EXPECT_EQ(events_count(), 0);
   EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{r.id});
-  EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, r.id)}).get()), "new-holder");
+  EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, r.id)}).get()),
+            "new-holder");
 }
 
 TEST_F(JobStoreTest, TerminalStatesNeverChange) {
@@ -131,7 +135,8 @@ TEST_F(JobStoreTest, HashTagKeysWorkForEveryStep) {
   ASSERT_EQ(store.pop(model_, 1s), r.id);
   ASSERT_EQ(store.begin(model_, r.id, "t", 5s).outcome, redis::BeginOutcome::ok);
   EXPECT_TRUE(exists("pfx:relay:{m1}:lease:" + r.id));
-  EXPECT_EQ(store.finish(model_, r.id, "t", JobStatus::failed, {{"error_code", "x"}}, "{}"), redis::FinishOutcome::ok);
+  EXPECT_EQ(store.finish(model_, r.id, "t", JobStatus::failed, {{"error_code", "x"}}, "{}"),
+            redis::FinishOutcome::ok);
   EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", "pfx:jobs:{m1}:events"}).get()), 1);
 }
 
@@ -154,7 +159,8 @@ TEST_F(JobStoreTest, TakeMovesLeasesAndMarksInOneStepSkippingStaleEntries) {
   EXPECT_EQ(taken->second.status, "processing");
   EXPECT_EQ(taken->second.holder, "tok");
   EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, live.id)}).get()), "tok");
-  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{live.id}) << "stale entries are dropped";
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{live.id})
+      << "stale entries are dropped";
   EXPECT_EQ(status(stale.id), "cancelled");
   EXPECT_FALSE(store_.take(model_, "tok2", 5s).has_value());
 }

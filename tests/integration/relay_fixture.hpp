@@ -9,8 +9,8 @@
 #include <boost/json.hpp>
 #include <iostream>
 
-#include "harness.hpp"
 #include "common/time.hpp"
+#include "harness.hpp"
 #include "redis/job_store.hpp"
 #include "storage/storage.hpp"
 
@@ -45,10 +45,18 @@ class RelayTest : public ::testing::Test {
             {"RELAY_LOG_LEVEL", "debug"}};
   }
 
+  // The same, with storage on the S3 test server.
+  Env base_env(const InferenceServer& inference, const S3Server& s3) const {
+    Env env = base_env(inference);
+    for (auto& [k, v] : s3.env()) env[k] = v;
+    return env;
+  }
+
   std::unique_ptr<Process> start_relay(Env env, std::vector<std::string> args = {}) {
     std::vector<std::string> argv{relay_binary()};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto p = std::make_unique<Process>(argv, env, logs_.path() + "/relay-" + std::to_string(relays_.size()) + ".log");
+    auto p = std::make_unique<Process>(
+        argv, env, logs_.path() + "/relay-" + std::to_string(relays_.size()) + ".log");
     relays_.push_back(p.get());
     return p;
   }
@@ -66,7 +74,8 @@ class RelayTest : public ::testing::Test {
   }
 
   // Stores the input (unless told not to) and submits the job; returns its id.
-  std::string submit(storage::Storage& storage, const std::string& content, const SubmitOptions& o = {}) {
+  std::string submit(storage::Storage& storage, const std::string& content,
+                     const SubmitOptions& o = {}) {
     JobRecord r;
     r.id = new_job_id();
     r.service_type = "svc";
@@ -101,8 +110,12 @@ class RelayTest : public ::testing::Test {
     for (size_t i = 0; i < r->elements; ++i) out.push_back(redis::as_string(r->element[i]));
     return out;
   }
-  bool exists(const std::string& key) { return redis::as_integer(conn_.command({"EXISTS", key}).get()) == 1; }
-  long long events_count() { return redis::as_integer(conn_.command({"XLEN", keys_.events(model_)}).get()); }
+  bool exists(const std::string& key) {
+    return redis::as_integer(conn_.command({"EXISTS", key}).get()) == 1;
+  }
+  long long events_count() {
+    return redis::as_integer(conn_.command({"XLEN", keys_.events(model_)}).get());
+  }
 
   static std::string format_now() { return format_rfc3339(wall_now()); }
 

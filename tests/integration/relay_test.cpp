@@ -3,6 +3,7 @@
 
 #include <openssl/sha.h>
 
+#include "common/hex.hpp"
 #include "relay_fixture.hpp"
 
 namespace relay::testing {
@@ -11,13 +12,7 @@ namespace {
 std::string sha256_hex(const std::string& data) {
   unsigned char d[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), d);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : d) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
+  return to_hex(d, sizeof d);
 }
 
 std::string read_all(storage::Storage& st, const std::string& key) {
@@ -57,7 +52,8 @@ TEST_F(RelayTest, HappyPathOnFilesystemStorage) {
   EXPECT_FALSE(rec.finished_at.empty());
   EXPECT_TRUE(rec.holder.starts_with(rec.holder.substr(0, 1)));
   auto timings = boost::json::parse(rec.timings).as_object();
-  for (const char* stage : {"queue_wait", "download", "inference", "upload", "total"}) EXPECT_TRUE(timings.contains(stage)) << stage;
+  for (const char* stage : {"queue_wait", "download", "inference", "upload", "total"})
+    EXPECT_TRUE(timings.contains(stage)) << stage;
 
   // The inference server got the bytes intact, with filename, type and params as fields.
   auto result = read_all(*st, rec.result_key);
@@ -85,12 +81,12 @@ TEST_F(RelayTest, HappyPathOnFilesystemStorage) {
 TEST_F(RelayTest, HappyPathOnS3BehindSignatureCheck) {
   S3Server s3;
   InferenceServer inference;
-  auto env = base_env(inference);
-  for (auto& [k, v] : s3.env()) env[k] = v;
+  auto env = base_env(inference, s3);
   auto st = storage_for(env);
   std::string input(3 * 1024 * 1024 + 17, 'x');  // several reads through the streaming GET
   for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<char>('a' + i % 26);
-  auto id = submit(*st, input, {.filename = "audio.bin", .content_type = "application/octet-stream"});
+  auto id =
+      submit(*st, input, {.filename = "audio.bin", .content_type = "application/octet-stream"});
 
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(30s), 0);
@@ -106,8 +102,7 @@ TEST_F(RelayTest, HappyPathOnS3BehindSignatureCheck) {
 TEST_F(RelayTest, WrongS3SecretIsRejectedAndTheJobFails) {
   S3Server s3;
   InferenceServer inference;
-  auto env = base_env(inference);
-  for (auto& [k, v] : s3.env()) env[k] = v;
+  auto env = base_env(inference, s3);
   auto st = storage_for(env);
   auto id = submit(*st, "data");
   env["AWS_SECRET_ACCESS_KEY"] = "not-the-secret";
@@ -116,7 +111,8 @@ TEST_F(RelayTest, WrongS3SecretIsRejectedAndTheJobFails) {
   auto rec = record(id);
   EXPECT_EQ(rec.status, "failed");
   EXPECT_EQ(rec.error_code, "download_failed");
-  EXPECT_NE(rec.error_message.find("SignatureDoesNotMatch"), std::string::npos) << rec.error_message;
+  EXPECT_NE(rec.error_message.find("SignatureDoesNotMatch"), std::string::npos)
+      << rec.error_message;
   EXPECT_TRUE(inference.events().empty());
 }
 
@@ -218,8 +214,7 @@ TEST_F(RelayTest, MissingInputObjectFailsTheJob) {
 TEST_F(RelayTest, MissingInputObjectOnS3FailsWithNoSuchKey) {
   S3Server s3;
   InferenceServer inference;
-  auto env = base_env(inference);
-  for (auto& [k, v] : s3.env()) env[k] = v;
+  auto env = base_env(inference, s3);
   auto st = storage_for(env);
   auto id = submit(*st, "never stored", {.upload_input = false});
   auto relay = start_relay(env);
@@ -233,8 +228,7 @@ TEST_F(RelayTest, MissingInputObjectOnS3FailsWithNoSuchKey) {
 TEST_F(RelayTest, S3UnreachableAtUploadFailsTheJob) {
   auto s3 = std::make_unique<S3Server>();
   InferenceServer inference({.delay_ms = 1500});
-  auto env = base_env(inference);
-  for (auto& [k, v] : s3->env()) env[k] = v;
+  auto env = base_env(inference, *s3);
   env["RELAY_STORAGE_S3_TIMEOUT"] = "2s";
   auto st = storage_for(env);
   auto id = submit(*st, "input");
@@ -282,7 +276,8 @@ TEST_F(RelayTest, CancelDuringInferenceAbortsTheRequest) {
   conn_.command({"HSET", keys_.job(model_, id), "cancel_requested", "1"});
   conn_.command({"PUBLISH", keys_.cancel_channel(model_), id});
   // The inference server sees its connection dropped — long before its 30 s answer.
-  ASSERT_TRUE(wait_until([&] { return inference.saw("dropped /predict"); }, 5s)) << inference.events();
+  ASSERT_TRUE(wait_until([&] { return inference.saw("dropped /predict"); }, 5s))
+      << inference.events();
   ASSERT_EQ(relay->wait_exit(10s), 0);
   auto rec = record(id);
   EXPECT_EQ(rec.status, "cancelled");
@@ -342,7 +337,8 @@ TEST_F(RelayTest, LostLeaseStopsTheJobWithoutWritingIt) {
   ASSERT_TRUE(wait_until([&] { return inference.saw("dropped /predict"); }, 5s));
   ASSERT_EQ(relay->wait_exit(10s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "processing") << "fencing: the relay must write nothing after losing its lease";
+  EXPECT_EQ(rec.status, "processing")
+      << "fencing: the relay must write nothing after losing its lease";
   EXPECT_TRUE(rec.finished_at.empty());
   EXPECT_EQ(events_count(), 0);
   EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{id}) << "left for the reaper";
@@ -359,7 +355,8 @@ TEST_F(RelayTest, SigtermMidJobGivesTheJobBack) {
   ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
   relay->signal(SIGTERM);
   ASSERT_EQ(relay->wait_exit(10s), 0);
-  EXPECT_EQ(list(keys_.pending(model_)), (std::vector<std::string>{first, second})) << "back at the front";
+  EXPECT_EQ(list(keys_.pending(model_)), (std::vector<std::string>{first, second}))
+      << "back at the front";
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
   EXPECT_FALSE(exists(keys_.lease(model_, first)));
   auto rec = record(first);
@@ -375,10 +372,12 @@ TEST_F(RelayTest, SigtermWhileIdleExitsZeroPromptly) {
   env["RELAY_QUEUE_POP_TIMEOUT"] = "5m";
   auto relay = start_relay(env);
   // Wait until it blocks on BLMOVE (a blocked client shows up in INFO clients).
-  ASSERT_TRUE(wait_until([&] {
-    auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
-    return info.find("blocked_clients:1") != std::string::npos;
-  }, 20s));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
+        return info.find("blocked_clients:1") != std::string::npos;
+      },
+      20s));
   relay->signal(SIGTERM);
   // Far sooner than the 5 minute pop timeout: the blocked BLMOVE is released.
   ASSERT_EQ(relay->wait_exit(10s), 0);
@@ -405,8 +404,7 @@ TEST_F(RelayTest, KillNineMidJobLeavesALeaseThatExpires) {
 TEST_F(RelayTest, LargeInputStreamsInBoundedMemory) {
   S3Server s3;
   InferenceServer inference;
-  auto env = base_env(inference);
-  for (auto& [k, v] : s3.env()) env[k] = v;
+  auto env = base_env(inference, s3);
   auto st = storage_for(env);
   // 512 MiB, generated as it is uploaded (multipart) rather than held in the test's memory.
   class Pattern final : public ByteSource {
@@ -457,7 +455,8 @@ TEST_F(RelayTest, TerminalJobInThePendingListIsDroppedUnchanged) {
   auto st = storage_for(env);
   auto id = submit(*st, "input");
   // A stale queue entry for a job that already ended.
-  conn_.command({"HSET", keys_.job(model_, id), "status", "cancelled", "finished_at", "2026-01-01T00:00:00.000Z"});
+  conn_.command({"HSET", keys_.job(model_, id), "status", "cancelled", "finished_at",
+                 "2026-01-01T00:00:00.000Z"});
   env["RELAY_QUEUE_POP_TIMEOUT"] = "300ms";
   auto relay = start_relay(env, {"--max-jobs", "1"});
   ASSERT_EQ(relay->wait_exit(20s), 0);
