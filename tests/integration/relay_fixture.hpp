@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <boost/json.hpp>
+#include <fstream>
 #include <iostream>
 
 #include "common/time.hpp"
@@ -31,7 +32,10 @@ class RelayTest : public ::testing::Test {
 
   void TearDown() override {
     if (HasFailure()) {
-      for (auto* p : relays_) std::cerr << "---- relay log ----\n" << p->log() << "\n";
+      for (const auto& path : relay_logs_) {
+        std::ifstream f(path);
+        std::cerr << "---- " << path << " ----\n" << f.rdbuf() << "\n";
+      }
     }
   }
 
@@ -55,10 +59,9 @@ class RelayTest : public ::testing::Test {
   std::unique_ptr<Process> start_relay(Env env, std::vector<std::string> args = {}) {
     std::vector<std::string> argv{relay_binary()};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto p = std::make_unique<Process>(
-        argv, env, logs_.path() + "/relay-" + std::to_string(relays_.size()) + ".log");
-    relays_.push_back(p.get());
-    return p;
+    // Log paths, not Process pointers: the test body may destroy its processes before TearDown.
+    relay_logs_.push_back(logs_.path() + "/relay-" + std::to_string(relay_logs_.size()) + ".log");
+    return std::make_unique<Process>(argv, env, relay_logs_.back());
   }
 
   std::unique_ptr<storage::Storage> storage_for(const Env& env) {
@@ -125,7 +128,7 @@ class RelayTest : public ::testing::Test {
   redis::Keys keys_;
   redis::JobStore store_;
   std::string model_ = "m1";
-  std::vector<Process*> relays_;
+  std::vector<std::string> relay_logs_;
 };
 
 }  // namespace relay::testing

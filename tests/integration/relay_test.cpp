@@ -444,6 +444,10 @@ TEST_F(RelayTest, LargeInputStreamsInBoundedMemory) {
   EXPECT_EQ(file_part(result).at("size").as_int64(), static_cast<std::int64_t>(size));
   std::cerr << "relay peak RSS: /proc VmHWM " << relay->peak_rss_proc_kib() << " KiB, ru_maxrss "
             << relay->peak_rss_rusage_kib() << " KiB\n";
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP()
+      << "the memory bound is not meaningful under AddressSanitizer (shadow memory, quarantine)";
+#endif
   EXPECT_GT(relay->peak_rss_proc_kib(), 0);
   EXPECT_LT(relay->peak_rss_proc_kib(), 64 * 1024);
   EXPECT_LT(relay->peak_rss_rusage_kib(), 64 * 1024);
@@ -475,6 +479,40 @@ TEST_F(RelayTest, BadConfigExitsTwoNamingTheKey) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(10s), 2);
   EXPECT_NE(relay->log().find("lease_ttl"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+TEST_F(RelayTest, InferenceTimeoutFailsTheJob) {
+  InferenceServer inference({.delay_ms = 30'000});
+  auto env = base_env(inference);
+  env["RELAY_INFERENCE_TIMEOUT"] = "500ms";
+  auto st = storage_for(env);
+  auto id = submit(*st, "slow");
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.error_code, "inference_timeout") << rec.error_message;
+  EXPECT_TRUE(inference.saw("dropped /predict"));
+}
+
+TEST_F(RelayTest, InferenceServerDyingMidJobFailsTheJob) {
+  auto inference = std::make_unique<InferenceServer>(InferenceOptions{.delay_ms = 30'000});
+  auto env = base_env(*inference);
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until([&] { return inference->saw("request /predict"); }, 20s));
+  inference.reset();  // SIGKILL: the model server crashed
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.error_code, "inference_unreachable") << rec.error_message;
 }
 
 }  // namespace
