@@ -161,14 +161,15 @@ std::string Process::log() const {
   return ss.str();
 }
 
-RedisServer::RedisServer() : port_(free_port()) {
+RedisServer::RedisServer(bool persistent) : port_(free_port()), persistent_(persistent) {
   start();
 }
 
 void RedisServer::start() {
   proc_ = std::make_unique<Process>(
       std::vector<std::string>{"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind",
-                               "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
+                               "127.0.0.1", "--save", "", "--appendonly",
+                               persistent_ ? "yes" : "no", "--appendfsync", "always", "--dir",
                                dir_.path()},
       Env{}, dir_.path() + "/redis.log");
   if (!wait_until([&] { return port_open(port_); }, 10s))

@@ -67,16 +67,18 @@ class Process {
 
 class RedisServer {
  public:
-  RedisServer();
+  // persistent: AOF with fsync on every write, so that a SIGKILL loses nothing (as in production).
+  explicit RedisServer(bool persistent = false);
   int port() const { return port_; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
   redis::Connection connect() const;
   void stop();   // SIGKILL
-  void start();  // again on the same port (no persistence: an empty Redis)
+  void start();  // again on the same port, with the same data directory
 
  private:
   TempDir dir_;
   int port_;
+  bool persistent_;
   std::unique_ptr<Process> proc_;
 };
 

@@ -517,3 +517,92 @@ TEST_F(RelayTest, InferenceServerDyingMidJobFailsTheJob) {
 
 }  // namespace
 }  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+TEST_F(RelayTest, RedisRestartMidJobIsSurvived) {
+  // A Redis with AOF, as in production: a restart loses nothing, the relay reconnects.
+  RedisServer durable(true);
+  auto conn = durable.connect();
+  redis::JobStore store(conn, keys_);
+  InferenceServer inference({.delay_ms = 2500});
+  auto env = base_env(inference);
+  env["RELAY_REDIS_URL"] = durable.url();
+  env["RELAY_LEASE_TTL"] = "3s";
+  auto st = storage_for(env);
+  JobRecord r;
+  r.id = new_job_id();
+  r.service_type = "svc";
+  r.model = model_;
+  r.status = "pending";
+  r.input_key = input_object_key("svc", r.id);
+  r.created_at = format_now();
+  MemorySource src("input");
+  st->put(r.input_key, src, {});
+  ASSERT_TRUE(store.submit(r, false));
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  durable.stop();
+  durable.start();
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  auto conn2 = durable.connect();
+  redis::JobStore store2(conn2, keys_);
+  auto rec = store2.get(model_, r.id);
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->status, "completed") << rec->error_message;
+  EXPECT_EQ(redis::as_integer(conn2.command({"XLEN", keys_.events(model_)}).get()), 1);
+}
+
+TEST_F(RelayTest, RedisRestartWhileIdleIsSurvived) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "30s";
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
+        return info.find("blocked_clients:1") != std::string::npos;
+      },
+      20s));
+  redis_.stop();
+  redis_.start();
+  // The relay reconnects and blocks again; then a job arrives.
+  auto conn = redis_.connect();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto info = redis::as_string(conn.command({"INFO", "clients"}).get());
+        return info.find("blocked_clients:1") != std::string::npos;
+      },
+      20s))
+      << "relay did not come back to BLMOVE";
+  redis::JobStore store(conn, keys_);
+  auto st = storage_for(env);
+  JobRecord r;
+  r.id = new_job_id();
+  r.service_type = "svc";
+  r.model = model_;
+  r.status = "pending";
+  r.input_key = input_object_key("svc", r.id);
+  r.created_at = format_now();
+  MemorySource src("after restart");
+  st->put(r.input_key, src, {});
+  ASSERT_TRUE(store.submit(r, false));
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(store.get(model_, r.id)->status, "completed");
+}
+
+TEST_F(RelayTest, SigtermDuringTheHealthWaitExitsZero) {
+  InferenceServer inference({.health_status = 503});
+  auto env = base_env(inference);
+  env["RELAY_RELAY_HEALTH_TIMEOUT"] = "5m";
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until(
+      [&] { return relay->log().find("waiting for the inference server") != std::string::npos; },
+      20s));
+  relay->signal(SIGTERM);
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+}
+
+}  // namespace
+}  // namespace relay::testing
