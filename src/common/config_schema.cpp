@@ -121,6 +121,13 @@ void Schema::string_map(std::string key, std::map<std::string, std::string>* out
                       [out](const std::map<std::string, std::string>& m) { *out = m; }});
 }
 
+void Schema::section(std::string key, std::string def_text, std::string doc, std::function<void()> set_default,
+                     std::function<void(const YAML::Node&)> from_yaml,
+                     std::function<void(const std::string&)> from_env) {
+  entries_.push_back({std::move(key), std::move(def_text), std::move(doc), true, std::move(set_default),
+                      std::move(from_env), nullptr, std::move(from_yaml)});
+}
+
 void Schema::load(const YAML::Node& root, const EnvLookup& env) const {
   for (const auto& e : entries_) e.set_default();
   if (root && !root.IsNull()) {
@@ -141,7 +148,13 @@ void Schema::load(const YAML::Node& root, const EnvLookup& env) const {
       auto it = flat.find(e.key);
       if (it == flat.end()) continue;
       const YAML::Node& n = it->second;
-      if (e.is_map) {
+      if (e.set_node) {
+        try {
+          e.set_node(n);
+        } catch (const YAML::Exception& ex) {
+          throw ConfigError("config key '" + e.key + "': " + ex.what());
+        }
+      } else if (e.is_map) {
         if (!n.IsMap())
           throw ConfigError("config key '" + e.key + "': expected a mapping of name: value");
         std::map<std::string, std::string> m;

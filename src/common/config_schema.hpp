@@ -43,6 +43,11 @@ class Schema {
   void string_map(std::string key, std::map<std::string, std::string>* out,
                   std::map<std::string, std::string> def, std::string doc);
 
+  // A structured section (e.g. service_types: name -> {model, operations, ...}). from_yaml gets
+  // the section's node; from_env its environment variable's text. Both throw ConfigError.
+  void section(std::string key, std::string def_text, std::string doc, std::function<void()> set_default,
+               std::function<void(const YAML::Node&)> from_yaml, std::function<void(const std::string&)> from_env);
+
   // Applies defaults, then the YAML document, then the environment. Unknown YAML keys are an
   // error: a typo must not silently fall back to a default.
   void load(const YAML::Node& root, const EnvLookup& env) const;
@@ -61,6 +66,7 @@ class Schema {
     std::function<void()> set_default;
     std::function<void(const std::string&)> set;  // throws ConfigError naming the key
     std::function<void(const std::map<std::string, std::string>&)> set_map;
+    std::function<void(const YAML::Node&)> set_node;  // sections
   };
   std::vector<Entry> entries_;
 };

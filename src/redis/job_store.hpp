@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "redis/connection.hpp"
 #include "redis/job_record.hpp"
@@ -56,6 +57,12 @@ class JobStore {
   bool give_back(const std::string& model, const std::string& id, const std::string& token);
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
+
+  // Reaper (gateway): one id of the processing list; see lua/reap.lua for the outcomes.
+  std::string reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
+                   long long max_attempts);
+  std::vector<std::string> list(const std::string& key);
+  std::vector<std::string> hash_keys(const std::string& key);
   const Keys& keys() const { return keys_; }
 
  private:

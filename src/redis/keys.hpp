@@ -35,6 +35,18 @@ class Keys {
   }
   std::string lease_prefix(std::string_view model) const { return model_key(model, "lease:"); }
 
+  // Reaper bookkeeping (hash id -> first time, Redis clock ms, the id was seen lease-less).
+  std::string suspects(std::string_view model) const { return model_key(model, "suspects"); }
+  // Webhook deliveries: a sorted set of delivery ids by due time, and one hash per delivery.
+  std::string webhooks_due() const { return prefix_ + "relay:webhooks:due"; }
+  std::string webhook(std::string_view delivery_id) const {
+    return prefix_ + "relay:webhook:" + std::string(delivery_id);
+  }
+  // Idempotency-Key -> job id, per tenant (the key is hashed: clients choose its contents).
+  std::string idempotency(std::string_view tenant, std::string_view key_hash) const {
+    return prefix_ + "relay:idem:" + std::string(tenant) + ":" + std::string(key_hash);
+  }
+
   // Pub/sub channels.
   std::string completed_channel(std::string_view model) const {
     return prefix_ + "jobs:" + std::string(model) + ":completed";

@@ -7,21 +7,9 @@
 #include <map>
 #include <string>
 
-#include "common/config_schema.hpp"
-#include "redis/connection.hpp"
-#include "redis/keys.hpp"
-#include "storage/storage.hpp"
+#include "config/shared.hpp"
 
 namespace relay::sidecar {
-
-struct RedisConfig {
-  std::string url;         // redis://[user:password@]host:port[/db]
-  std::string username;    // ACL user; overrides the URL's
-  std::string password;    // overrides the URL's; prefer RELAY_REDIS_PASSWORD
-  std::string key_prefix;  // prepended to every key and channel
-  bool hash_tag = false;   // relay:{model}:... for Redis Cluster
-  std::chrono::milliseconds connect_timeout{};
-};
 
 struct InferenceConfig {
   std::string url;                            // base URL of the local inference server
@@ -32,7 +20,7 @@ struct InferenceConfig {
 
 struct Config {
   std::string model;
-  RedisConfig redis;
+  config::RedisConfig redis;
   storage::Config storage;
   InferenceConfig inference;
   std::chrono::milliseconds lease_ttl{};
@@ -41,10 +29,10 @@ struct Config {
   std::chrono::milliseconds health_timeout{};
   std::chrono::milliseconds health_interval{};
   std::string pod_name;  // lease tokens start with it; default: the host name
-  std::string log_level, log_format;
+  config::LogConfig log;
 
-  redis::Endpoint redis_endpoint() const;
-  redis::Keys keys() const { return {redis.key_prefix, redis.hash_tag}; }
+  redis::Endpoint redis_endpoint() const { return redis.endpoint(); }
+  redis::Keys keys() const { return redis.keys(); }
 };
 
 // The schema for this config; load() then validate().

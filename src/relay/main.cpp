@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
       return env(name);
     };
     cfg = relay::sidecar::load(config_path, with_flags);
-    relay::log::set_level(cfg.log_level);
-    relay::log::set_format(cfg.log_format);
+    relay::log::set_level(cfg.log.level);
+    relay::log::set_format(cfg.log.format);
   } catch (const std::exception& e) {
     relay::log::error("invalid configuration", {{"error", e.what()}});
     return 2;

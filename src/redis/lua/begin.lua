@@ -5,7 +5,9 @@
 -- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339)
 -- Returns {'ok', <HGETALL of the record>...}; {'missing'} when the record is gone, or
 -- {'terminal', status} when the job already ended (a cancelled job, say) — in both cases the id
--- is taken out of processing and no lease is written.
+-- is taken out of processing and no lease is written; {'missing'} too when the id is no longer in
+-- processing (reaped meanwhile: it must not get a lease in two places).
+if not redis.call('LPOS', KEYS[2], ARGV[1]) then return {'missing'} end
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then
   redis.call('LREM', KEYS[2], 1, ARGV[1])

@@ -1,0 +1,92 @@
+#include "config/shared.hpp"
+
+#include <unistd.h>
+
+#include <cctype>
+
+namespace relay::config {
+
+void bind_redis(Schema& s, RedisConfig& c) {
+  s.string("redis.url", &c.url, "redis://127.0.0.1:6379",
+           "Redis address, `redis://[user:password@]host:port[/db]`.");
+  s.string("redis.username", &c.username, "", "Redis ACL user (overrides the URL's).");
+  s.string("redis.password", &c.password, "",
+           "Redis password (overrides the URL's). Prefer the environment variable.");
+  s.string("redis.key_prefix", &c.key_prefix, "",
+           "Prefix for every key and channel, e.g. `prod:`.");
+  s.boolean("redis.hash_tag", &c.hash_tag, false,
+            "Wrap the model in `{}` in keys so each model's keys share a Redis Cluster slot.");
+  s.duration("redis.connect_timeout", &c.connect_timeout, "5s",
+             "Timeout of one connection attempt.");
+}
+
+void bind_storage(Schema& s, storage::Config& c) {
+  s.string("storage.url", &c.url, "file:///var/lib/relay/storage",
+           "`file:///path` or `s3://bucket/prefix`.");
+  s.string("storage.s3_endpoint", &c.s3_endpoint, "",
+           "S3 endpoint URL; empty for AWS (`https://s3.<region>.amazonaws.com`).");
+  s.string("storage.s3_region", &c.s3_region, "us-east-1",
+           "S3 region (part of the SigV4 signature).");
+  s.boolean("storage.s3_path_style", &c.s3_path_style, false,
+            "Path-style addressing (`endpoint/bucket/key`), for MinIO and most non-AWS stores.");
+  s.integer("storage.s3_part_size", &c.s3_part_size, 8 << 20, 5 << 20, 1LL << 32,
+            "Multipart part size in bytes; bodies up to this size go in one PUT.");
+  s.duration("storage.s3_timeout", &c.s3_timeout, "30s",
+             "Connect timeout, and how long a transfer may stall before it fails.");
+  s.boolean("storage.fsync", &c.fsync, false,
+            "Filesystem backend: fsync each object before it is renamed into place.");
+}
+
+void bind_log(Schema& s, LogConfig& c) {
+  s.string("log.level", &c.level, "info", "`debug`, `info`, `warn` or `error`.");
+  s.string("log.format", &c.format, "json", "`json` (one object per line) or `text`.");
+}
+
+redis::Endpoint RedisConfig::endpoint() const {
+  redis::Endpoint ep = redis::parse_url(url);
+  if (!username.empty()) ep.username = username;
+  if (!password.empty()) ep.password = password;
+  ep.connect_timeout = connect_timeout;
+  return ep;
+}
+
+namespace {
+[[noreturn]] void bad(const std::string& key, const std::string& why) {
+  throw ConfigError("config key '" + key + "': " + why);
+}
+}  // namespace
+
+void validate_redis(const RedisConfig& c) {
+  try {
+    (void)c.endpoint();
+  } catch (const std::invalid_argument& e) {
+    bad("redis.url", e.what());
+  }
+}
+
+void validate_storage(const storage::Config& c) {
+  if (!c.url.starts_with("file:///") && !c.url.starts_with("s3://"))
+    bad("storage.url", "expected file:///path or s3://bucket[/prefix]");
+}
+
+void validate_log(const LogConfig& c) {
+  if (c.level != "debug" && c.level != "info" && c.level != "warn" && c.level != "error")
+    bad("log.level", "expected debug, info, warn or error");
+  if (c.format != "json" && c.format != "text") bad("log.format", "expected json or text");
+}
+
+bool is_safe_name(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char ch : name)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
+      return false;
+  return true;
+}
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host[0] ? host : "relay";
+}
+
+}  // namespace relay::config

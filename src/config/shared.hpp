@@ -1,0 +1,44 @@
+#pragma once
+// Config sections every binary shares (redis.*, storage.*, log.*), bound to the schema in one
+// place so that their keys, defaults and docs are the same for the relay and the gateway.
+
+#include <chrono>
+#include <string>
+
+#include "common/config_schema.hpp"
+#include "redis/connection.hpp"
+#include "redis/keys.hpp"
+#include "storage/storage.hpp"
+
+namespace relay::config {
+
+struct RedisConfig {
+  std::string url;         // redis://[user:password@]host:port[/db]
+  std::string username;    // ACL user; overrides the URL's
+  std::string password;    // overrides the URL's; prefer RELAY_REDIS_PASSWORD
+  std::string key_prefix;  // prepended to every key and channel
+  bool hash_tag = false;   // relay:{model}:... for Redis Cluster
+  std::chrono::milliseconds connect_timeout{};
+
+  redis::Endpoint endpoint() const;  // throws std::invalid_argument
+  redis::Keys keys() const { return {key_prefix, hash_tag}; }
+};
+
+struct LogConfig {
+  std::string level, format;
+};
+
+void bind_redis(Schema& s, RedisConfig& c);
+void bind_storage(Schema& s, storage::Config& c);
+void bind_log(Schema& s, LogConfig& c);
+
+// Throw ConfigError naming the key.
+void validate_redis(const RedisConfig& c);
+void validate_storage(const storage::Config& c);
+void validate_log(const LogConfig& c);
+// Letters, digits, '-', '_', '.': safe in keys, object paths and URLs.
+bool is_safe_name(const std::string& name);
+
+std::string host_name();
+
+}  // namespace relay::config

@@ -1,0 +1,58 @@
+#pragma once
+// The gateway's configuration: one struct, every field's default in schema() (config.cpp),
+// loaded from YAML and overridden by RELAY_* environment variables (SPEC §9).
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config/shared.hpp"
+
+namespace relay::gateway {
+
+struct ServiceType {
+  std::string model;                    // whose relays run this service type's jobs
+  std::vector<std::string> operations;  // allowed operations; empty = any
+  std::int64_t max_input_size = 0;      // bytes; 0 = server.max_body_size
+};
+
+struct Config {
+  std::string listen;           // host:port
+  std::string priority_header;  // present on a submission -> LPUSH (seed, "Priority jobs")
+  std::int64_t max_body_size = 0;
+  std::int64_t max_header_size = 0;
+  std::chrono::milliseconds max_wait{};  // bound on ?wait=
+  std::int64_t max_connections = 0;
+  std::int64_t blocking_threads = 0;  // storage and Redis work
+
+  config::RedisConfig redis;
+  storage::Config storage;
+  std::map<std::string, ServiceType> service_types;
+
+  bool auth_enabled = true;
+  std::map<std::string, std::string> api_keys;  // SHA-256 hex of the key -> tenant
+
+  std::chrono::milliseconds reap_interval{}, reap_grace{}, job_retention{};
+  std::int64_t max_reap_attempts = 0;
+  bool keep_objects = false;
+
+  std::chrono::milliseconds claim_idle{};  // events pending this long on a dead consumer are claimed
+  std::string consumer;                    // this replica's consumer name (default: host name)
+
+  std::string webhook_secret;  // whsec_...
+  bool webhook_allow_private = false;
+  std::chrono::milliseconds webhook_timeout{}, webhook_max_age{}, webhook_initial_backoff{};
+
+  config::LogConfig log;
+
+  std::set<std::string> models() const;
+};
+
+config::Schema schema(Config& c);
+void validate(const Config& c);  // throws config::ConfigError naming the key
+Config load(const std::string& path, const config::EnvLookup& env);
+
+}  // namespace relay::gateway

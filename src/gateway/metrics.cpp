@@ -1,0 +1,107 @@
+#include "gateway/metrics.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace relay::gateway {
+
+Metrics& metrics() {
+  static Metrics m;
+  return m;
+}
+
+void LabeledCounter::add(const std::vector<std::string>& label_values, std::uint64_t n) {
+  std::lock_guard lock(mu_);
+  values_[label_values] += n;
+}
+
+std::map<std::vector<std::string>, std::uint64_t> LabeledCounter::snapshot() const {
+  std::lock_guard lock(mu_);
+  return values_;
+}
+
+void Histogram::observe(const std::vector<std::string>& label_values, double seconds) {
+  std::lock_guard lock(mu_);
+  auto& s = series_[label_values];
+  if (s.buckets.empty()) s.buckets.assign(bounds_.size(), 0);
+  for (size_t i = 0; i < bounds_.size(); ++i)
+    if (seconds <= bounds_[i]) ++s.buckets[i];
+  ++s.count;
+  s.sum += seconds;
+}
+
+std::map<std::vector<std::string>, Histogram::Series> Histogram::snapshot() const {
+  std::lock_guard lock(mu_);
+  return series_;
+}
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+namespace {
+
+std::string labels(const std::vector<std::string>& names, const std::vector<std::string>& values,
+                   const std::string& extra = {}) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i)
+    out += (out.empty() ? "" : ",") + names[i] + "=\"" + escape_label(values[i]) + "\"";
+  if (!extra.empty()) out += (out.empty() ? "" : ",") + extra;
+  return out.empty() ? "" : "{" + out + "}";
+}
+
+// Shortest text that reads back as the same double ("0.1", not "0.10000000000000001").
+std::string number(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+}  // namespace
+
+void PrometheusWriter::header(const std::string& name, const std::string& help, const char* type) {
+  out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void PrometheusWriter::counter(const std::string& name, const std::string& help, std::uint64_t value) {
+  header(name, help, "counter");
+  out_ += name + " " + std::to_string(value) + "\n";
+}
+
+void PrometheusWriter::counter(const std::string& name, const std::string& help,
+                               const std::vector<std::string>& label_names,
+                               const std::map<std::vector<std::string>, std::uint64_t>& values) {
+  header(name, help, "counter");
+  for (const auto& [lv, v] : values) out_ += name + labels(label_names, lv) + " " + std::to_string(v) + "\n";
+}
+
+void PrometheusWriter::gauge(const std::string& name, const std::string& help, const std::vector<std::string>& label_names,
+                             const std::map<std::vector<std::string>, double>& values) {
+  header(name, help, "gauge");
+  for (const auto& [lv, v] : values) out_ += name + labels(label_names, lv) + " " + number(v) + "\n";
+}
+
+void PrometheusWriter::histogram(const std::string& name, const std::string& help,
+                                 const std::vector<std::string>& label_names, const Histogram& h) {
+  header(name, help, "histogram");
+  for (const auto& [lv, s] : h.snapshot()) {
+    for (size_t i = 0; i < h.bounds().size(); ++i)
+      out_ += name + "_bucket" + labels(label_names, lv, "le=\"" + number(h.bounds()[i]) + "\"") + " " +
+              std::to_string(s.buckets[i]) + "\n";
+    out_ += name + "_bucket" + labels(label_names, lv, "le=\"+Inf\"") + " " + std::to_string(s.count) + "\n";
+    out_ += name + "_sum" + labels(label_names, lv) + " " + number(s.sum) + "\n";
+    out_ += name + "_count" + labels(label_names, lv) + " " + std::to_string(s.count) + "\n";
+  }
+}
+
+}  // namespace relay::gateway

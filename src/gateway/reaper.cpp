@@ -1,0 +1,59 @@
+#include "gateway/reaper.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <set>
+
+#include "common/log.hpp"
+#include "gateway/metrics.hpp"
+#include "redis/job_store.hpp"
+
+namespace relay::gateway {
+
+ReapStats Reaper::pass() {
+  ReapStats stats;
+  redis::JobStore store(conn_.get(), p_.keys);
+  for (const auto& model : p_.models) {
+    auto ids = store.list(p_.keys.processing(model));
+    std::set<std::string> seen(ids.begin(), ids.end());
+    // Marks for ids that have left processing since are cleared by the same step ("gone").
+    for (auto& id : store.hash_keys(p_.keys.suspects(model)))
+      if (!seen.count(id)) ids.push_back(id);
+    for (const auto& id : ids) {
+      auto outcome = store.reap(model, id, p_.grace, p_.max_attempts);
+      if (outcome == "requeued") {
+        ++stats.requeued;
+        metrics().reaped.add(1);
+        log::warn("job reaped: its relay stopped without finishing; requeued", {{"job_id", id}, {"model", model}});
+      } else if (outcome == "deadlettered") {
+        ++stats.deadlettered;
+        metrics().deadlettered.add(1);
+        log::error("job dead-lettered after repeated relay crashes", {{"job_id", id}, {"model", model}});
+      }
+    }
+  }
+  return stats;
+}
+
+void Reaper::run(std::stop_token stop) {
+  std::mutex mu;
+  std::condition_variable_any cv;
+  auto last_error_log = std::chrono::steady_clock::time_point{};
+  while (!stop.stop_requested()) {
+    try {
+      pass();
+    } catch (const std::exception& e) {
+      conn_.reset();
+      // A Redis outage would log every tick; once a minute is enough to be noticed.
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_error_log > std::chrono::minutes(1)) {
+        log::warn("reaper pass failed; retrying", {{"error", e.what()}});
+        last_error_log = now;
+      }
+    }
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, stop, p_.interval, [] { return false; });
+  }
+}
+
+}  // namespace relay::gateway
