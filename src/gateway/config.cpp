@@ -1,8 +1,7 @@
 #include "gateway/config.hpp"
 
-#include <yaml-cpp/yaml.h>
-
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <charconv>
 
@@ -16,7 +15,8 @@ namespace {
 std::int64_t parse_size(const std::string& key, const std::string& text) {
   std::int64_t n = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc{} || p != text.data() + text.size() || n < 0) bad(key, "expected a size in bytes, got '" + text + "'");
+  if (ec != std::errc{} || p != text.data() + text.size() || n < 0)
+    bad(key, "expected a size in bytes, got '" + text + "'");
   return n;
 }
 
@@ -32,16 +32,23 @@ config::Schema schema(Config& c) {
   config::Schema s;
   s.string("server.listen", &c.listen, "127.0.0.1:8080", "Address of the HTTP API, `host:port`.");
   s.string("server.priority_header", &c.priority_header, "",
-           "When set, a submission carrying this header is queued at the front (`LPUSH`), e.g. `X-Priority`.");
-  s.integer("server.max_body_size", &c.max_body_size, 5LL << 30, 0, 1LL << 50, "Largest accepted input, bytes (413 beyond).");
-  s.integer("server.max_header_size", &c.max_header_size, 16384, 1024, 1 << 20, "Largest accepted request header, bytes.");
+           "When set, a submission carrying this header is queued at the front (`LPUSH`), e.g. "
+           "`X-Priority`.");
+  s.integer("server.max_body_size", &c.max_body_size, 5LL << 30, 0, 1LL << 50,
+            "Largest accepted input, bytes (413 beyond).");
+  s.integer("server.max_header_size", &c.max_header_size, 16384, 1024, 1 << 20,
+            "Largest accepted request header, bytes.");
   s.duration("server.max_wait", &c.max_wait, "60s", "Upper bound on `?wait=` long-polls.");
-  s.integer("server.max_connections", &c.max_connections, 20000, 1, 1 << 24, "Open connections beyond this are refused.");
-  s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024, "Threads for storage and Redis work (uploads hold one each).");
+  s.integer("server.max_connections", &c.max_connections, 20000, 1, 1 << 24,
+            "Open connections beyond this are refused.");
+  s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024,
+            "Threads for storage and Redis work (uploads hold one each).");
   config::bind_redis(s, c.redis);
   config::bind_storage(s, c.storage);
   s.section(
-      "service_types", "", "Service types clients submit to: `<name>: {model, operations: [...], max_input_size}`. Environment form: `name=model,name=model`.",
+      "service_types", "",
+      "Service types clients submit to: `<name>: {model, operations: [...], max_input_size}`. "
+      "Environment form: `name=model,name=model`.",
       [&c] { c.service_types.clear(); },
       [&c](const YAML::Node& n) {
         if (!n.IsMap()) bad("service_types", "expected a mapping of name: {model: ...}");
@@ -49,16 +56,23 @@ config::Schema schema(Config& c) {
         for (const auto& kv : n) {
           std::string name = kv.first.as<std::string>();
           const YAML::Node& v = kv.second;
-          if (!v.IsMap()) bad("service_types." + name, "expected {model: ..., operations: [...], max_input_size: ...}");
+          if (!v.IsMap())
+            bad("service_types." + name,
+                "expected {model: ..., operations: [...], max_input_size: ...}");
           ServiceType st;
           for (const auto& f : v) {
             std::string field = f.first.as<std::string>();
-            if (field == "model") st.model = f.second.as<std::string>();
+            if (field == "model")
+              st.model = f.second.as<std::string>();
             else if (field == "operations") {
-              if (!f.second.IsSequence()) bad("service_types." + name + ".operations", "expected a list");
+              if (!f.second.IsSequence())
+                bad("service_types." + name + ".operations", "expected a list");
               for (const auto& op : f.second) st.operations.push_back(op.as<std::string>());
-            } else if (field == "max_input_size") st.max_input_size = parse_size("service_types." + name + ".max_input_size", f.second.as<std::string>());
-            else bad("service_types." + name + "." + field, "unknown key");
+            } else if (field == "max_input_size")
+              st.max_input_size = parse_size("service_types." + name + ".max_input_size",
+                                             f.second.as<std::string>());
+            else
+              bad("service_types." + name + "." + field, "unknown key");
           }
           c.service_types[name] = st;
         }
@@ -68,49 +82,74 @@ config::Schema schema(Config& c) {
         size_t start = 0;
         while (start < text.size()) {
           size_t comma = text.find(',', start);
-          std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+          std::string item =
+              text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
           auto eq = item.find('=');
-          if (eq == std::string::npos) bad("service_types", "expected name=model[,name=model...] in RELAY_SERVICE_TYPES");
+          if (eq == std::string::npos)
+            bad("service_types", "expected name=model[,name=model...] in RELAY_SERVICE_TYPES");
           c.service_types[item.substr(0, eq)] = ServiceType{item.substr(eq + 1), {}, 0};
           if (comma == std::string::npos) break;
           start = comma + 1;
         }
       });
-  s.boolean("auth.enabled", &c.auth_enabled, true, "Require an API key (`Authorization: Bearer <key>` or `X-API-Key`). Off only explicitly.");
-  s.string_map("auth.api_keys", &c.api_keys, {}, "SHA-256 (hex) of each API key → its tenant. Keys are never stored in clear: `printf %s KEY | sha256sum`.");
-  s.duration("gc.reap_interval", &c.reap_interval, "5s", "How often the reaper looks for jobs whose relay died.");
-  s.duration("gc.reap_grace", &c.reap_grace, "5s", "A job is reaped only when seen lease-less on two passes at least this far apart (covers the dequeue-to-lease window).");
-  s.integer("gc.max_reap_attempts", &c.max_reap_attempts, 3, 1, 1000, "After this many crashed runs a job is dead-lettered (`failed`, `dead_lettered`).");
-  s.duration("gc.job_retention", &c.job_retention, "168h", "Terminal job records expire this long after they finish.");
-  s.boolean("gc.keep_objects", &c.keep_objects, false, "Keep inputs and results in storage when records expire.");
-  s.duration("events.claim_idle", &c.claim_idle, "30s", "Completion events left unacknowledged this long by a dead replica are claimed by another.");
-  s.string("events.consumer", &c.consumer, "", "This replica's consumer name in the events group; default: the host name.");
-  s.string("webhooks.secret", &c.webhook_secret, "", "Standard Webhooks signing secret, `whsec_<base64>`. Prefer the environment variable.");
-  s.boolean("webhooks.allow_private", &c.webhook_allow_private, false, "Allow callback URLs that resolve to private, loopback or link-local addresses.");
+  s.boolean(
+      "auth.enabled", &c.auth_enabled, true,
+      "Require an API key (`Authorization: Bearer <key>` or `X-API-Key`). Off only explicitly.");
+  s.string_map("auth.api_keys", &c.api_keys, {},
+               "SHA-256 (hex) of each API key → its tenant. Keys are never stored in clear: "
+               "`printf %s KEY | sha256sum`.");
+  s.duration("gc.reap_interval", &c.reap_interval, "5s",
+             "How often the reaper looks for jobs whose relay died.");
+  s.duration("gc.reap_grace", &c.reap_grace, "5s",
+             "A job is reaped only when seen lease-less on two passes at least this far apart "
+             "(covers the dequeue-to-lease window).");
+  s.integer("gc.max_reap_attempts", &c.max_reap_attempts, 3, 1, 1000,
+            "After this many crashed runs a job is dead-lettered (`failed`, `dead_lettered`).");
+  s.duration("gc.job_retention", &c.job_retention, "168h",
+             "Terminal job records expire this long after they finish.");
+  s.boolean("gc.keep_objects", &c.keep_objects, false,
+            "Keep inputs and results in storage when records expire.");
+  s.duration(
+      "events.claim_idle", &c.claim_idle, "30s",
+      "Completion events left unacknowledged this long by a dead replica are claimed by another.");
+  s.string("events.consumer", &c.consumer, "",
+           "This replica's consumer name in the events group; default: the host name.");
+  s.string("webhooks.secret", &c.webhook_secret, "",
+           "Standard Webhooks signing secret, `whsec_<base64>`. Prefer the environment variable.");
+  s.boolean("webhooks.allow_private", &c.webhook_allow_private, false,
+            "Allow callback URLs that resolve to private, loopback or link-local addresses.");
   s.duration("webhooks.timeout", &c.webhook_timeout, "10s", "Timeout of one delivery attempt.");
-  s.duration("webhooks.max_age", &c.webhook_max_age, "24h", "Retry failed deliveries (exponential backoff, jitter) for this long.");
-  s.duration("webhooks.initial_backoff", &c.webhook_initial_backoff, "5s", "Delay before the first retry; doubles each attempt.");
+  s.duration("webhooks.max_age", &c.webhook_max_age, "24h",
+             "Retry failed deliveries (exponential backoff, jitter) for this long.");
+  s.duration("webhooks.initial_backoff", &c.webhook_initial_backoff, "5s",
+             "Delay before the first retry; doubles each attempt.");
   config::bind_log(s, c.log);
   return s;
 }
 
 void validate(const Config& c) {
   auto colon = c.listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == c.listen.size()) bad("server.listen", "expected host:port");
+  if (colon == std::string::npos || colon == 0 || colon + 1 == c.listen.size())
+    bad("server.listen", "expected host:port");
   config::validate_redis(c.redis);
   config::validate_storage(c.storage);
   config::validate_log(c.log);
   if (c.service_types.empty()) bad("service_types", "at least one service type is needed");
   for (const auto& [name, st] : c.service_types) {
-    if (!config::is_safe_name(name)) bad("service_types." + name, "names may use letters, digits, '-', '_' and '.'");
-    if (!config::is_safe_name(st.model)) bad("service_types." + name + ".model", "required; letters, digits, '-', '_' and '.'");
+    if (!config::is_safe_name(name))
+      bad("service_types." + name, "names may use letters, digits, '-', '_' and '.'");
+    if (!config::is_safe_name(st.model))
+      bad("service_types." + name + ".model", "required; letters, digits, '-', '_' and '.'");
   }
   if (c.auth_enabled && c.api_keys.empty())
-    bad("auth.api_keys", "auth.enabled is true but no API keys are configured (or set auth.enabled: false)");
+    bad("auth.api_keys",
+        "auth.enabled is true but no API keys are configured (or set auth.enabled: false)");
   for (const auto& [hash, tenant] : c.api_keys) {
     if (hash.size() != 64 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
       bad("auth.api_keys", "keys are the lowercase hex SHA-256 of the API key");
-    if (!config::is_safe_name(tenant)) bad("auth.api_keys." + hash.substr(0, 8) + "...", "tenant names may use letters, digits, '-', '_' and '.'");
+    if (!config::is_safe_name(tenant))
+      bad("auth.api_keys." + hash.substr(0, 8) + "...",
+          "tenant names may use letters, digits, '-', '_' and '.'");
   }
   if (!c.webhook_secret.empty() && !c.webhook_secret.starts_with("whsec_"))
     bad("webhooks.secret", "expected whsec_<base64>");

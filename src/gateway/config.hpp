@@ -39,8 +39,9 @@ struct Config {
   std::int64_t max_reap_attempts = 0;
   bool keep_objects = false;
 
-  std::chrono::milliseconds claim_idle{};  // events pending this long on a dead consumer are claimed
-  std::string consumer;                    // this replica's consumer name (default: host name)
+  std::chrono::milliseconds
+      claim_idle{};      // events pending this long on a dead consumer are claimed
+  std::string consumer;  // this replica's consumer name (default: host name)
 
   std::string webhook_secret;  // whsec_...
   bool webhook_allow_private = false;

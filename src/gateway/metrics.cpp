@@ -38,10 +38,14 @@ std::map<std::vector<std::string>, Histogram::Series> Histogram::snapshot() cons
 std::string escape_label(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -73,7 +77,8 @@ void PrometheusWriter::header(const std::string& name, const std::string& help, 
   out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
-void PrometheusWriter::counter(const std::string& name, const std::string& help, std::uint64_t value) {
+void PrometheusWriter::counter(const std::string& name, const std::string& help,
+                               std::uint64_t value) {
   header(name, help, "counter");
   out_ += name + " " + std::to_string(value) + "\n";
 }
@@ -82,13 +87,16 @@ void PrometheusWriter::counter(const std::string& name, const std::string& help,
                                const std::vector<std::string>& label_names,
                                const std::map<std::vector<std::string>, std::uint64_t>& values) {
   header(name, help, "counter");
-  for (const auto& [lv, v] : values) out_ += name + labels(label_names, lv) + " " + std::to_string(v) + "\n";
+  for (const auto& [lv, v] : values)
+    out_ += name + labels(label_names, lv) + " " + std::to_string(v) + "\n";
 }
 
-void PrometheusWriter::gauge(const std::string& name, const std::string& help, const std::vector<std::string>& label_names,
+void PrometheusWriter::gauge(const std::string& name, const std::string& help,
+                             const std::vector<std::string>& label_names,
                              const std::map<std::vector<std::string>, double>& values) {
   header(name, help, "gauge");
-  for (const auto& [lv, v] : values) out_ += name + labels(label_names, lv) + " " + number(v) + "\n";
+  for (const auto& [lv, v] : values)
+    out_ += name + labels(label_names, lv) + " " + number(v) + "\n";
 }
 
 void PrometheusWriter::histogram(const std::string& name, const std::string& help,
@@ -96,9 +104,10 @@ void PrometheusWriter::histogram(const std::string& name, const std::string& hel
   header(name, help, "histogram");
   for (const auto& [lv, s] : h.snapshot()) {
     for (size_t i = 0; i < h.bounds().size(); ++i)
-      out_ += name + "_bucket" + labels(label_names, lv, "le=\"" + number(h.bounds()[i]) + "\"") + " " +
-              std::to_string(s.buckets[i]) + "\n";
-    out_ += name + "_bucket" + labels(label_names, lv, "le=\"+Inf\"") + " " + std::to_string(s.count) + "\n";
+      out_ += name + "_bucket" + labels(label_names, lv, "le=\"" + number(h.bounds()[i]) + "\"") +
+              " " + std::to_string(s.buckets[i]) + "\n";
+    out_ += name + "_bucket" + labels(label_names, lv, "le=\"+Inf\"") + " " +
+            std::to_string(s.count) + "\n";
     out_ += name + "_sum" + labels(label_names, lv) + " " + number(s.sum) + "\n";
     out_ += name + "_count" + labels(label_names, lv) + " " + std::to_string(s.count) + "\n";
   }

@@ -51,12 +51,12 @@ class Histogram {
 };
 
 struct Metrics {
-  LabeledCounter requests;           // {route, status}
+  LabeledCounter requests;  // {route, status}
   Histogram request_seconds{{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120}};  // {route}
-  LabeledCounter jobs_submitted;     // {service_type}
-  LabeledCounter jobs_finished;      // {model, status}
+  LabeledCounter jobs_submitted;                                                   // {service_type}
+  LabeledCounter jobs_finished;  // {model, status}
   Counter reaped, deadlettered;
-  LabeledCounter webhook_attempts;   // {outcome}
+  LabeledCounter webhook_attempts;  // {outcome}
 };
 Metrics& metrics();
 
@@ -64,12 +64,14 @@ Metrics& metrics();
 class PrometheusWriter {
  public:
   void counter(const std::string& name, const std::string& help, std::uint64_t value);
-  void counter(const std::string& name, const std::string& help, const std::vector<std::string>& label_names,
+  void counter(const std::string& name, const std::string& help,
+               const std::vector<std::string>& label_names,
                const std::map<std::vector<std::string>, std::uint64_t>& values);
-  void gauge(const std::string& name, const std::string& help, const std::vector<std::string>& label_names,
+  void gauge(const std::string& name, const std::string& help,
+             const std::vector<std::string>& label_names,
              const std::map<std::vector<std::string>, double>& values);
-  void histogram(const std::string& name, const std::string& help, const std::vector<std::string>& label_names,
-                 const Histogram& h);
+  void histogram(const std::string& name, const std::string& help,
+                 const std::vector<std::string>& label_names, const Histogram& h);
   const std::string& text() const { return out_; }
 
  private:

@@ -35,7 +35,8 @@ std::optional<std::string> header_param(const std::string& header, const std::st
         if (header[v] == '\\' && v + 1 < header.size()) ++v;
         value += header[v++];
       }
-      if (v >= header.size()) throw MultipartError("unterminated quoted string in '" + header + "'");
+      if (v >= header.size())
+        throw MultipartError("unterminated quoted string in '" + header + "'");
       ++v;
     } else {
       size_t end = header.find(';', v);
@@ -60,7 +61,8 @@ std::optional<std::string> multipart_boundary(const std::string& content_type) {
   }
   if (!b || b->empty() || b->size() > 70) return std::nullopt;
   for (char c : *b)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || std::string_view("'()+_,-./:=? ").find(c) != std::string_view::npos))
+    if (!(std::isalnum(static_cast<unsigned char>(c)) ||
+          std::string_view("'()+_,-./:=? ").find(c) != std::string_view::npos))
       return std::nullopt;
   if (b->back() == ' ') return std::nullopt;
   return b;
@@ -106,7 +108,8 @@ bool MultipartReader::next(PartInfo& info) {
         skipped += buf_.size() - delim_.size() - pos_;
         pos_ = buf_.size() - delim_.size();
       }
-      if (skipped > kMaxHeaderBytes) throw MultipartError("no multipart boundary near the start of the body");
+      if (skipped > kMaxHeaderBytes)
+        throw MultipartError("no multipart boundary near the start of the body");
       if (!fill(buf_.size() - pos_ + 1)) throw MultipartError("no multipart boundary in the body");
     }
     state_ = State::between;
@@ -151,15 +154,18 @@ void MultipartReader::parse_headers(const std::string& headers, PartInfo& info) 
   size_t start = 0;
   while (start < headers.size()) {
     size_t eol = headers.find("\r\n", start);
-    std::string line = headers.substr(start, eol == std::string::npos ? std::string::npos : eol - start);
+    std::string line =
+        headers.substr(start, eol == std::string::npos ? std::string::npos : eol - start);
     start = eol == std::string::npos ? headers.size() : eol + 2;
     auto colon = line.find(':');
-    if (colon == std::string::npos || colon == 0) throw MultipartError("malformed part header '" + line.substr(0, 80) + "'");
+    if (colon == std::string::npos || colon == 0)
+      throw MultipartError("malformed part header '" + line.substr(0, 80) + "'");
     std::string name = lower(trim(line.substr(0, colon)));
     std::string value = trim(line.substr(colon + 1));
     if (name == "content-disposition") {
       auto semi = value.find(';');
-      if (lower(trim(value.substr(0, semi))) != "form-data") throw MultipartError("part is not form-data");
+      if (lower(trim(value.substr(0, semi))) != "form-data")
+        throw MultipartError("part is not form-data");
       auto n = header_param(value, "name");
       if (!n) throw MultipartError("part without a name");
       info.name = *n;
@@ -199,7 +205,8 @@ size_t MultipartReader::read(std::span<char> out) {
       pos_ += n;
       return n;
     }
-    if (!fill(buf_.size() - pos_ + 1)) throw MultipartError("body ends inside a part (no closing boundary)");
+    if (!fill(buf_.size() - pos_ + 1))
+      throw MultipartError("body ends inside a part (no closing boundary)");
   }
 }
 

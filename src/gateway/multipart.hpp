@@ -24,8 +24,8 @@ class MultipartError : public std::runtime_error {
 std::optional<std::string> multipart_boundary(const std::string& content_type);
 
 struct PartInfo {
-  std::string name;          // form field name
-  std::string filename;      // empty when not a file
+  std::string name;      // form field name
+  std::string filename;  // empty when not a file
   bool has_filename = false;
   std::string content_type;  // empty when absent
 };

@@ -51,7 +51,8 @@ TEST(MultipartBoundary, FromContentType) {
   EXPECT_EQ(multipart_boundary("multipart/mixed; boundary=abc"), std::nullopt);
   EXPECT_EQ(multipart_boundary("multipart/form-data"), std::nullopt);
   EXPECT_EQ(multipart_boundary("multipart/form-data; boundary="), std::nullopt);
-  EXPECT_EQ(multipart_boundary("multipart/form-data; boundary=" + std::string(71, 'a')), std::nullopt);
+  EXPECT_EQ(multipart_boundary("multipart/form-data; boundary=" + std::string(71, 'a')),
+            std::nullopt);
   EXPECT_EQ(multipart_boundary("multipart/form-data; boundary=a\r\nb"), std::nullopt);
   EXPECT_EQ(multipart_boundary("application/octet-stream"), std::nullopt);
 }
@@ -59,7 +60,8 @@ TEST(MultipartBoundary, FromContentType) {
 TEST(Multipart, FieldsAndAFileUnderEveryChunking) {
   // What curl -F sends, with a file whose content contains near-misses of the delimiter
   // (RFC 2046: the delimiter itself never occurs in content, but its prefixes and look-alikes may.)
-  const std::string file = "line1\r\n--XY\r\n-\r\n\r\n--xyz lower case\n--XYZ no CR\r-XYZ\r\n--X\r\n";
+  const std::string file =
+      "line1\r\n--XY\r\n-\r\n\r\n--xyz lower case\n--XYZ no CR\r-XYZ\r\n--X\r\n";
   const std::string body =
       "--XYZ\r\n"
       "Content-Disposition: form-data; name=\"operation\"\r\n\r\n"
@@ -90,9 +92,10 @@ TEST(Multipart, FieldsAndAFileUnderEveryChunking) {
 TEST(Multipart, EmptyPartsPreambleAndBinaryContent) {
   std::string binary;
   for (int i = 0; i < 3000; ++i) binary += static_cast<char>(i * 131 % 256);
-  const std::string body = "preamble to skip\r\n--b\r\nContent-Disposition: form-data; name=\"empty\"\r\n\r\n"
-                           "\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"\"\r\n\r\n" +
-                           binary + "\r\n--b--";
+  const std::string body =
+      "preamble to skip\r\n--b\r\nContent-Disposition: form-data; name=\"empty\"\r\n\r\n"
+      "\r\n--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"\"\r\n\r\n" +
+      binary + "\r\n--b--";
   for (size_t chunk : kChunkings) {
     auto p = parse(body, "b", chunk);
     ASSERT_EQ(p.info.size(), 2u) << chunk;
@@ -104,8 +107,9 @@ TEST(Multipart, EmptyPartsPreambleAndBinaryContent) {
 }
 
 TEST(Multipart, SkippingAPartWithoutReadingIt) {
-  const std::string body = "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nlots of data\r\n"
-                           "--b\r\nContent-Disposition: form-data; name=\"c\"\r\n\r\nv\r\n--b--\r\n";
+  const std::string body =
+      "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nlots of data\r\n"
+      "--b\r\nContent-Disposition: form-data; name=\"c\"\r\n\r\nv\r\n--b--\r\n";
   Chunked src(body, 3);
   MultipartReader r(src, "b");
   PartInfo info;
@@ -127,7 +131,8 @@ TEST(Multipart, MalformedBodiesAreErrors) {
       {"no closing delimiter", "--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nabc"},
       {"ends in headers", "--b\r\nContent-Disposition: form-data; name=\"f\""},
       {"ends after boundary", "--b"},
-      {"junk after boundary", "--b junk\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nx\r\n--b--"},
+      {"junk after boundary",
+       "--b junk\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nx\r\n--b--"},
       {"no content-disposition", "--b\r\nContent-Type: text/plain\r\n\r\nx\r\n--b--"},
       {"no headers", "--b\r\n\r\nx\r\n--b--"},
       {"not form-data", "--b\r\nContent-Disposition: attachment; name=\"f\"\r\n\r\nx\r\n--b--"},
@@ -135,21 +140,27 @@ TEST(Multipart, MalformedBodiesAreErrors) {
       {"unterminated quote", "--b\r\nContent-Disposition: form-data; name=\"f\r\n\r\nx\r\n--b--"},
       {"header without colon", "--b\r\nContent-Disposition form-data\r\n\r\nx\r\n--b--"},
       {"huge headers", "--b\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\nx\r\n--b--"},
-      {"huge preamble", std::string(100000, 'p') + "\r\n--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nx\r\n--b--"},
+      {"huge preamble",
+       std::string(100000, 'p') +
+           "\r\n--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nx\r\n--b--"},
   };
   for (const auto& c : cases) {
     for (size_t chunk : {size_t{1}, size_t{4096}}) {
-      EXPECT_THROW(parse(c.body, "b", chunk), MultipartError) << c.description << " (chunk " << chunk << ")";
+      EXPECT_THROW(parse(c.body, "b", chunk), MultipartError)
+          << c.description << " (chunk " << chunk << ")";
     }
   }
 }
 
 TEST(Multipart, TooManyPartsAndTooLargeFields) {
   std::string body;
-  for (int i = 0; i < 100; ++i) body += "--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nx\r\n";
+  for (int i = 0; i < 100; ++i)
+    body += "--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nx\r\n";
   body += "--b--";
   EXPECT_THROW(parse(body, "b", 4096), MultipartError);
-  Chunked src("--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n" + std::string(5000, 'x') + "\r\n--b--", 100);
+  Chunked src("--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n" + std::string(5000, 'x') +
+                  "\r\n--b--",
+              100);
   MultipartReader r(src, "b");
   PartInfo info;
   ASSERT_TRUE(r.next(info));
@@ -159,11 +170,14 @@ TEST(Multipart, TooManyPartsAndTooLargeFields) {
 TEST(Multipart, RandomBodiesNeverCrash) {
   // A cheap fuzz: random bytes around real structure must parse or throw MultipartError.
   std::mt19937 rng(7);
-  const std::string pieces[] = {"--b", "\r\n", "Content-Disposition: form-data; name=\"f\"", "\r\n\r\n", "x", "--", "\"", ";", "=", "--b--"};
+  const std::string pieces[] = {
+      "--b", "\r\n", "Content-Disposition: form-data; name=\"f\"", "\r\n\r\n", "x", "--", "\"", ";",
+      "=",   "--b--"};
   for (int i = 0; i < 3000; ++i) {
     std::string body;
     int n = std::uniform_int_distribution<int>(0, 20)(rng);
-    for (int j = 0; j < n; ++j) body += pieces[std::uniform_int_distribution<size_t>(0, std::size(pieces) - 1)(rng)];
+    for (int j = 0; j < n; ++j)
+      body += pieces[std::uniform_int_distribution<size_t>(0, std::size(pieces) - 1)(rng)];
     try {
       parse(body, "b", std::uniform_int_distribution<size_t>(1, 8)(rng));
     } catch (const MultipartError&) {

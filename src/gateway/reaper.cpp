@@ -24,11 +24,13 @@ ReapStats Reaper::pass() {
       if (outcome == "requeued") {
         ++stats.requeued;
         metrics().reaped.add(1);
-        log::warn("job reaped: its relay stopped without finishing; requeued", {{"job_id", id}, {"model", model}});
+        log::warn("job reaped: its relay stopped without finishing; requeued",
+                  {{"job_id", id}, {"model", model}});
       } else if (outcome == "deadlettered") {
         ++stats.deadlettered;
         metrics().deadlettered.add(1);
-        log::error("job dead-lettered after repeated relay crashes", {{"job_id", id}, {"model", model}});
+        log::error("job dead-lettered after repeated relay crashes",
+                   {{"job_id", id}, {"model", model}});
       }
     }
   }

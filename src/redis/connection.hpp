@@ -50,7 +50,6 @@ struct Endpoint {
 // Throws std::invalid_argument with a message fit for a config error.
 Endpoint parse_url(std::string_view url);
 
-
 class Connection {
  public:
   // Connects, authenticates and selects the database; throws IoError or ReplyError.

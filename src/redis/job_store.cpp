@@ -122,27 +122,41 @@ bool JobStore::give_back(const std::string& model, const std::string& id,
   return as_integer(r.get()) == 1;
 }
 
-std::string JobStore::reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
-                           long long max_attempts) {
-  auto r = conn_.eval(lua::reap,
-                      {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id), keys_.pending(model),
-                       keys_.deadletter(model), keys_.suspects(model), keys_.events(model)},
-                      {id, std::to_string(grace.count()), std::to_string(max_attempts), format_rfc3339(wall_now()),
-                       keys_.completed_channel(model), std::to_string(kEventsMaxLen)});
+std::string JobStore::cancel(const std::string& model, const std::string& id) {
+  std::string now = format_rfc3339(wall_now());
+  std::string payload = R"({"job_id":")" + id + R"(","status":"cancelled","model":")" + model +
+                        R"(","finished_at":")" + now + "\"}";
+  auto r =
+      conn_.eval(lua::cancel, {keys_.job(model, id), keys_.pending(model), keys_.events(model)},
+                 {id, now, keys_.completed_channel(model), keys_.cancel_channel(model),
+                  std::to_string(kEventsMaxLen), payload});
+  return as_string(r.get());
+}
+
+std::string JobStore::reap(const std::string& model, const std::string& id,
+                           std::chrono::milliseconds grace, long long max_attempts) {
+  auto r = conn_.eval(
+      lua::reap,
+      {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id), keys_.pending(model),
+       keys_.deadletter(model), keys_.suspects(model), keys_.events(model)},
+      {id, std::to_string(grace.count()), std::to_string(max_attempts), format_rfc3339(wall_now()),
+       keys_.completed_channel(model), std::to_string(kEventsMaxLen)});
   return as_string(r.get());
 }
 
 std::vector<std::string> JobStore::list(const std::string& key) {
   auto r = conn_.command({"LRANGE", key, "0", "-1"});
   std::vector<std::string> out;
-  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) out.push_back(as_string(r->element[i]));
+  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i)
+    out.push_back(as_string(r->element[i]));
   return out;
 }
 
 std::vector<std::string> JobStore::hash_keys(const std::string& key) {
   auto r = conn_.command({"HKEYS", key});
   std::vector<std::string> out;
-  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) out.push_back(as_string(r->element[i]));
+  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i)
+    out.push_back(as_string(r->element[i]));
   return out;
 }
 

@@ -58,6 +58,9 @@ class JobStore {
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
 
+  // Cancel (gateway): "cancelled", "requested", "terminal" or "missing"; see lua/cancel.lua.
+  std::string cancel(const std::string& model, const std::string& id);
+
   // Reaper (gateway): one id of the processing list; see lua/reap.lua for the outcomes.
   std::string reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
                    long long max_attempts);

@@ -1,0 +1,654 @@
+#include "gateway/api.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <openssl/sha.h>
+
+#include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+#include <charconv>
+
+#include "common/errors.hpp"
+#include "common/hex.hpp"
+#include "common/log.hpp"
+#include "common/time.hpp"
+#include "gateway/metrics.hpp"
+#include "gateway/multipart.hpp"
+#include "gateway/openapi.hpp"
+#include "redis/job_store.hpp"
+
+namespace relay::gateway {
+namespace {
+
+namespace json = boost::json;
+
+// One Redis connection per blocking-pool thread.
+redis::LazyConnection& thread_redis(const redis::Endpoint& ep) {
+  thread_local std::optional<redis::LazyConnection> conn;
+  if (!conn) conn.emplace(ep);
+  return *conn;
+}
+
+std::string sha256_hex(std::string_view s) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
+  return to_hex(d, sizeof d);
+}
+
+// Thrown by the upload path when the body outgrows its limit.
+struct TooLarge {};
+
+// Counts the bytes of an upload and stops it at the limit.
+class LimitedSource final : public ByteSource {
+ public:
+  LimitedSource(ByteSource& inner, std::uint64_t limit) : inner_(inner), limit_(limit) {}
+  size_t read(std::span<char> buf) override {
+    size_t n = inner_.read(buf);
+    count_ += n;
+    if (count_ > limit_) throw TooLarge{};
+    return n;
+  }
+  std::uint64_t count() const { return count_; }
+
+ private:
+  ByteSource& inner_;
+  std::uint64_t limit_, count_ = 0;
+};
+
+// Drains what is left of a request body so that the connection can be reused.
+void drain(ByteSource* body) {
+  if (!body) return;
+  char sink[16384];
+  while (body->read(std::span<char>(sink, sizeof sink)) > 0) {
+  }
+}
+
+struct Submission {
+  std::string operation, callback_url, params, filename, content_type;
+};
+
+}  // namespace
+
+struct Api::Context {
+  redis::LazyConnection& conn;
+  std::string tenant;
+};
+
+Response error_response(unsigned status, const std::string& code, const std::string& message) {
+  Response r;
+  r.status = status;
+  r.body =
+      json::serialize(json::object{{"error", json::object{{"code", code}, {"message", message}}}});
+  return r;
+}
+
+std::string job_json(const JobRecord& r) {
+  auto or_null = [](const std::string& s) -> json::value {
+    if (s.empty()) return nullptr;
+    return json::value(s);
+  };
+  json::object o;
+  o["id"] = r.id;
+  o["service_type"] = r.service_type;
+  o["model"] = r.model;
+  o["operation"] = or_null(r.operation);
+  o["status"] = r.status;
+  o["created_at"] = or_null(r.created_at);
+  o["started_at"] = or_null(r.started_at);
+  o["finished_at"] = or_null(r.finished_at);
+  std::int64_t attempts = 0;
+  std::from_chars(r.attempts.data(), r.attempts.data() + r.attempts.size(), attempts);
+  o["attempts"] = attempts;
+  if (r.error_code.empty())
+    o["error"] = nullptr;
+  else
+    o["error"] = json::object{{"code", r.error_code}, {"message", r.error_message}};
+  o["result_url"] = r.status == "completed"
+                        ? json::value("/jobs/" + r.service_type + "/" + r.id + "/result")
+                        : nullptr;
+  std::int64_t size = 0;
+  std::from_chars(r.input_size.data(), r.input_size.data() + r.input_size.size(), size);
+  o["input"] = json::object{{"filename", or_null(r.input_filename)},
+                            {"content_type", or_null(r.input_content_type)},
+                            {"size", size}};
+  o["priority"] = r.priority == "1";
+  o["cancel_requested"] = r.cancel_requested == "1";
+  o["callback_url"] = or_null(r.callback_url);
+  // The relay wrote timings as JSON with fixed decimals; passed through as written (re-encoding
+  // would turn 12.5 into 1.25E1).
+  std::string timings = "{}";
+  if (!r.timings.empty()) {
+    boost::system::error_code ec;
+    auto v = json::parse(r.timings, ec);
+    if (!ec && v.is_object()) timings = r.timings;
+  }
+  std::string out = json::serialize(o);
+  out.insert(out.size() - 1, ",\"timings\":" + timings);
+  return out;
+}
+
+bool is_public_address(const std::string& ip) {
+  unsigned char a[16];
+  if (::inet_pton(AF_INET, ip.c_str(), a) == 1) {
+    std::uint32_t v = (std::uint32_t(a[0]) << 24) | (std::uint32_t(a[1]) << 16) |
+                      (std::uint32_t(a[2]) << 8) | a[3];
+    struct Net {
+      std::uint32_t base;
+      int bits;
+    } blocked[] = {{0x00000000, 8},  {0x0A000000, 8},  {0x64400000, 10}, {0x7F000000, 8},
+                   {0xA9FE0000, 16}, {0xAC100000, 12}, {0xC0000000, 24}, {0xC0000200, 24},
+                   {0xC0A80000, 16}, {0xC6120000, 15}, {0xC6336400, 24}, {0xCB007100, 24},
+                   {0xE0000000, 4},  {0xF0000000, 4}};
+    for (const auto& n : blocked)
+      if ((v >> (32 - n.bits)) == (n.base >> (32 - n.bits))) return false;
+    return true;
+  }
+  if (::inet_pton(AF_INET6, ip.c_str(), a) == 1) {
+    static const unsigned char zero[16] = {};
+    if (std::equal(a, a + 15, zero) && (a[15] == 0 || a[15] == 1)) return false;  // :: and ::1
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::equal(a, a + 12, mapped)) {
+      char v4[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, a + 12, v4, sizeof v4);
+      return is_public_address(v4);
+    }
+    if ((a[0] & 0xfe) == 0xfc) return false;                  // fc00::/7 unique local
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return false;  // fe80::/10 link-local
+    if (a[0] == 0xff) return false;                           // multicast
+    return true;
+  }
+  return false;
+}
+
+std::optional<std::string> check_callback_url(const std::string& url, bool allow_private) {
+  auto u = boost::urls::parse_absolute_uri(url);
+  if (!u || (u->scheme() != "http" && u->scheme() != "https") || u->host().empty() ||
+      u->has_userinfo())
+    return "callback_url must be an absolute http:// or https:// URL without credentials";
+  if (allow_private) return std::nullopt;
+  std::string host = u->host();
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    return "callback_url host '" + host + "' does not resolve";
+  std::optional<std::string> problem;
+  for (addrinfo* p = res; p; p = p->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = {};
+    if (p->ai_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr, ip, sizeof ip);
+    else if (p->ai_family == AF_INET6)
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr, ip, sizeof ip);
+    if (!is_public_address(ip)) {
+      problem = "callback_url resolves to a private, loopback or link-local address (" +
+                std::string(ip) + "); set webhooks.allow_private to allow it";
+      break;
+    }
+  }
+  ::freeaddrinfo(res);
+  return problem;
+}
+
+Api::Api(const Config& config, storage::Storage& storage)
+    : cfg_(config), storage_(storage), keys_(config.redis.keys()) {}
+
+std::optional<std::string> Api::tenant_of(const Request& req) const {
+  if (!cfg_.auth_enabled) return std::string("default");
+  std::string key = req.header("x-api-key");
+  if (key.empty()) {
+    std::string auth = req.header("authorization");
+    if (auth.size() > 7 &&
+        (auth.compare(0, 7, "Bearer ") == 0 || auth.compare(0, 7, "bearer ") == 0))
+      key = auth.substr(7);
+  }
+  if (key.empty()) return std::nullopt;
+  // Keys are stored as SHA-256 digests; what is compared is a digest, so the lookup's timing
+  // reveals nothing about the key itself.
+  auto it = cfg_.api_keys.find(sha256_hex(key));
+  if (it == cfg_.api_keys.end()) return std::nullopt;
+  return it->second;
+}
+
+Response Api::handle(const Request& req, bool deadline_passed) {
+  auto& conn = thread_redis(cfg_.redis.endpoint());
+  Context ctx{conn, {}};
+  try {
+    return route(req, ctx, deadline_passed);
+  } catch (const redis::IoError& e) {
+    conn.reset();
+    log::warn("redis unavailable", {{"error", e.what()}});
+    auto r = error_response(503, "redis_unavailable", "the job store is unavailable; retry later");
+    r.headers.emplace_back("Retry-After", "1");
+    r.close = req.body != nullptr;
+    return r;
+  }
+}
+
+Response Api::route(const Request& req, Context& ctx, bool deadline_passed) {
+  auto target = boost::urls::parse_origin_form(req.target);
+  if (!target) return error_response(400, "bad_request", "malformed request target");
+  std::vector<std::string> seg;
+  for (auto s : target->segments()) seg.push_back(std::string(s));
+  const std::string& m = req.method;
+  auto with_route = [](Response r, const char* route) {
+    r.route = route;
+    return r;
+  };
+
+  if (seg.size() == 1 && m == "GET") {
+    if (seg[0] == "healthz") {
+      Response r;
+      r.body = R"({"status":"ok"})";
+      return with_route(std::move(r), "GET /healthz");
+    }
+    if (seg[0] == "readyz") return with_route(ready(), "GET /readyz");
+    if (seg[0] == "metrics") return with_route(metrics_text(), "GET /metrics");
+    if (seg[0] == "openapi.json") {
+      Response r;
+      r.body = openapi_json();
+      return with_route(std::move(r), "GET /openapi.json");
+    }
+  }
+  if (seg.empty() || seg[0] != "jobs" || seg.size() < 2 || seg.size() > 4)
+    return error_response(404, "not_found", "no such route");
+
+  // Everything under /jobs needs a tenant.
+  auto tenant = tenant_of(req);
+  if (!tenant) {
+    auto r = error_response(401, "unauthorized",
+                            "a valid API key is required (Authorization: Bearer <key>)");
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    r.close = req.body != nullptr;
+    return r;
+  }
+  ctx.tenant = *tenant;
+  const std::string& svc = seg[1];
+  if (!cfg_.service_types.count(svc)) {
+    auto r = error_response(404, "unknown_service_type", "no service type '" + svc + "'");
+    r.close = req.body != nullptr;
+    return r;
+  }
+  if (seg.size() == 2) {
+    if (m == "POST") return with_route(submit(req, ctx, svc), "POST /jobs/{service_type}");
+    return error_response(405, "method_not_allowed", "use POST to submit a job");
+  }
+  const std::string& id = seg[2];
+  if (!is_valid_job_id(id))
+    return error_response(400, "invalid_id", "job ids are UUIDs (v4, lowercase)");
+  drain(req.body);  // no other route takes a body
+  if (seg.size() == 3) {
+    if (m == "GET")
+      return with_route(get_job(req, ctx, svc, id, deadline_passed),
+                        "GET /jobs/{service_type}/{id}");
+    if (m == "DELETE") return with_route(cancel(ctx, svc, id), "DELETE /jobs/{service_type}/{id}");
+    return error_response(405, "method_not_allowed", "use GET or DELETE");
+  }
+  if (seg[3] == "result" && m == "GET")
+    return with_route(get_result(ctx, svc, id), "GET /jobs/{service_type}/{id}/result");
+  return error_response(404, "not_found", "no such route");
+}
+
+Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
+  const ServiceType& st = cfg_.service_types.at(svc);
+  const std::uint64_t limit = static_cast<std::uint64_t>(
+      st.max_input_size > 0 ? std::min(st.max_input_size, cfg_.max_body_size) : cfg_.max_body_size);
+  auto refuse = [&](unsigned status, const std::string& code, const std::string& message) {
+    auto r = error_response(status, code, message);
+    r.close = true;  // the body was not read: the connection cannot be reused
+    return r;
+  };
+  if (!req.body) return refuse(400, "missing_input", "the request has no body");
+  if (req.content_length && *req.content_length > limit)
+    return refuse(413, "too_large", "the input is larger than " + std::to_string(limit) + " bytes");
+
+  redis::JobStore store(ctx.conn.get(), keys_);
+  const std::string content_type = req.header("content-type");
+  const bool multipart =
+      content_type.size() >= 10 && (content_type.compare(0, 10, "multipart/") == 0 ||
+                                    content_type.compare(0, 10, "Multipart/") == 0);
+  std::optional<std::string> boundary;
+  if (multipart) {
+    boundary = multipart_boundary(content_type);
+    if (!boundary)
+      return refuse(415, "unsupported_media_type",
+                    "multipart bodies must be multipart/form-data with a boundary");
+  }
+
+  // Options: query parameters for a raw body, form fields for multipart (checked after the upload).
+  Submission sub;
+  auto target = boost::urls::parse_origin_form(req.target);
+  for (auto p : target->params()) {
+    std::string k(p.key), v(p.value);
+    if (k == "operation")
+      sub.operation = v;
+    else if (k == "callback_url")
+      sub.callback_url = v;
+    else if (k == "params")
+      sub.params = v;
+    else if (k == "filename")
+      sub.filename = v;
+  }
+  auto validate = [&]() -> std::optional<Response> {
+    if (!sub.operation.empty() && !st.operations.empty() &&
+        std::find(st.operations.begin(), st.operations.end(), sub.operation) == st.operations.end())
+      return error_response(400, "invalid_operation",
+                            "operation '" + sub.operation + "' is not offered by '" + svc + "'");
+    if (sub.operation.size() > 128)
+      return error_response(400, "invalid_operation", "operation is too long");
+    if (!sub.params.empty()) {
+      boost::system::error_code ec;
+      auto v = json::parse(sub.params, ec);
+      if (ec || !v.is_object())
+        return error_response(400, "invalid_params", "params must be a JSON object");
+    }
+    if (!sub.callback_url.empty()) {
+      if (sub.callback_url.size() > 2048)
+        return error_response(400, "invalid_callback_url", "callback_url is too long");
+      if (auto why = check_callback_url(sub.callback_url, cfg_.webhook_allow_private))
+        return error_response(400, "invalid_callback_url", *why);
+    }
+    return std::nullopt;
+  };
+  if (!multipart) {
+    if (auto bad = validate()) {
+      bad->close = true;
+      return std::move(*bad);
+    }
+  }
+
+  // Idempotency-Key: reserve it for a new id before storing anything; a retry finds the first job.
+  const std::string job_id = new_job_id();
+  std::string idem_key;
+  if (std::string k = req.header("idempotency-key"); !k.empty()) {
+    if (k.size() > 256)
+      return refuse(400, "invalid_idempotency_key",
+                    "Idempotency-Key is longer than 256 characters");
+    idem_key = keys_.idempotency(ctx.tenant, sha256_hex(k));
+    auto set = ctx.conn.get().command(
+        {"SET", idem_key, job_id, "NX", "PX", std::to_string(cfg_.job_retention.count())});
+    if (redis::is_nil(set.get())) {
+      auto existing = redis::as_optional_string(ctx.conn.get().command({"GET", idem_key}).get());
+      drain(req.body);
+      if (existing) {
+        if (auto rec = store.get(st.model, *existing); rec && rec->tenant == ctx.tenant) {
+          Response r;
+          r.status = 202;
+          r.body = job_json(*rec);
+          r.headers.emplace_back("Location", "/jobs/" + rec->service_type + "/" + rec->id);
+          r.headers.emplace_back("Idempotent-Replayed", "true");
+          return r;
+        }
+      }
+      return error_response(409, "idempotency_in_progress",
+                            "a request with this Idempotency-Key is still being processed");
+    }
+  }
+  auto release_idem = [&] {
+    if (!idem_key.empty()) {
+      try {
+        ctx.conn.get().command({"DEL", idem_key});
+      } catch (...) {
+      }
+    }
+  };
+
+  const std::string input_key = input_object_key(svc, job_id);
+  std::uint64_t size = 0;
+  bool stored = false;
+  auto forget_input = [&] {
+    if (!stored) return;
+    try {
+      storage_.remove(input_key);
+    } catch (const std::exception& e) {
+      log::warn("cannot delete the input of a refused submission",
+                {{"key", input_key}, {"error", e.what()}});
+    }
+  };
+  try {
+    if (multipart) {
+      MultipartReader reader(*req.body, *boundary);
+      PartInfo part;
+      bool have_file = false;
+      while (reader.next(part)) {
+        if (part.name == "file") {
+          if (have_file) throw MultipartError("more than one file part");
+          PartSource source(reader);
+          LimitedSource limited(source, limit);
+          storage_.put(input_key, limited, {});
+          stored = true;
+          have_file = true;
+          size = limited.count();
+          sub.filename = part.filename;
+          sub.content_type = part.content_type;
+        } else if (part.name == "operation")
+          sub.operation = reader.read_all(256);
+        else if (part.name == "callback_url")
+          sub.callback_url = reader.read_all(4096);
+        else if (part.name == "params")
+          sub.params = reader.read_all(64 * 1024);
+        else
+          reader.read_all(64 * 1024);  // unknown fields are ignored
+      }
+      drain(req.body);  // the epilogue
+      if (!have_file) {
+        release_idem();
+        return error_response(400, "missing_input", "the multipart body has no 'file' part");
+      }
+      if (auto bad = validate()) {
+        forget_input();
+        release_idem();
+        return std::move(*bad);
+      }
+    } else {
+      LimitedSource limited(*req.body, limit);
+      storage_.put(input_key, limited, {});
+      stored = true;
+      size = limited.count();
+      sub.content_type = content_type;
+    }
+  } catch (const TooLarge&) {
+    forget_input();
+    release_idem();
+    return refuse(413, "too_large", "the input is larger than " + std::to_string(limit) + " bytes");
+  } catch (const MultipartError& e) {
+    forget_input();
+    release_idem();
+    return refuse(400, "malformed_multipart", e.what());
+  } catch (const storage::StorageError& e) {
+    forget_input();
+    release_idem();
+    log::error("cannot store an input", {{"job_id", job_id}, {"error", e.what()}});
+    auto r =
+        error_response(503, "storage_unavailable", "the input could not be stored; retry later");
+    r.close = true;
+    return r;
+  } catch (const std::exception&) {
+    // The client went away or the body was malformed at the HTTP level: nothing is kept.
+    forget_input();
+    release_idem();
+    throw;
+  }
+
+  JobRecord r;
+  r.id = job_id;
+  r.service_type = svc;
+  r.model = st.model;
+  r.operation = sub.operation;
+  r.status = "pending";
+  r.tenant = ctx.tenant;
+  r.input_key = input_key;
+  r.input_filename = sub.filename.empty() ? "input" : sub.filename.substr(0, 255);
+  r.input_content_type =
+      sub.content_type.empty() ? "application/octet-stream" : sub.content_type.substr(0, 255);
+  r.input_size = std::to_string(size);
+  r.params = sub.params;
+  r.callback_url = sub.callback_url;
+  const bool priority = !cfg_.priority_header.empty() && !req.header(cfg_.priority_header).empty();
+  r.priority = priority ? "1" : "";
+  r.attempts = "0";
+  r.created_at = format_rfc3339(wall_now());
+  try {
+    if (!store.submit(r, priority)) throw std::runtime_error("job id collision");
+  } catch (...) {
+    forget_input();
+    release_idem();
+    throw;
+  }
+  metrics().jobs_submitted.add({svc});
+  log::info("job submitted", {{"job_id", job_id},
+                              {"service_type", svc},
+                              {"model", st.model},
+                              {"size", size},
+                              {"priority", priority},
+                              {"tenant", ctx.tenant}});
+  Response resp;
+  resp.status = 202;
+  resp.body = job_json(r);
+  resp.headers.emplace_back("Location", "/jobs/" + svc + "/" + job_id);
+  return resp;
+}
+
+Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
+                      const std::string& id, bool deadline_passed) {
+  std::chrono::milliseconds wait{0};
+  auto target = boost::urls::parse_origin_form(req.target);
+  if (auto it = target->params().find("wait"); it != target->params().end()) {
+    std::string v((*it).value);
+    auto d = parse_duration(v);
+    if (!d || *d > cfg_.max_wait)
+      return error_response(400, "invalid_wait",
+                            "wait is a number of seconds up to " + format_duration(cfg_.max_wait));
+    wait = *d;
+  }
+  redis::JobStore store(ctx.conn.get(), keys_);
+  auto rec = store.get(cfg_.service_types.at(svc).model, id);
+  if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
+    return error_response(404, "job_not_found", "no job " + id);
+  Response r;
+  r.body = job_json(*rec);
+  auto st = rec->parsed_status();
+  if (wait.count() > 0 && !deadline_passed && st && !is_terminal(*st)) {
+    r.wait_job = id;
+    r.wait_until = std::chrono::steady_clock::now() + wait;
+  }
+  return r;
+}
+
+Response Api::get_result(Context& ctx, const std::string& svc, const std::string& id) {
+  redis::JobStore store(ctx.conn.get(), keys_);
+  auto rec = store.get(cfg_.service_types.at(svc).model, id);
+  if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
+    return error_response(404, "job_not_found", "no job " + id);
+  if (rec->status != "completed" || rec->result_key.empty())
+    return error_response(409, "no_result",
+                          "the job is " + rec->status + "; results exist for completed jobs");
+  Response r;
+  try {
+    r.stream = storage_.open(rec->result_key, {});
+  } catch (const storage::StorageError& e) {
+    if (e.kind() == storage::ErrorKind::not_found)
+      return error_response(404, "result_not_found", "the result is no longer stored");
+    log::error("cannot read a result", {{"job_id", id}, {"error", e.what()}});
+    return error_response(503, "storage_unavailable", "the result could not be read; retry later");
+  }
+  return r;
+}
+
+Response Api::cancel(Context& ctx, const std::string& svc, const std::string& id) {
+  const std::string& model = cfg_.service_types.at(svc).model;
+  redis::JobStore store(ctx.conn.get(), keys_);
+  auto rec = store.get(model, id);
+  if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
+    return error_response(404, "job_not_found", "no job " + id);
+  std::string outcome = store.cancel(model, id);
+  if (outcome == "missing") return error_response(404, "job_not_found", "no job " + id);
+  if (outcome == "terminal")
+    return error_response(409, "job_finished", "the job is already " + rec->status);
+  rec = store.get(model, id);
+  Response r;
+  r.status = outcome == "cancelled" ? 200 : 202;  // 202: the relay is stopping it
+  r.body = rec ? job_json(*rec) : "{}";
+  log::info(outcome == "cancelled" ? "job cancelled" : "job cancellation requested",
+            {{"job_id", id}});
+  return r;
+}
+
+Response Api::ready() {
+  json::object checks;
+  bool ok = true;
+  try {
+    thread_redis(cfg_.redis.endpoint()).get().command({"PING"});
+    checks["redis"] = "ok";
+  } catch (const std::exception& e) {
+    thread_redis(cfg_.redis.endpoint()).reset();
+    checks["redis"] = e.what();
+    ok = false;
+  }
+  try {
+    storage_.check();
+    checks["storage"] = "ok";
+  } catch (const std::exception& e) {
+    checks["storage"] = e.what();
+    ok = false;
+  }
+  Response r;
+  r.status = ok ? 200 : 503;
+  r.body =
+      json::serialize(json::object{{"status", ok ? "ready" : "not ready"}, {"checks", checks}});
+  return r;
+}
+
+Response Api::metrics_text() {
+  auto& m = metrics();
+  PrometheusWriter w;
+  w.counter("relay_http_requests_total", "HTTP requests by route and status.", {"route", "status"},
+            m.requests.snapshot());
+  w.histogram("relay_http_request_duration_seconds", "HTTP request latency by route.", {"route"},
+              m.request_seconds);
+  w.counter("relay_jobs_submitted_total", "Jobs submitted, by service type.", {"service_type"},
+            m.jobs_submitted.snapshot());
+  w.counter("relay_jobs_finished_total", "Jobs that reached a terminal state, by model and status.",
+            {"model", "status"}, m.jobs_finished.snapshot());
+  w.counter("relay_jobs_reaped_total", "Jobs requeued by the reaper after their relay died.",
+            m.reaped.value());
+  w.counter("relay_jobs_deadlettered_total", "Jobs dead-lettered after repeated relay crashes.",
+            m.deadlettered.value());
+  w.counter("relay_webhook_attempts_total", "Webhook delivery attempts by outcome.", {"outcome"},
+            m.webhook_attempts.snapshot());
+  // Queue gauges, read now.
+  std::map<std::vector<std::string>, double> depth, oldest;
+  try {
+    auto& conn = thread_redis(cfg_.redis.endpoint()).get();
+    redis::JobStore store(conn, keys_);
+    for (const auto& model : cfg_.models()) {
+      depth[{model, "pending"}] = static_cast<double>(
+          redis::as_integer(conn.command({"LLEN", keys_.pending(model)}).get()));
+      depth[{model, "processing"}] = static_cast<double>(
+          redis::as_integer(conn.command({"LLEN", keys_.processing(model)}).get()));
+      depth[{model, "deadletter"}] = static_cast<double>(
+          redis::as_integer(conn.command({"LLEN", keys_.deadletter(model)}).get()));
+      double age = 0;
+      // The oldest waiting job is at the right end (priority jobs jump in at the left).
+      if (auto id = redis::as_optional_string(
+              conn.command({"LINDEX", keys_.pending(model), "-1"}).get())) {
+        if (auto rec = store.get(model, *id))
+          if (auto created = parse_rfc3339(rec->created_at))
+            age = std::chrono::duration<double>(wall_now() - *created).count();
+      }
+      oldest[{model}] = age;
+    }
+  } catch (const redis::IoError&) {
+    thread_redis(cfg_.redis.endpoint()).reset();
+  }
+  w.gauge("relay_queue_depth", "Jobs per model and queue (pending, processing, deadletter).",
+          {"model", "queue"}, depth);
+  w.gauge("relay_queue_oldest_age_seconds", "Age of the oldest pending job per model.", {"model"},
+          oldest);
+  Response r;
+  r.content_type = "text/plain; version=0.0.4";
+  r.body = w.text();
+  return r;
+}
+
+}  // namespace relay::gateway

@@ -1,0 +1,55 @@
+#pragma once
+// The gateway's completion consumer (seed, "Gateway subscriber"; SPEC §4.5): reads the durable
+// jobs:<model>:events streams through a consumer group, so that each terminal transition is
+// handled by one replica — job:<id>:done published for long-polls, the webhook scheduled,
+// metrics counted — and acknowledged after. Entries left pending by a dead replica are claimed
+// (XAUTOCLAIM) after events.claim_idle. Handling is idempotent (a webhook is scheduled at most
+// once per transition), so a claimed entry that had in fact been handled costs nothing.
+
+#include <chrono>
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "redis/connection.hpp"
+#include "redis/keys.hpp"
+
+namespace relay::gateway {
+
+inline constexpr const char* kEventsGroup = "relay-gateway";
+
+struct CompletionEvent {
+  std::string model, job_id, status;
+};
+
+struct CompletionConsumerParams {
+  redis::Endpoint endpoint;
+  redis::Keys keys;
+  std::vector<std::string> models;
+  std::string consumer;
+  std::chrono::milliseconds claim_idle;
+  // Handles one event with the given connection; throws to leave it unacknowledged.
+  std::function<void(redis::Connection&, const CompletionEvent&)> handle;
+};
+
+class CompletionConsumer {
+ public:
+  explicit CompletionConsumer(CompletionConsumerParams p) : p_(std::move(p)), conn_(p_.endpoint) {}
+  // One round now: claim stale entries, then read new ones (blocking up to block). Returns the
+  // number handled. Throws redis::IoError.
+  int pass(std::chrono::milliseconds block);
+  void run(std::stop_token stop);
+
+ private:
+  void ensure_groups(redis::Connection& c);
+  int handle_entries(redis::Connection& c, const std::string& model, const std::string& stream,
+                     const redisReply* entries);
+
+  CompletionConsumerParams p_;
+  redis::LazyConnection conn_;
+  bool groups_ready_ = false;
+  std::chrono::steady_clock::time_point last_claim_{};
+};
+
+}  // namespace relay::gateway

@@ -1,0 +1,110 @@
+// relay-gateway — the HTTP API, the completion consumer, the reaper. Exit codes: 0 after a
+// signal-initiated shutdown; 1 when it cannot listen; 2 for a bad config or command line.
+
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <thread>
+
+#include "common/log.hpp"
+#include "gateway/api.hpp"
+#include "gateway/completion_consumer.hpp"
+#include "gateway/config.hpp"
+#include "gateway/http_server.hpp"
+#include "gateway/metrics.hpp"
+#include "gateway/notifier.hpp"
+#include "gateway/reaper.hpp"
+
+using namespace relay;
+
+int main(int argc, char** argv) {
+  CLI::App app{"relay-gateway: the HTTP API, completion consumer and reaper of Relay"};
+  std::string config_path;
+  bool print_config = false;
+  app.add_option("-c,--config", config_path,
+                 "YAML config file (every key can be set by RELAY_* variables)");
+  app.add_flag("--print-config-reference", print_config,
+               "print the config keys as a Markdown table and exit");
+  CLI11_PARSE(app, argc, argv);
+  if (print_config) {
+    gateway::Config c;
+    std::cout << gateway::schema(c).reference_markdown();
+    return 0;
+  }
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGUSR1);  // used only to wake the signal thread at exit
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  gateway::Config cfg;
+  std::unique_ptr<storage::Storage> storage;
+  try {
+    cfg = gateway::load(config_path, config::process_env());
+    log::set_level(cfg.log.level);
+    log::set_format(cfg.log.format);
+    storage = storage::make_storage(cfg.storage);
+  } catch (const std::exception& e) {
+    log::error("invalid configuration", {{"error", e.what()}});
+    return 2;
+  }
+  log::set_component("gateway");
+  const auto endpoint = cfg.redis.endpoint();
+  const auto keys = cfg.redis.keys();
+  const auto models_set = cfg.models();
+  const std::vector<std::string> models(models_set.begin(), models_set.end());
+
+  gateway::Notifier notifier(endpoint, keys);
+  gateway::Reaper reaper(
+      {endpoint, keys, models, cfg.reap_interval, cfg.reap_grace, cfg.max_reap_attempts});
+  gateway::CompletionConsumer consumer(
+      {endpoint, keys, models, cfg.consumer, cfg.claim_idle,
+       [&](redis::Connection& c, const gateway::CompletionEvent& ev) {
+         // Long-polls first: they are waiting right now.
+         c.command({"PUBLISH", keys.job_done_channel(ev.job_id), ev.status});
+         gateway::metrics().jobs_finished.add({ev.model, ev.status});
+         log::info("job finished",
+                   {{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}});
+       }});
+  gateway::Api api(cfg, *storage);
+  gateway::HttpServer server(cfg, api, notifier);
+  try {
+    server.listen();
+  } catch (const std::exception& e) {
+    log::error("cannot start", {{"error", e.what()}});
+    return 1;
+  }
+
+  // Start order: the notifier before the server (long-polls need it), the background loops
+  // beside it. Stop order is the reverse, and matters: the server stops taking requests and
+  // drains first; then the loops, the notifier last because draining long-polls rely on it.
+  std::jthread notifier_thread([&](std::stop_token st) { notifier.run(st); });
+  std::jthread consumer_thread([&](std::stop_token st) { consumer.run(st); });
+  std::jthread reaper_thread([&](std::stop_token st) { reaper.run(st); });
+  std::thread signals([&server, set] {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) {
+      log::info("shutdown requested", {{"signal", sig}});
+      server.stop();
+    }
+  });
+  log::info("gateway listening", {{"listen", cfg.listen},
+                                  {"models", boost::json::array(models.begin(), models.end())},
+                                  {"auth", cfg.auth_enabled}});
+  server.run();
+
+  reaper_thread.request_stop();
+  reaper_thread.join();
+  consumer_thread.request_stop();
+  consumer_thread.join();
+  notifier_thread.request_stop();
+  notifier_thread.join();
+  pthread_kill(signals.native_handle(), SIGUSR1);
+  signals.join();
+  log::info("gateway stopped");
+  return 0;
+}

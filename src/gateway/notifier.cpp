@@ -1,0 +1,86 @@
+#include "gateway/notifier.hpp"
+
+#include <thread>
+
+#include "common/log.hpp"
+
+namespace relay::gateway {
+
+Notifier::Registration::~Registration() {
+  std::lock_guard lock(n_.mu_);
+  auto [b, e] = n_.waiters_.equal_range(id_);
+  for (auto it = b; it != e; ++it)
+    if (it->second.first == token_) {
+      n_.waiters_.erase(it);
+      break;
+    }
+}
+
+std::unique_ptr<Notifier::Registration> Notifier::watch(const std::string& job_id, Wake wake) {
+  std::lock_guard lock(mu_);
+  auto token = ++next_token_;
+  waiters_.emplace(job_id, std::make_pair(token, std::move(wake)));
+  return std::make_unique<Registration>(*this, job_id, token);
+}
+
+std::size_t Notifier::waiting() const {
+  std::lock_guard lock(mu_);
+  return waiters_.size();
+}
+
+void Notifier::wake_all() {
+  std::lock_guard lock(mu_);
+  for (auto& [id, w] : waiters_) w.second();
+}
+
+void Notifier::run(std::stop_token stop) {
+  std::stop_callback on_stop(stop, [this] {
+    std::lock_guard lock(mu_);
+    if (conn_) conn_->interrupt();
+  });
+  // Channel names are "<prefix>job:<id>:done".
+  const std::string head = keys_.job_done_channel("");
+  const std::string prefix = head.substr(0, head.size() - std::string(":done").size());
+  std::chrono::milliseconds backoff{100};
+  bool was_connected = false;
+  while (!stop.stop_requested()) {
+    try {
+      auto conn = redis::Connection::open(ep_);
+      conn.set_read_timeout(std::chrono::milliseconds(0));
+      conn.append({"PSUBSCRIBE", keys_.job_done_channel("*")});
+      conn.read_reply();
+      {
+        std::lock_guard lock(mu_);
+        conn_.emplace(std::move(conn));
+      }
+      if (stop.stop_requested()) break;
+      if (was_connected) wake_all();  // notices may have been missed while disconnected
+      was_connected = true;
+      backoff = std::chrono::milliseconds(100);
+      for (;;) {
+        auto msg = conn_->read_reply();
+        if (msg->type != REDIS_REPLY_ARRAY || msg->elements != 4)
+          continue;  // pmessage pattern channel payload
+        std::string channel = redis::as_string(msg->element[2]);
+        if (channel.size() <= prefix.size() + 5) continue;
+        std::string id = channel.substr(prefix.size(), channel.size() - prefix.size() - 5);
+        std::lock_guard lock(mu_);
+        auto [b, e] = waiters_.equal_range(id);
+        for (auto it = b; it != e; ++it) it->second.second();
+      }
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard lock(mu_);
+        conn_.reset();
+      }
+      if (stop.stop_requested()) break;
+      log::warn("job notice subscription lost; resubscribing",
+                {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
+      wake_all();
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+    }
+  }
+}
+
+}  // namespace relay::gateway

@@ -1,0 +1,85 @@
+#include "gateway/openapi.hpp"
+
+namespace relay::gateway {
+
+const std::string& openapi_json() {
+  static const std::string doc = R"json({
+  "openapi": "3.0.3",
+  "info": {"title": "Relay gateway", "version": "1", "description": "Asynchronous inference jobs: submit, poll or long-poll, fetch results, cancel."},
+  "components": {
+    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}, "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}},
+    "parameters": {
+      "serviceType": {"name": "service_type", "in": "path", "required": true, "schema": {"type": "string"}},
+      "id": {"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}
+    },
+    "schemas": {
+      "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+      "Job": {"type": "object", "required": ["id", "service_type", "model", "status", "created_at", "attempts", "input", "timings"],
+        "properties": {
+          "id": {"type": "string", "format": "uuid"}, "service_type": {"type": "string"}, "model": {"type": "string"},
+          "operation": {"type": "string", "nullable": true},
+          "status": {"type": "string", "enum": ["pending", "processing", "completed", "failed", "cancelled"]},
+          "created_at": {"type": "string", "format": "date-time"}, "started_at": {"type": "string", "format": "date-time", "nullable": true},
+          "finished_at": {"type": "string", "format": "date-time", "nullable": true}, "attempts": {"type": "integer"},
+          "error": {"type": "object", "nullable": true, "properties": {"code": {"type": "string"}, "message": {"type": "string"}}},
+          "result_url": {"type": "string", "nullable": true},
+          "input": {"type": "object", "properties": {"filename": {"type": "string", "nullable": true}, "content_type": {"type": "string", "nullable": true}, "size": {"type": "integer"}}},
+          "timings": {"type": "object", "additionalProperties": {"type": "number"}, "description": "milliseconds per stage: queue_wait, download, inference, upload, total"},
+          "priority": {"type": "boolean"}, "cancel_requested": {"type": "boolean"}, "callback_url": {"type": "string", "nullable": true}
+        }}
+    },
+    "responses": {
+      "Error": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Job": {"description": "the job", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}}
+    }
+  },
+  "security": [{"bearer": []}, {"apiKey": []}],
+  "paths": {
+    "/jobs/{service_type}": {
+      "parameters": [{"$ref": "#/components/parameters/serviceType"}],
+      "post": {"summary": "Submit a job", "operationId": "submitJob",
+        "parameters": [
+          {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": 256}},
+          {"name": "operation", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only"},
+          {"name": "callback_url", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only"},
+          {"name": "params", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only: a JSON object"},
+          {"name": "filename", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only"}],
+        "requestBody": {"required": true, "content": {
+          "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
+            "file": {"type": "string", "format": "binary"}, "operation": {"type": "string"},
+            "callback_url": {"type": "string"}, "params": {"type": "string", "description": "a JSON object"}}}},
+          "*/*": {"schema": {"type": "string", "format": "binary"}}}},
+        "responses": {"202": {"$ref": "#/components/responses/Job"}, "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
+          "409": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
+          "415": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}
+    },
+    "/jobs/{service_type}/{id}": {
+      "parameters": [{"$ref": "#/components/parameters/serviceType"}, {"$ref": "#/components/parameters/id"}],
+      "get": {"summary": "Get a job; with wait=SECONDS, long-poll until it ends", "operationId": "getJob",
+        "parameters": [{"name": "wait", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+        "responses": {"200": {"$ref": "#/components/responses/Job"}, "400": {"$ref": "#/components/responses/Error"},
+          "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}}},
+      "delete": {"summary": "Cancel a job", "operationId": "cancelJob",
+        "responses": {"200": {"$ref": "#/components/responses/Job"}, "202": {"$ref": "#/components/responses/Job"},
+          "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
+          "409": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}
+    },
+    "/jobs/{service_type}/{id}/result": {
+      "parameters": [{"$ref": "#/components/parameters/serviceType"}, {"$ref": "#/components/parameters/id"}],
+      "get": {"summary": "The stored result.json of a completed job", "operationId": "getResult",
+        "responses": {"200": {"description": "result.json", "content": {"application/json": {}}},
+          "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
+          "409": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}
+    },
+    "/healthz": {"get": {"summary": "Alive", "security": [], "responses": {"200": {"description": "alive"}}}},
+    "/readyz": {"get": {"summary": "Redis and storage reachable", "security": [], "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}}}},
+    "/metrics": {"get": {"summary": "Prometheus metrics", "security": [], "responses": {"200": {"description": "text format 0.0.4", "content": {"text/plain": {}}}}}},
+    "/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {"200": {"description": "OpenAPI 3"}}}}
+  }
+})json";
+  return doc;
+}
+
+}  // namespace relay::gateway

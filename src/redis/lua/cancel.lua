@@ -1,0 +1,21 @@
+-- Cancel (seed "Cancellation", SPEC §4.7). A pending job still in the pending list is removed
+-- from it and marked cancelled at once, with its terminal event and completion PUBLISH. Otherwise
+-- (processing, or taken from pending by a relay that has not marked it yet) the cancel flag is
+-- set and the id is published on the relay's cancel channel: the relay reads the flag when it
+-- takes the job and on every heartbeat, and listens to the channel.
+-- KEYS[1] job record, KEYS[2] pending list, KEYS[3] events stream
+-- ARGV[1] job id, ARGV[2] now (RFC 3339), ARGV[3] completed channel, ARGV[4] cancel channel,
+-- ARGV[5] events stream max length, ARGV[6] completion payload (JSON)
+-- Returns 'cancelled', 'requested', 'terminal' (already ended: nothing changes) or 'missing'.
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return 'missing' end
+if st == 'completed' or st == 'failed' or st == 'cancelled' then return 'terminal' end
+if st == 'pending' and redis.call('LREM', KEYS[2], 1, ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[2])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'job_id', ARGV[1], 'status', 'cancelled')
+  redis.call('PUBLISH', ARGV[3], ARGV[6])
+  return 'cancelled'
+end
+redis.call('HSET', KEYS[1], 'cancel_requested', '1')
+redis.call('PUBLISH', ARGV[4], ARGV[1])
+return 'requested'
