@@ -259,6 +259,32 @@ bool InferenceServer::saw(const std::string& line) const {
   return events().find(line + "\n") != std::string::npos;
 }
 
+GatewayServer::GatewayServer(Env env) : env_(std::move(env)), port_(free_port()) {
+  env_["RELAY_SERVER_LISTEN"] = "127.0.0.1:" + std::to_string(port_);
+  start();
+}
+
+void GatewayServer::start() {
+  proc_ = std::make_unique<Process>(std::vector<std::string>{gateway_binary()}, env_,
+                                    dir_.path() + "/gateway-" + std::to_string(runs_++) + ".log");
+  if (!wait_until([&] { return port_open(port_); }, 20s))
+    throw std::runtime_error("gateway did not start: " + proc_->log());
+}
+
+int GatewayServer::stop() {
+  proc_->signal(SIGTERM);
+  auto code = proc_->wait_exit(20s);
+  return code ? *code : -1;
+}
+
+void GatewayServer::kill() {
+  proc_->signal(SIGKILL);
+  proc_->wait_exit(5s);
+}
+
+std::string gateway_binary() {
+  return RELAY_TEST_GATEWAY_BIN;
+}
 std::string relay_binary() {
   return RELAY_TEST_RELAY_BIN;
 }

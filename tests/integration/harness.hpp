@@ -122,7 +122,26 @@ class InferenceServer {
   std::unique_ptr<Process> proc_;
 };
 
+// The gateway as a process on a free port; start() waits until /healthz answers.
+class GatewayServer {
+ public:
+  explicit GatewayServer(Env env);
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  void start();
+  int stop();  // SIGTERM, wait; the exit code
+  void kill();
+  std::string log() const { return proc_ ? proc_->log() : ""; }
+
+ private:
+  TempDir dir_;
+  Env env_;
+  int port_;
+  int runs_ = 0;
+  std::unique_ptr<Process> proc_;
+};
+
 std::string relay_binary();
+std::string gateway_binary();
 std::string noop_binary();
 
 }  // namespace relay::testing

@@ -1,0 +1,494 @@
+// The gateway end to end: the real binary over HTTP, real redis-server, filesystem storage,
+// real relays against the no-op inference server.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/sha.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <future>
+
+#include "common/hex.hpp"
+#include "harness.hpp"
+#include "http_client.hpp"
+#include "redis/job_store.hpp"
+
+namespace relay::testing {
+namespace {
+
+namespace json = boost::json;
+
+std::string sha256_hex(const std::string& s) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
+  return to_hex(d, sizeof d);
+}
+
+json::object parse(const HttpResult& r) {
+  boost::system::error_code ec;
+  auto v = json::parse(r.body, ec);
+  if (ec || !v.is_object()) return {};
+  return v.as_object();
+}
+
+std::string str(const json::object& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
+}
+
+std::string error_code(const HttpResult& r) {
+  auto o = parse(r);
+  if (auto it = o.find("error"); it != o.end() && it->value().is_object())
+    return str(it->value().as_object(), "code");
+  return "";
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  GatewayTest() : conn_(redis_.connect()), store_(conn_, keys_) {}
+
+  void TearDown() override {
+    if (HasFailure() && gateway_) std::cerr << "---- gateway log ----\n" << gateway_->log() << "\n";
+  }
+
+  Env gateway_env(Env extra = {}) {
+    Env env{{"RELAY_REDIS_URL", redis_.url()},
+            {"RELAY_STORAGE_URL", "file://" + files_.path()},
+            {"RELAY_SERVICE_TYPES", "echo=m1,other=m2"},
+            {"RELAY_AUTH_ENABLED", "false"},
+            {"RELAY_GC_REAP_INTERVAL", "100ms"},
+            {"RELAY_GC_REAP_GRACE", "300ms"},
+            {"RELAY_EVENTS_CLAIM_IDLE", "1s"},
+            {"RELAY_WEBHOOKS_ALLOW_PRIVATE", "false"},
+            {"RELAY_LOG_LEVEL", "debug"}};
+    for (auto& [k, v] : extra) env[k] = v;
+    return env;
+  }
+  void start_gateway(Env extra = {}) {
+    gateway_ = std::make_unique<GatewayServer>(gateway_env(std::move(extra)));
+  }
+  std::string url(const std::string& path) const { return gateway_->url() + path; }
+
+  std::unique_ptr<Process> start_relay(const InferenceServer& inference, Env extra = {},
+                                       std::vector<std::string> args = {}) {
+    Env env{{"RELAY_MODEL", "m1"},
+            {"RELAY_REDIS_URL", redis_.url()},
+            {"RELAY_STORAGE_URL", "file://" + files_.path()},
+            {"RELAY_INFERENCE_URL", inference.url()},
+            {"RELAY_RELAY_HEALTH_INTERVAL", "50ms"},
+            {"RELAY_QUEUE_POP_TIMEOUT", "2s"}};
+    for (auto& [k, v] : extra) env[k] = v;
+    std::vector<std::string> argv{relay_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<Process>(argv, env,
+                                     logs_.path() + "/relay-" + std::to_string(++relays_) + ".log");
+  }
+
+  HttpResult submit(const std::string& content, std::vector<std::string> headers = {},
+                    std::vector<FormPart> extra = {}, const std::string& svc = "echo") {
+    std::vector<FormPart> form{{"file", content, "input.txt", "text/plain"}};
+    form.insert(form.end(), extra.begin(), extra.end());
+    return http("POST", url("/jobs/" + svc), headers, {}, form);
+  }
+  std::string submit_id(const std::string& content, std::vector<std::string> headers = {}) {
+    auto r = submit(content, std::move(headers));
+    EXPECT_EQ(r.status, 202) << r.body;
+    return str(parse(r), "id");
+  }
+  json::object job(const std::string& id, const std::string& query = "") {
+    return parse(http("GET", url("/jobs/echo/" + id + query)));
+  }
+  std::vector<std::string> list(const std::string& key) { return store_.list(key); }
+  size_t stored_files() {
+    size_t n = 0;
+    for (auto& e : std::filesystem::recursive_directory_iterator(files_.path()))
+      if (e.is_regular_file()) ++n;
+    return n;
+  }
+  long long job_records() {
+    auto r = conn_.command({"KEYS", "job:*"});
+    return static_cast<long long>(r->elements);
+  }
+
+  RedisServer redis_;
+  TempDir files_, logs_;
+  redis::Connection conn_;
+  redis::Keys keys_;
+  redis::JobStore store_;
+  std::unique_ptr<GatewayServer> gateway_;
+  int relays_ = 0;
+};
+
+TEST_F(GatewayTest, SubmitRunFetch) {
+  start_gateway();
+  InferenceServer inference;
+  auto r =
+      submit("hello gateway", {}, {{"operation", "default"}, {"params", R"({"language":"en"})"}});
+  ASSERT_EQ(r.status, 202) << r.body;
+  auto j = parse(r);
+  std::string id = str(j, "id");
+  EXPECT_EQ(r.headers["location"], "/jobs/echo/" + id);
+  EXPECT_EQ(str(j, "status"), "pending");
+  EXPECT_EQ(str(j, "model"), "m1");
+  EXPECT_EQ(str(j.at("input").as_object(), "filename"), "input.txt");
+  EXPECT_EQ(j.at("input").as_object().at("size").as_int64(), 13);
+
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  auto done = job(id);
+  EXPECT_EQ(str(done, "status"), "completed");
+  EXPECT_EQ(str(done, "result_url"), "/jobs/echo/" + id + "/result");
+  EXPECT_TRUE(done.at("timings").as_object().contains("inference"));
+  auto result = http("GET", url("/jobs/echo/" + id + "/result"));
+  EXPECT_EQ(result.status, 200);
+  EXPECT_NE(result.body.find(R"("value":"en")"), std::string::npos) << result.body;
+  EXPECT_NE(result.body.find(R"("filename":"input.txt")"), std::string::npos);
+}
+
+TEST_F(GatewayTest, RawBodyWithQueryOptions) {
+  start_gateway();
+  auto r =
+      http("POST", url("/jobs/echo?operation=transcribe&filename=a.wav&params=%7B%22k%22%3A1%7D"),
+           {"Content-Type: audio/wav"}, std::string(5000, 'x'));
+  ASSERT_EQ(r.status, 202) << r.body;
+  auto rec = store_.get("m1", str(parse(r), "id"));
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->operation, "transcribe");
+  EXPECT_EQ(rec->input_filename, "a.wav");
+  EXPECT_EQ(rec->input_content_type, "audio/wav");
+  EXPECT_EQ(rec->input_size, "5000");
+  EXPECT_EQ(rec->params, R"({"k":1})");
+}
+
+TEST_F(GatewayTest, LongPollAnswersWhenTheJobEnds) {
+  start_gateway();
+  InferenceServer inference({.delay_ms = 1000});
+  auto id = submit_id("input");
+  auto relay = start_relay(inference);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = http("GET", url("/jobs/echo/" + id + "?wait=30"));
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(str(parse(r), "status"), "completed") << r.body;
+  EXPECT_LT(took, 5s) << "a 30 s long-poll must come back as soon as the job ends";
+}
+
+TEST_F(GatewayTest, LongPollEndsWithTheCurrentStateAtTheDeadline) {
+  start_gateway();
+  auto id = submit_id("no relay runs");
+  auto r = http("GET", url("/jobs/echo/" + id + "?wait=1"));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(str(parse(r), "status"), "pending");
+  EXPECT_EQ(http("GET", url("/jobs/echo/" + id + "?wait=3600")).status, 400)
+      << "wait is bounded by server.max_wait";
+}
+
+TEST_F(GatewayTest, PriorityHeaderJumpsTheQueue) {
+  start_gateway({{"RELAY_SERVER_PRIORITY_HEADER", "X-Priority"}});
+  InferenceServer inference;
+  auto a = submit_id("a");
+  auto b = submit_id("b");
+  auto urgent = submit_id("urgent", {"X-Priority: 1"});
+  EXPECT_EQ(list(keys_.pending("m1")), (std::vector<std::string>{urgent, a, b}));
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(str(job(urgent), "status"), "completed");
+  EXPECT_EQ(str(job(a), "status"), "pending");
+  EXPECT_TRUE(job(urgent).at("priority").as_bool());
+}
+
+TEST_F(GatewayTest, CancelPendingProcessingAndTerminal) {
+  start_gateway();
+  // Pending: removed from the queue and cancelled at once.
+  auto pending = submit_id("p");
+  auto r = http("DELETE", url("/jobs/echo/" + pending));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(str(parse(r), "status"), "cancelled");
+  EXPECT_TRUE(list(keys_.pending("m1")).empty());
+  // Terminal: 409, nothing changes.
+  r = http("DELETE", url("/jobs/echo/" + pending));
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(error_code(r), "job_finished");
+  // Processing: 202, the relay aborts inference, the job ends cancelled.
+  InferenceServer inference({.delay_ms = 30'000});
+  auto running = submit_id("r");
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  r = http("DELETE", url("/jobs/echo/" + running));
+  EXPECT_EQ(r.status, 202) << r.body;
+  EXPECT_TRUE(parse(r).at("cancel_requested").as_bool());
+  auto final_state = job(running, "?wait=10");
+  EXPECT_EQ(str(final_state, "status"), "cancelled");
+  EXPECT_TRUE(inference.saw("dropped /predict"));
+  EXPECT_EQ(relay->wait_exit(10s), 0);
+}
+
+TEST_F(GatewayTest, RelayKilledMidJobIsReapedAndFinishedByAnother) {
+  start_gateway();
+  auto id = submit_id("survives a crash");
+  {
+    InferenceServer slow({.delay_ms = 30'000});
+    auto doomed = start_relay(slow, {{"RELAY_LEASE_TTL", "600ms"}});
+    ASSERT_TRUE(wait_until([&] { return slow.saw("request /predict"); }, 20s));
+    doomed->signal(SIGKILL);
+    doomed->wait_exit(5s);
+  }
+  // The lease expires, the reaper sees it twice a grace apart and requeues the job.
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "pending"; }, 20s))
+      << gateway_->log();
+  EXPECT_EQ(list(keys_.pending("m1")), std::vector<std::string>{id});
+  InferenceServer healthy;
+  auto second = start_relay(healthy);
+  ASSERT_EQ(second->wait_exit(20s), 0);
+  auto j = job(id);
+  EXPECT_EQ(str(j, "status"), "completed");
+  EXPECT_EQ(j.at("attempts").as_int64(), 1);
+}
+
+TEST_F(GatewayTest, JobWhoseRelayAlwaysDiesIsDeadLettered) {
+  start_gateway({{"RELAY_GC_MAX_REAP_ATTEMPTS", "2"}});
+  auto id = submit_id("poison");
+  InferenceServer slow({.delay_ms = 30'000});
+  for (int run = 1; run <= 2; ++run) {
+    auto doomed = start_relay(slow, {{"RELAY_LEASE_TTL", "600ms"}});
+    ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "processing"; }, 20s));
+    doomed->signal(SIGKILL);
+    doomed->wait_exit(5s);
+    if (run == 1) ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "pending"; }, 20s));
+  }
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "failed"; }, 20s));
+  auto j = job(id);
+  EXPECT_EQ(str(j.at("error").as_object(), "code"), "dead_lettered");
+  EXPECT_EQ(j.at("attempts").as_int64(), 2);
+  EXPECT_EQ(list(keys_.deadletter("m1")), std::vector<std::string>{id});
+  EXPECT_TRUE(list(keys_.processing("m1")).empty());
+  // Its terminal event was written, so that its webhook fires.
+  auto events = conn_.command({"XLEN", keys_.events("m1")});
+  EXPECT_EQ(redis::as_integer(events.get()), 1);
+}
+
+TEST_F(GatewayTest, GatewayDownWhileARelayCompletesCatchesUpOnRestart) {
+  start_gateway();
+  InferenceServer inference;
+  auto id = submit_id("completed while the gateway is down");
+  ASSERT_EQ(gateway_->stop(), 0);
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  gateway_->start();
+  // The event written while no gateway ran is consumed and acknowledged.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return gateway_->log().find("\"job finished\",\"job_id\":\"" + id) != std::string::npos;
+      },
+      20s))
+      << gateway_->log();
+  auto pending = conn_.command({"XPENDING", keys_.events("m1"), "relay-gateway"});
+  EXPECT_EQ(redis::as_integer(pending->element[0]), 0);
+  EXPECT_EQ(str(job(id), "status"), "completed");
+}
+
+TEST_F(GatewayTest, ApiKeysAndTenantIsolation) {
+  start_gateway({{"RELAY_AUTH_ENABLED", "true"},
+                 {"RELAY_AUTH_API_KEYS",
+                  sha256_hex("key-a") + "=tenant-a," + sha256_hex("key-b") + "=tenant-b"}});
+  EXPECT_EQ(submit("x").status, 401);
+  EXPECT_EQ(submit("x", {"Authorization: Bearer wrong"}).status, 401);
+  auto r = submit("x", {"Authorization: Bearer key-a"});
+  ASSERT_EQ(r.status, 202);
+  std::string id = str(parse(r), "id");
+  EXPECT_EQ(http("GET", url("/jobs/echo/" + id), {"X-API-Key: key-a"}).status, 200);
+  EXPECT_EQ(http("GET", url("/jobs/echo/" + id), {"X-API-Key: key-b"}).status, 404);
+  EXPECT_EQ(http("DELETE", url("/jobs/echo/" + id), {"Authorization: Bearer key-b"}).status, 404);
+  EXPECT_EQ(str(job(id), "status"), "") << "no key, no job";
+  EXPECT_EQ(store_.get("m1", id)->status, "pending") << "tenant b's cancel changed nothing";
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200) << "probes need no key";
+}
+
+TEST_F(GatewayTest, BadInputIsRefusedAndNothingIsStored) {
+  start_gateway({{"RELAY_SERVER_MAX_BODY_SIZE", "1000"}});
+  struct Case {
+    std::string description;
+    std::function<HttpResult()> request;
+    long status;
+    std::string code;
+  } cases[] = {
+      {"too large (Content-Length)", [&] { return submit(std::string(5000, 'x')); }, 413,
+       "too_large"},
+      {"too large (chunked)",
+       [&] {
+         return http("POST", url("/jobs/echo"), {"Transfer-Encoding: chunked"},
+                     std::string(5000, 'x'));
+       },
+       413, "too_large"},
+      {"malformed multipart",
+       [&] {
+         return http("POST", url("/jobs/echo"), {"Content-Type: multipart/form-data; boundary=zz"},
+                     "--zz\r\nnonsense");
+       },
+       400, "malformed_multipart"},
+      {"multipart without a boundary",
+       [&] { return http("POST", url("/jobs/echo"), {"Content-Type: multipart/form-data"}, "x"); },
+       415, "unsupported_media_type"},
+      {"multipart without a file part",
+       [&] {
+         return http("POST", url("/jobs/echo"), {}, {}, {{"operation", "x"}});
+       },
+       400, "missing_input"},
+      {"params not JSON",
+       [&] {
+         return submit("x", {}, {{"params", "{not json"}});
+       },
+       400, "invalid_params"},
+      {"params not an object",
+       [&] {
+         return submit("x", {}, {{"params", "[1,2]"}});
+       },
+       400, "invalid_params"},
+      {"callback to a private address",
+       [&] {
+         return submit("x", {}, {{"callback_url", "http://10.0.0.1/hook"}});
+       },
+       400, "invalid_callback_url"},
+      {"callback to loopback",
+       [&] {
+         return submit("x", {}, {{"callback_url", "http://127.0.0.1:9/hook"}});
+       },
+       400, "invalid_callback_url"},
+      {"callback not http",
+       [&] {
+         return submit("x", {}, {{"callback_url", "ftp://example.com/x"}});
+       },
+       400, "invalid_callback_url"},
+      {"unknown service type", [&] { return submit("x", {}, {}, "nope"); }, 404,
+       "unknown_service_type"},
+      {"bad job id", [&] { return http("GET", url("/jobs/echo/not-an-id")); }, 400, "invalid_id"},
+      {"bad job id (path tricks)", [&] { return http("GET", url("/jobs/echo/..%2F..%2Fetc")); },
+       400, "invalid_id"},
+      {"unknown job",
+       [&] { return http("GET", url("/jobs/echo/11111111-1111-4111-8111-111111111111")); }, 404,
+       "job_not_found"},
+      {"no such route", [&] { return http("GET", url("/nope")); }, 404, "not_found"},
+      {"wrong method", [&] { return http("PUT", url("/jobs/echo")); }, 405, "method_not_allowed"},
+      {"result of an unknown job",
+       [&] { return http("GET", url("/jobs/echo/11111111-1111-4111-8111-111111111111/result")); },
+       404, "job_not_found"},
+  };
+  for (const auto& c : cases) {
+    auto r = c.request();
+    EXPECT_EQ(r.status, c.status) << c.description << ": " << r.body;
+    EXPECT_EQ(error_code(r), c.code) << c.description << ": " << r.body;
+  }
+  EXPECT_EQ(stored_files(), 0u) << "no input kept for a refused submission";
+  EXPECT_EQ(job_records(), 0);
+  EXPECT_TRUE(list(keys_.pending("m1")).empty());
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200) << "the gateway is still up";
+}
+
+TEST_F(GatewayTest, MalformedHttpGetsA400AndTheServerStaysUp) {
+  start_gateway();
+  // Raw bytes over a socket: not HTTP at all.
+  auto port = std::stoi(gateway_->url().substr(gateway_->url().rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string junk = "GARBAGE \x01\x02 nonsense\r\n\r\n";
+  ASSERT_GT(::write(fd, junk.data(), junk.size()), 0);
+  char buf[512] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(std::string(buf).find("400"), std::string::npos) << buf;
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+}
+
+TEST_F(GatewayTest, IdempotencyKeyReturnsTheFirstJob) {
+  start_gateway();
+  auto first = submit("once", {"Idempotency-Key: order-42"});
+  auto again = submit("once", {"Idempotency-Key: order-42"});
+  ASSERT_EQ(first.status, 202);
+  ASSERT_EQ(again.status, 202);
+  EXPECT_EQ(str(parse(first), "id"), str(parse(again), "id"));
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 1u);
+  EXPECT_EQ(stored_files(), 1u);
+  auto other = submit("once", {"Idempotency-Key: order-43"});
+  EXPECT_NE(str(parse(other), "id"), str(parse(first), "id"));
+}
+
+TEST_F(GatewayTest, RedisOutageIs503ThenRecovery) {
+  start_gateway();
+  redis_.stop();
+  auto r = submit("during the outage");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(http("GET", url("/readyz")).status, 503);
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+  EXPECT_EQ(stored_files(), 0u) << "the input of a refused submission is removed";
+  redis_.start();
+  ASSERT_TRUE(wait_until([&] { return http("GET", url("/readyz")).status == 200; }, 20s));
+  EXPECT_EQ(submit("after the outage").status, 202);
+}
+
+TEST_F(GatewayTest, OpenApiDocumentsEveryRoute) {
+  start_gateway();
+  auto doc = parse(http("GET", url("/openapi.json")));
+  ASSERT_EQ(str(doc, "openapi"), "3.0.3");
+  auto& paths = doc.at("paths").as_object();
+  struct Route {
+    const char* path;
+    const char* method;
+    std::string probe;  // a request the server answers on this route (not 404/405)
+    const char* probe_method;
+  } routes[] = {
+      {"/jobs/{service_type}", "post", "/jobs/echo", "POST"},
+      {"/jobs/{service_type}/{id}", "get", "/jobs/echo/11111111-1111-4111-8111-111111111111",
+       "GET"},
+      {"/jobs/{service_type}/{id}", "delete", "/jobs/echo/11111111-1111-4111-8111-111111111111",
+       "DELETE"},
+      {"/jobs/{service_type}/{id}/result", "get",
+       "/jobs/echo/11111111-1111-4111-8111-111111111111/result", "GET"},
+      {"/healthz", "get", "/healthz", "GET"},
+      {"/readyz", "get", "/readyz", "GET"},
+      {"/metrics", "get", "/metrics", "GET"},
+      {"/openapi.json", "get", "/openapi.json", "GET"},
+  };
+  for (const auto& r : routes) {
+    ASSERT_TRUE(paths.contains(r.path)) << r.path;
+    EXPECT_TRUE(paths.at(r.path).as_object().contains(r.method)) << r.path << " " << r.method;
+    auto res = http(r.probe_method, url(r.probe));
+    // The documented statuses of this operation include what the server answered.
+    auto& responses =
+        paths.at(r.path).as_object().at(r.method).as_object().at("responses").as_object();
+    EXPECT_TRUE(responses.contains(std::to_string(res.status)))
+        << r.probe << " answered " << res.status;
+  }
+  EXPECT_EQ(paths.size(), 7u) << "every documented path is served";
+}
+
+TEST_F(GatewayTest, MetricsExposeQueuesAndCounters) {
+  start_gateway();
+  submit_id("counted");
+  auto m = http("GET", url("/metrics"));
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("relay_jobs_submitted_total{service_type=\"echo\"} 1"), std::string::npos)
+      << m.body;
+  EXPECT_NE(m.body.find("relay_queue_depth{model=\"m1\",queue=\"pending\"} 1"), std::string::npos);
+  EXPECT_NE(m.body.find(
+                "relay_http_requests_total{route=\"POST /jobs/{service_type}\",status=\"202\"} 1"),
+            std::string::npos);
+  EXPECT_NE(m.body.find("relay_queue_oldest_age_seconds{model=\"m1\"}"), std::string::npos);
+}
+
+TEST_F(GatewayTest, SigtermStopsCleanly) {
+  start_gateway();
+  EXPECT_EQ(gateway_->stop(), 0);
+}
+
+}  // namespace
+}  // namespace relay::testing

@@ -1,0 +1,65 @@
+#include "http_client.hpp"
+
+#include <curl/curl.h>
+
+#include <cctype>
+#include <memory>
+
+namespace relay::testing {
+
+HttpResult http(const std::string& method, const std::string& url,
+                const std::vector<std::string>& headers, const std::string& body,
+                const std::vector<FormPart>& form, long timeout_ms) {
+  HttpResult out;
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> easy(curl_easy_init(), &curl_easy_cleanup);
+  CURL* c = easy.get();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_slist* list = nullptr;
+  for (const auto& h : headers) list = curl_slist_append(list, h.c_str());
+  list = curl_slist_append(list, "Expect:");
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, list);
+  curl_mime* mime = nullptr;
+  if (!form.empty()) {
+    mime = curl_mime_init(c);
+    for (const auto& p : form) {
+      auto* part = curl_mime_addpart(mime);
+      curl_mime_name(part, p.name.c_str());
+      curl_mime_data(part, p.value.data(), p.value.size());
+      if (!p.filename.empty()) curl_mime_filename(part, p.filename.c_str());
+      if (!p.content_type.empty()) curl_mime_type(part, p.content_type.c_str());
+    }
+    curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
+  } else if (!body.empty() || method == "POST") {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  }
+  curl_write_callback on_body = [](char* d, size_t s, size_t n, void* u) {
+    static_cast<std::string*>(u)->append(d, s * n);
+    return s * n;
+  };
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &out.body);
+  curl_write_callback on_header = [](char* d, size_t s, size_t n, void* u) {
+    std::string line(d, s * n);
+    auto colon = line.find(':');
+    if (colon != std::string::npos) {
+      std::string k = line.substr(0, colon), v = line.substr(colon + 1);
+      for (auto& ch : k) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      while (!v.empty() && (v.front() == ' ')) v.erase(0, 1);
+      while (!v.empty() && (v.back() == '\r' || v.back() == '\n')) v.pop_back();
+      (*static_cast<std::map<std::string, std::string>*>(u))[k] = v;
+    }
+    return s * n;
+  };
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &out.headers);
+  if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out.status);
+  curl_slist_free_all(list);
+  if (mime) curl_mime_free(mime);
+  return out;
+}
+
+}  // namespace relay::testing
