@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gateway/config.hpp"
+#include "gateway/job_json.hpp"
 #include "redis/job_record.hpp"
 #include "storage/storage.hpp"
 
@@ -41,15 +42,7 @@ struct Response {
   bool close = false;  // the request body was not read to its end: close the connection
 };
 
-// A job record as the API's JSON (SPEC §2).
-std::string job_json(const JobRecord& r);
 Response error_response(unsigned status, const std::string& code, const std::string& message);
-
-// Whether a callback URL may be called: http(s), and unless allow_private, no host that is or
-// resolves to a private, loopback, link-local or otherwise non-public address. Returns the
-// reason it may not, or nullopt.
-std::optional<std::string> check_callback_url(const std::string& url, bool allow_private);
-bool is_public_address(const std::string& ip);
 
 class Api {
  public:

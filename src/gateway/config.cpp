@@ -5,6 +5,8 @@
 
 #include <charconv>
 
+#include "gateway/webhook_signature.hpp"
+
 namespace relay::gateway {
 namespace {
 
@@ -151,8 +153,8 @@ void validate(const Config& c) {
       bad("auth.api_keys." + hash.substr(0, 8) + "...",
           "tenant names may use letters, digits, '-', '_' and '.'");
   }
-  if (!c.webhook_secret.empty() && !c.webhook_secret.starts_with("whsec_"))
-    bad("webhooks.secret", "expected whsec_<base64>");
+  if (!c.webhook_secret.empty() && !decode_webhook_secret(c.webhook_secret))
+    bad("webhooks.secret", "expected whsec_<base64 of the key>");
   if (c.reap_interval.count() <= 0) bad("gc.reap_interval", "must be positive");
 }
 

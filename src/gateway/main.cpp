@@ -15,6 +15,9 @@
 #include "gateway/metrics.hpp"
 #include "gateway/notifier.hpp"
 #include "gateway/reaper.hpp"
+#include "gateway/webhook_sender.hpp"
+#include "gateway/webhook_signature.hpp"
+#include "redis/job_store.hpp"
 
 using namespace relay;
 
@@ -54,6 +57,9 @@ int main(int argc, char** argv) {
   }
   log::set_component("gateway");
   const auto endpoint = cfg.redis.endpoint();
+  const std::string webhook_key =
+      cfg.webhook_secret.empty() ? std::string()
+                                 : gateway::decode_webhook_secret(cfg.webhook_secret).value_or("");
   const auto keys = cfg.redis.keys();
   const auto models_set = cfg.models();
   const std::vector<std::string> models(models_set.begin(), models_set.end());
@@ -66,10 +72,14 @@ int main(int argc, char** argv) {
        [&](redis::Connection& c, const gateway::CompletionEvent& ev) {
          // Long-polls first: they are waiting right now.
          c.command({"PUBLISH", keys.job_done_channel(ev.job_id), ev.status});
+         redis::JobStore(c, keys).schedule_webhook(ev.model, ev.job_id, ev.status);
          gateway::metrics().jobs_finished.add({ev.model, ev.status});
          log::info("job finished",
                    {{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}});
        }});
+  gateway::WebhookSender webhooks({endpoint, keys, webhook_key, cfg.webhook_allow_private,
+                                   cfg.webhook_timeout, cfg.webhook_max_age,
+                                   cfg.webhook_initial_backoff});
   gateway::Api api(cfg, *storage);
   gateway::HttpServer server(cfg, api, notifier);
   try {
@@ -85,6 +95,7 @@ int main(int argc, char** argv) {
   std::jthread notifier_thread([&](std::stop_token st) { notifier.run(st); });
   std::jthread consumer_thread([&](std::stop_token st) { consumer.run(st); });
   std::jthread reaper_thread([&](std::stop_token st) { reaper.run(st); });
+  std::jthread webhook_thread([&](std::stop_token st) { webhooks.run(st); });
   std::thread signals([&server, set] {
     int sig = 0;
     if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) {
@@ -97,6 +108,8 @@ int main(int argc, char** argv) {
                                   {"auth", cfg.auth_enabled}});
   server.run();
 
+  webhook_thread.request_stop();
+  webhook_thread.join();
   reaper_thread.request_stop();
   reaper_thread.join();
   consumer_thread.request_stop();

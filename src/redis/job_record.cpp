@@ -58,6 +58,9 @@ constexpr std::pair<std::string_view, Member> kMembers[] = {
     {field::key_id, &JobRecord::key_id},
     {field::cancel_requested, &JobRecord::cancel_requested},
     {field::timings, &JobRecord::timings},
+    {field::webhook_status, &JobRecord::webhook_status},
+    {field::webhook_attempts, &JobRecord::webhook_attempts},
+    {field::webhook_last, &JobRecord::webhook_last},
 };
 
 }  // namespace

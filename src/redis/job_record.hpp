@@ -35,6 +35,10 @@ inline constexpr std::string_view holder = "holder";
 inline constexpr std::string_view key_id = "key_id";
 inline constexpr std::string_view cancel_requested = "cancel_requested";
 inline constexpr std::string_view timings = "timings";
+// Added by the gateway's webhook sender (SPEC §8: each attempt's outcome on the job).
+inline constexpr std::string_view webhook_status = "webhook_status";
+inline constexpr std::string_view webhook_attempts = "webhook_attempts";
+inline constexpr std::string_view webhook_last = "webhook_last";
 }  // namespace field
 
 enum class JobStatus { pending, processing, completed, failed, cancelled };
@@ -54,6 +58,7 @@ struct JobRecord {
   std::string error_code, error_message;
   std::string created_at, started_at, finished_at;
   std::string holder, key_id, cancel_requested, timings;
+  std::string webhook_status, webhook_attempts, webhook_last;
 
   Fields to_fields() const;
   static JobRecord from_fields(const Fields& fields);

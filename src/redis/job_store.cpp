@@ -133,6 +133,24 @@ std::string JobStore::cancel(const std::string& model, const std::string& id) {
   return as_string(r.get());
 }
 
+std::string JobStore::webhook_id(const std::string& job_id) {
+  std::string out = "msg_";
+  for (char c : job_id)
+    if (c != '-') out += c;
+  return out;
+}
+
+bool JobStore::schedule_webhook(const std::string& model, const std::string& id,
+                                const std::string& status) {
+  const std::string delivery = webhook_id(id);
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  auto r = conn_.eval(lua::schedule_webhook,
+                      {keys_.job(model, id), keys_.webhooks_due(), keys_.webhook(delivery)},
+                      {delivery, std::to_string(now.count()), status, keys_.job(model, id)});
+  return as_integer(r.get()) == 1;
+}
+
 std::string JobStore::reap(const std::string& model, const std::string& id,
                            std::chrono::milliseconds grace, long long max_attempts) {
   auto r = conn_.eval(

@@ -61,6 +61,11 @@ class JobStore {
   // Cancel (gateway): "cancelled", "requested", "terminal" or "missing"; see lua/cancel.lua.
   std::string cancel(const std::string& model, const std::string& id);
 
+  // Completion consumer (gateway): schedules the job's webhook, once per transition. Returns
+  // false when the job has no callback_url or the webhook was scheduled already.
+  bool schedule_webhook(const std::string& model, const std::string& id, const std::string& status);
+  static std::string webhook_id(const std::string& job_id);  // "msg_<id without dashes>"
+
   // Reaper (gateway): one id of the processing list; see lua/reap.lua for the outcomes.
   std::string reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
                    long long max_attempts);

@@ -11,7 +11,9 @@
 
 #include <boost/json.hpp>
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <set>
 
 #include "common/hex.hpp"
 #include "harness.hpp"
@@ -309,7 +311,8 @@ TEST_F(GatewayTest, ApiKeysAndTenantIsolation) {
 }
 
 TEST_F(GatewayTest, BadInputIsRefusedAndNothingIsStored) {
-  start_gateway({{"RELAY_SERVER_MAX_BODY_SIZE", "1000"}});
+  start_gateway({{"RELAY_SERVER_MAX_BODY_SIZE", "1000"},
+                 {"RELAY_WEBHOOKS_SECRET", WebhookReceiver::kSecret}});
   struct Case {
     std::string description;
     std::function<HttpResult()> request;
@@ -488,6 +491,130 @@ TEST_F(GatewayTest, MetricsExposeQueuesAndCounters) {
 TEST_F(GatewayTest, SigtermStopsCleanly) {
   start_gateway();
   EXPECT_EQ(gateway_->stop(), 0);
+}
+
+}  // namespace
+}  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+json::object line_json(const std::string& line) {
+  return json::parse(line).as_object();
+}
+
+class WebhookTest : public GatewayTest {
+ protected:
+  Env webhook_env(Env extra = {}) {
+    Env env{{"RELAY_WEBHOOKS_SECRET", WebhookReceiver::kSecret},
+            {"RELAY_WEBHOOKS_ALLOW_PRIVATE", "true"},  // the receiver is on loopback
+            {"RELAY_WEBHOOKS_INITIAL_BACKOFF", "100ms"}};
+    for (auto& [k, v] : extra) env[k] = v;
+    return env;
+  }
+  std::string submit_with_callback(const std::string& callback) {
+    auto r = submit("input", {}, {{"callback_url", callback}});
+    EXPECT_EQ(r.status, 202) << r.body;
+    return str(parse(r), "id");
+  }
+  std::string webhook_status(const std::string& id) {
+    auto j = job(id);
+    auto it = j.find("webhook");
+    if (it == j.end() || !it->value().is_object()) return "";
+    return str(it->value().as_object(), "status");
+  }
+};
+
+TEST_F(WebhookTest, DeliveredSignedAndVerifiedIndependently) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 20s)) << gateway_->log();
+  auto d = line_json(receiver.lines()[0]);
+  EXPECT_TRUE(d.at("valid").as_bool()) << "signature checked by Python's hmac";
+  EXPECT_EQ(
+      str(d, "id"), "msg_" + [&] {
+        std::string s;
+        for (char c : id)
+          if (c != '-') s += c;
+        return s;
+      }());
+  auto body = d.at("body").as_object();
+  EXPECT_EQ(str(body, "id"), id);
+  EXPECT_EQ(str(body, "status"), "completed");
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 10s));
+  EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 1);
+}
+
+TEST_F(WebhookTest, FailingReceiverIsRetriedWithTheSameWebhookId) {
+  WebhookReceiver receiver(/*fail_first=*/2);
+  receiver.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 30s))
+      << gateway_->log();
+  auto lines = receiver.lines();
+  ASSERT_EQ(lines.size(), 3u);
+  std::set<std::string> ids;
+  for (auto& l : lines) ids.insert(str(line_json(l), "id"));
+  EXPECT_EQ(ids.size(), 1u) << "retries carry the same webhook-id";
+  EXPECT_EQ(line_json(lines[0]).at("status").as_int64(), 500);
+  EXPECT_EQ(line_json(lines[2]).at("status").as_int64(), 200);
+  EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 3);
+}
+
+TEST_F(WebhookTest, ReceiverDownThenUpGetsTheWebhookOnRetry) {
+  WebhookReceiver receiver;  // its port is chosen, but nothing listens yet
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "retrying"; }, 20s)) << gateway_->log();
+  receiver.start();
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 30s))
+      << gateway_->log();
+  ASSERT_EQ(receiver.lines().size(), 1u);
+  EXPECT_TRUE(line_json(receiver.lines()[0]).at("valid").as_bool());
+  EXPECT_GE(job(id).at("webhook").as_object().at("attempts").as_int64(), 2);
+}
+
+TEST_F(WebhookTest, TwoReplicasDeliverEachWebhookExactlyOnce) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env({{"RELAY_EVENTS_CONSUMER", "replica-a"}}));
+  GatewayServer second(gateway_env(webhook_env({{"RELAY_EVENTS_CONSUMER", "replica-b"}})));
+  InferenceServer inference;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back(submit_with_callback(receiver.url()));
+  auto relay = start_relay(inference, {}, {"--max-jobs", "8"});
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& id : ids)
+          if (webhook_status(id) != "delivered") return false;
+        return true;
+      },
+      30s));
+  auto lines = receiver.lines();
+  std::set<std::string> delivered;
+  for (auto& l : lines) delivered.insert(str(line_json(l), "id"));
+  EXPECT_EQ(lines.size(), 8u) << "one delivery per transition, across two replicas";
+  EXPECT_EQ(delivered.size(), 8u);
+  // Both replicas consumed events: the work was shared, not duplicated.
+  EXPECT_NE(gateway_->log().find("\"job finished\""), std::string::npos);
+}
+
+TEST_F(WebhookTest, CallbackWithoutASecretIsRefused) {
+  start_gateway();  // no webhooks.secret
+  auto r = submit("x", {}, {{"callback_url", "http://example.com/hook"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_code(r), "webhooks_not_configured");
 }
 
 }  // namespace

@@ -282,6 +282,29 @@ void GatewayServer::kill() {
   proc_->wait_exit(5s);
 }
 
+WebhookReceiver::WebhookReceiver(int fail_first, int port)
+    : port_(port ? port : free_port()), fail_first_(fail_first) {}
+
+void WebhookReceiver::start() {
+  proc_ = std::make_unique<Process>(
+      std::vector<std::string>{"/usr/bin/python3", RELAY_TEST_WEBHOOK_RECEIVER, "--port",
+                               std::to_string(port_), "--secret", kSecret, "--log",
+                               dir_.path() + "/deliveries.jsonl", "--fail-first",
+                               std::to_string(fail_first_)},
+      Env{}, dir_.path() + "/receiver.log");
+  if (!wait_until([&] { return port_open(port_); }, 20s))
+    throw std::runtime_error("webhook receiver did not start");
+}
+
+std::vector<std::string> WebhookReceiver::lines() const {
+  std::ifstream f(dir_.path() + "/deliveries.jsonl");
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+
 std::string gateway_binary() {
   return RELAY_TEST_GATEWAY_BIN;
 }

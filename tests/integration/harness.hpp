@@ -140,6 +140,22 @@ class GatewayServer {
   std::unique_ptr<Process> proc_;
 };
 
+// The Python webhook receiver (tests/webhooks/receiver.py): an independent signature check.
+class WebhookReceiver {
+ public:
+  static constexpr const char* kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+  explicit WebhookReceiver(int fail_first = 0, int port = 0);
+  void start();
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/hook"; }
+  int port() const { return port_; }
+  std::vector<std::string> lines() const;  // one JSON object per request
+
+ private:
+  TempDir dir_;
+  int port_, fail_first_;
+  std::unique_ptr<Process> proc_;
+};
+
 std::string relay_binary();
 std::string gateway_binary();
 std::string noop_binary();

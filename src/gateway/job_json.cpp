@@ -1,0 +1,136 @@
+#include "gateway/job_json.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+
+#include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+#include <charconv>
+
+namespace relay::gateway {
+
+namespace json = boost::json;
+
+std::string job_json(const JobRecord& r) {
+  auto or_null = [](const std::string& s) -> json::value {
+    if (s.empty()) return nullptr;
+    return json::value(s);
+  };
+  json::object o;
+  o["id"] = r.id;
+  o["service_type"] = r.service_type;
+  o["model"] = r.model;
+  o["operation"] = or_null(r.operation);
+  o["status"] = r.status;
+  o["created_at"] = or_null(r.created_at);
+  o["started_at"] = or_null(r.started_at);
+  o["finished_at"] = or_null(r.finished_at);
+  std::int64_t attempts = 0;
+  std::from_chars(r.attempts.data(), r.attempts.data() + r.attempts.size(), attempts);
+  o["attempts"] = attempts;
+  if (r.error_code.empty())
+    o["error"] = nullptr;
+  else
+    o["error"] = json::object{{"code", r.error_code}, {"message", r.error_message}};
+  o["result_url"] = r.status == "completed"
+                        ? json::value("/jobs/" + r.service_type + "/" + r.id + "/result")
+                        : nullptr;
+  std::int64_t size = 0;
+  std::from_chars(r.input_size.data(), r.input_size.data() + r.input_size.size(), size);
+  o["input"] = json::object{{"filename", or_null(r.input_filename)},
+                            {"content_type", or_null(r.input_content_type)},
+                            {"size", size}};
+  o["priority"] = r.priority == "1";
+  o["cancel_requested"] = r.cancel_requested == "1";
+  o["callback_url"] = or_null(r.callback_url);
+  if (!r.webhook_status.empty()) {
+    json::object w{{"status", r.webhook_status}};
+    std::int64_t n = 0;
+    std::from_chars(r.webhook_attempts.data(),
+                    r.webhook_attempts.data() + r.webhook_attempts.size(), n);
+    w["attempts"] = n;
+    boost::system::error_code ec;
+    auto last = json::parse(r.webhook_last, ec);
+    w["last_attempt"] = ec ? json::value(nullptr) : last;
+    o["webhook"] = w;
+  } else {
+    o["webhook"] = nullptr;
+  }
+  // The relay wrote timings as JSON with fixed decimals; passed through as written (re-encoding
+  // would turn 12.5 into 1.25E1).
+  std::string timings = "{}";
+  if (!r.timings.empty()) {
+    boost::system::error_code ec;
+    auto v = json::parse(r.timings, ec);
+    if (!ec && v.is_object()) timings = r.timings;
+  }
+  std::string out = json::serialize(o);
+  out.insert(out.size() - 1, ",\"timings\":" + timings);
+  return out;
+}
+
+bool is_public_address(const std::string& ip) {
+  unsigned char a[16];
+  if (::inet_pton(AF_INET, ip.c_str(), a) == 1) {
+    std::uint32_t v = (std::uint32_t(a[0]) << 24) | (std::uint32_t(a[1]) << 16) |
+                      (std::uint32_t(a[2]) << 8) | a[3];
+    struct Net {
+      std::uint32_t base;
+      int bits;
+    } blocked[] = {{0x00000000, 8},  {0x0A000000, 8},  {0x64400000, 10}, {0x7F000000, 8},
+                   {0xA9FE0000, 16}, {0xAC100000, 12}, {0xC0000000, 24}, {0xC0000200, 24},
+                   {0xC0A80000, 16}, {0xC6120000, 15}, {0xC6336400, 24}, {0xCB007100, 24},
+                   {0xE0000000, 4},  {0xF0000000, 4}};
+    for (const auto& n : blocked)
+      if ((v >> (32 - n.bits)) == (n.base >> (32 - n.bits))) return false;
+    return true;
+  }
+  if (::inet_pton(AF_INET6, ip.c_str(), a) == 1) {
+    static const unsigned char zero[16] = {};
+    if (std::equal(a, a + 15, zero) && (a[15] == 0 || a[15] == 1)) return false;  // :: and ::1
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (std::equal(a, a + 12, mapped)) {
+      char v4[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, a + 12, v4, sizeof v4);
+      return is_public_address(v4);
+    }
+    if ((a[0] & 0xfe) == 0xfc) return false;                  // fc00::/7 unique local
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return false;  // fe80::/10 link-local
+    if (a[0] == 0xff) return false;                           // multicast
+    return true;
+  }
+  return false;
+}
+
+std::optional<std::string> check_callback_url(const std::string& url, bool allow_private,
+                                              std::vector<std::string>* addresses) {
+  auto u = boost::urls::parse_absolute_uri(url);
+  if (!u || (u->scheme() != "http" && u->scheme() != "https") || u->host().empty() ||
+      u->has_userinfo())
+    return "callback_url must be an absolute http:// or https:// URL without credentials";
+  std::string host = u->host();
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    return "callback_url host '" + host + "' does not resolve";
+  std::optional<std::string> problem;
+  for (addrinfo* p = res; p; p = p->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = {};
+    if (p->ai_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr, ip, sizeof ip);
+    else if (p->ai_family == AF_INET6)
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr, ip, sizeof ip);
+    if (addresses) addresses->push_back(ip);
+    if (!allow_private && !is_public_address(ip)) {
+      problem = "callback_url resolves to a private, loopback or link-local address (" +
+                std::string(ip) + "); set webhooks.allow_private to allow it";
+      break;
+    }
+  }
+  ::freeaddrinfo(res);
+  return problem;
+}
+
+}  // namespace relay::gateway

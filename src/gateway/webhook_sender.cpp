@@ -1,0 +1,224 @@
+#include "gateway/webhook_sender.hpp"
+
+#include <boost/json.hpp>
+#include <boost/url/parse.hpp>
+#include <charconv>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/log.hpp"
+#include "common/time.hpp"
+#include "gateway/job_json.hpp"
+#include "gateway/metrics.hpp"
+#include "gateway/webhook_signature.hpp"
+#include "http/curl.hpp"
+#include "redis/lua_scripts.hpp"
+
+namespace relay::gateway {
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::int64_t to_int(const std::string& s) {
+  std::int64_t v = 0;
+  std::from_chars(s.data(), s.data() + s.size(), v);
+  return v;
+}
+
+struct Attempt {
+  long status = 0;    // 0: no HTTP answer
+  std::string error;  // transport error, when status is 0
+  std::chrono::milliseconds retry_after{0};
+};
+
+Attempt post(const std::string& url, const std::vector<std::string>& pinned,
+             const std::vector<std::string>& headers, const std::string& body,
+             std::chrono::milliseconds timeout) {
+  Attempt a;
+  auto easy = http::make_easy();
+  http::Headers h;
+  for (const auto& line : headers) h.add(line);
+  h.add("Expect:");
+  // Pin the addresses that were checked, so that DNS cannot change them between the check and
+  // the connection (rebinding).
+  auto u = boost::urls::parse_absolute_uri(url);
+  curl_slist* resolve = nullptr;
+  if (u && !pinned.empty()) {
+    std::string port =
+        u->has_port() ? std::string(u->port()) : (u->scheme() == "https" ? "443" : "80");
+    std::string host = u->host();
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    std::string entry = host + ":" + port + ":";
+    for (size_t i = 0; i < pinned.size(); ++i)
+      entry += (i ? "," : "") +
+               (pinned[i].find(':') != std::string::npos ? "[" + pinned[i] + "]" : pinned[i]);
+    resolve = curl_slist_append(resolve, entry.c_str());
+    curl_easy_setopt(easy.get(), CURLOPT_RESOLVE, resolve);
+  }
+  std::string retry_after;
+  curl_easy_setopt(easy.get(), CURLOPT_URL, url.c_str());
+  curl_easy_setopt(easy.get(), CURLOPT_POST, 1L);
+  curl_easy_setopt(easy.get(), CURLOPT_POSTFIELDS, body.data());
+  curl_easy_setopt(easy.get(), CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  curl_easy_setopt(easy.get(), CURLOPT_HTTPHEADER, h.get());
+  curl_easy_setopt(easy.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  curl_easy_setopt(easy.get(), CURLOPT_FOLLOWLOCATION,
+                   0L);  // a redirect could lead past the address check
+  curl_easy_setopt(easy.get(), CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_write_callback discard = [](char*, size_t s, size_t n, void*) { return s * n; };
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, discard);
+  curl_write_callback on_header = [](char* d, size_t s, size_t n, void* u) {
+    std::string_view line(d, s * n);
+    if (line.size() > 12 &&
+        (line.substr(0, 12) == "Retry-After:" || line.substr(0, 12) == "retry-after:")) {
+      std::string v(line.substr(12));
+      while (!v.empty() && (v.front() == ' ')) v.erase(0, 1);
+      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.pop_back();
+      *static_cast<std::string*>(u) = v;
+    }
+    return s * n;
+  };
+  curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &retry_after);
+  http::Transfer t(easy.get());
+  CURLcode rc = t.run();
+  if (resolve) curl_slist_free_all(resolve);
+  if (rc != CURLE_OK) {
+    a.error = http::describe(rc);
+    return a;
+  }
+  a.status = http::response_code(easy.get());
+  if (!retry_after.empty()) {
+    std::int64_t secs = 0;
+    auto [p, ec] =
+        std::from_chars(retry_after.data(), retry_after.data() + retry_after.size(), secs);
+    if (ec == std::errc{} && secs > 0)
+      a.retry_after = std::chrono::seconds(std::min<std::int64_t>(secs, 86400));
+  }
+  return a;
+}
+
+}  // namespace
+
+std::chrono::milliseconds webhook_backoff(int failed_attempts, std::chrono::milliseconds initial,
+                                          std::chrono::milliseconds retry_after,
+                                          std::mt19937_64& rng) {
+  double d = static_cast<double>(initial.count());
+  for (int i = 1; i < failed_attempts && d < 3'600'000.0; ++i) d *= 2;
+  d = std::min(d, 3'600'000.0);
+  auto jittered = std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::uniform_real_distribution<double>(d / 2, d)(rng)));
+  return std::max(jittered, retry_after);
+}
+
+void WebhookSender::deliver(redis::Connection& c, const std::string& id) {
+  auto d = c.command({"HGETALL", p_.keys.webhook(id)});
+  std::map<std::string, std::string> f;
+  for (size_t i = 0; d->type == REDIS_REPLY_ARRAY && i + 1 < d->elements; i += 2)
+    f[redis::as_string(d->element[i])] = redis::as_string(d->element[i + 1]);
+  if (f.empty()) {  // vanished (expired with its job): forget it
+    c.command({"ZREM", p_.keys.webhooks_due(), id});
+    return;
+  }
+  const std::string& job_key = f["job_key"];
+  auto rec = c.command({"HGETALL", job_key});
+  Fields fields;
+  for (size_t i = 0; rec->type == REDIS_REPLY_ARRAY && i + 1 < rec->elements; i += 2)
+    fields.emplace_back(redis::as_string(rec->element[i]), redis::as_string(rec->element[i + 1]));
+  JobRecord job = JobRecord::from_fields(fields);
+  const int attempts = static_cast<int>(to_int(f["attempts"])) + 1;
+  const std::string url = f["url"];
+  const std::string body = job_json(job);
+
+  std::string outcome;
+  boost::json::object last{{"at", format_rfc3339(wall_now())}, {"attempt", attempts}};
+  std::vector<std::string> addresses;
+  if (auto why = check_callback_url(url, p_.allow_private, &addresses)) {
+    outcome = "refused";
+    last["error"] = *why;
+    metrics().webhook_attempts.add({"refused"});
+  } else {
+    const long long ts = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+    std::vector<std::string> headers{"Content-Type: application/json", "User-Agent: relay-webhooks",
+                                     "webhook-id: " + id,
+                                     "webhook-timestamp: " + std::to_string(ts)};
+    if (!p_.key.empty())
+      headers.push_back("webhook-signature: " + sign_webhook(p_.key, id, ts, body));
+    Attempt a = post(url, addresses, headers, body, p_.timeout);
+    if (a.status >= 200 && a.status < 300) {
+      outcome = "delivered";
+      last["status"] = a.status;
+      metrics().webhook_attempts.add({"delivered"});
+    } else {
+      if (a.status)
+        last["status"] = a.status;
+      else
+        last["error"] = a.error;
+      metrics().webhook_attempts.add({a.status ? "http_error" : "network_error"});
+      auto delay = webhook_backoff(attempts, p_.initial_backoff, a.retry_after, rng_);
+      const bool expired = now_ms() + delay.count() - to_int(f["created_ms"]) > p_.max_age.count();
+      // 410 Gone: the receiver says the endpoint is gone for good (Standard Webhooks).
+      outcome = (a.status == 410 || expired) ? "failed" : "retrying";
+      if (outcome == "retrying") last["next_attempt_in_ms"] = delay.count();
+      c.eval(redis::lua::webhook_outcome, {p_.keys.webhooks_due(), p_.keys.webhook(id), job_key},
+             {id, outcome, std::to_string(now_ms() + delay.count()), std::to_string(attempts),
+              boost::json::serialize(last)});
+      log::warn("webhook attempt failed", {{"job_id", job.id},
+                                           {"webhook_id", id},
+                                           {"attempt", attempts},
+                                           {"outcome", outcome},
+                                           {"last", last}});
+      return;
+    }
+  }
+  c.eval(redis::lua::webhook_outcome, {p_.keys.webhooks_due(), p_.keys.webhook(id), job_key},
+         {id, outcome, "0", std::to_string(attempts), boost::json::serialize(last)});
+  log::info(outcome == "delivered" ? "webhook delivered" : "webhook refused",
+            {{"job_id", job.id}, {"webhook_id", id}, {"attempt", attempts}, {"last", last}});
+}
+
+int WebhookSender::pass() {
+  auto& c = conn_.get();
+  // Claimed for the attempt's timeout plus a margin: if this replica dies, another retries.
+  auto lock = p_.timeout + std::chrono::seconds(30);
+  auto r = c.eval(redis::lua::claim_webhooks, {p_.keys.webhooks_due()},
+                  {std::to_string(now_ms()), std::to_string(lock.count()), "16"});
+  int n = 0;
+  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+    deliver(c, redis::as_string(r->element[i]));
+    ++n;
+  }
+  return n;
+}
+
+void WebhookSender::run(std::stop_token stop) {
+  std::mutex mu;
+  std::condition_variable_any cv;
+  auto last_error_log = std::chrono::steady_clock::time_point{};
+  while (!stop.stop_requested()) {
+    int sent = 0;
+    try {
+      sent = pass();
+    } catch (const std::exception& e) {
+      conn_.reset();
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_error_log > std::chrono::minutes(1)) {
+        log::warn("webhook sender: redis unavailable; retrying", {{"error", e.what()}});
+        last_error_log = now;
+      }
+    }
+    if (sent > 0) continue;  // more may be due
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, stop, p_.poll_interval, [] { return false; });
+  }
+}
+
+}  // namespace relay::gateway

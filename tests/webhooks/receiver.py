@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Webhook receiver for Relay's tests: verifies Standard Webhooks signatures with Python's own
+hmac and base64 (an implementation independent of the gateway's C++), and appends one JSON line
+per request to --log: {"id", "timestamp", "valid", "status", "body"}.
+
+--fail-first N answers 500 to the first N requests (to exercise retries)."""
+import argparse
+import base64
+import hashlib
+import hmac
+import http.server
+import json
+import threading
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int, required=True)
+parser.add_argument("--secret", required=True)
+parser.add_argument("--log", required=True)
+parser.add_argument("--fail-first", type=int, default=0)
+args = parser.parse_args()
+key = base64.b64decode(args.secret[len("whsec_"):])
+lock = threading.Lock()
+count = 0
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        global count
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        wid = self.headers.get("webhook-id", "")
+        ts = self.headers.get("webhook-timestamp", "")
+        signed = f"{wid}.{ts}.".encode() + body
+        expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        given = [s.split(",", 1)[1] for s in self.headers.get("webhook-signature", "").split(" ") if s.startswith("v1,")]
+        valid = any(hmac.compare_digest(g, expected) for g in given)
+        with lock:
+            count += 1
+            status = 500 if count <= args.fail_first else 200
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                parsed = None
+            with open(args.log, "a") as f:
+                f.write(json.dumps({"id": wid, "timestamp": ts, "valid": valid, "status": status, "body": parsed}) + "\n")
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
