@@ -109,6 +109,7 @@ config::Schema schema(Config& c) {
             "After this many crashed runs a job is dead-lettered (`failed`, `dead_lettered`).");
   s.duration("gc.job_retention", &c.job_retention, "168h",
              "Terminal job records expire this long after they finish.");
+  s.duration("gc.interval", &c.gc_interval, "60s", "How often expired jobs' objects are deleted.");
   s.boolean("gc.keep_objects", &c.keep_objects, false,
             "Keep inputs and results in storage when records expire.");
   s.duration(

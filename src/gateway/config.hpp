@@ -35,7 +35,7 @@ struct Config {
   bool auth_enabled = true;
   std::map<std::string, std::string> api_keys;  // SHA-256 hex of the key -> tenant
 
-  std::chrono::milliseconds reap_interval{}, reap_grace{}, job_retention{};
+  std::chrono::milliseconds reap_interval{}, reap_grace{}, job_retention{}, gc_interval{};
   std::int64_t max_reap_attempts = 0;
   bool keep_objects = false;
 

@@ -11,6 +11,7 @@
 #include "gateway/api.hpp"
 #include "gateway/completion_consumer.hpp"
 #include "gateway/config.hpp"
+#include "gateway/gc.hpp"
 #include "gateway/http_server.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/notifier.hpp"
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
          // Long-polls first: they are waiting right now.
          c.command({"PUBLISH", keys.job_done_channel(ev.job_id), ev.status});
          redis::JobStore(c, keys).schedule_webhook(ev.model, ev.job_id, ev.status);
+         redis::JobStore(c, keys).schedule_gc(ev.model, ev.job_id, cfg.job_retention);
          gateway::metrics().jobs_finished.add({ev.model, ev.status});
          log::info("job finished",
                    {{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}});
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
   gateway::WebhookSender webhooks({endpoint, keys, webhook_key, cfg.webhook_allow_private,
                                    cfg.webhook_timeout, cfg.webhook_max_age,
                                    cfg.webhook_initial_backoff});
+  gateway::Gc gc({endpoint, keys, storage.get(), cfg.keep_objects, cfg.gc_interval});
   gateway::Api api(cfg, *storage);
   gateway::HttpServer server(cfg, api, notifier);
   try {
@@ -96,6 +99,7 @@ int main(int argc, char** argv) {
   std::jthread consumer_thread([&](std::stop_token st) { consumer.run(st); });
   std::jthread reaper_thread([&](std::stop_token st) { reaper.run(st); });
   std::jthread webhook_thread([&](std::stop_token st) { webhooks.run(st); });
+  std::jthread gc_thread([&](std::stop_token st) { gc.run(st); });
   std::thread signals([&server, set] {
     int sig = 0;
     if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) {
@@ -108,6 +112,8 @@ int main(int argc, char** argv) {
                                   {"auth", cfg.auth_enabled}});
   server.run();
 
+  gc_thread.request_stop();
+  gc_thread.join();
   webhook_thread.request_stop();
   webhook_thread.join();
   reaper_thread.request_stop();

@@ -151,6 +151,14 @@ bool JobStore::schedule_webhook(const std::string& model, const std::string& id,
   return as_integer(r.get()) == 1;
 }
 
+void JobStore::schedule_gc(const std::string& model, const std::string& id,
+                           std::chrono::milliseconds retention) {
+  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  conn_.eval(lua::schedule_gc, {keys_.job(model, id), keys_.gc_due()},
+             {std::to_string(retention.count()), std::to_string(now.count()), model, id});
+}
+
 std::string JobStore::reap(const std::string& model, const std::string& id,
                            std::chrono::milliseconds grace, long long max_attempts) {
   auto r = conn_.eval(

@@ -65,6 +65,9 @@ class JobStore {
   // false when the job has no callback_url or the webhook was scheduled already.
   bool schedule_webhook(const std::string& model, const std::string& id, const std::string& status);
   static std::string webhook_id(const std::string& job_id);  // "msg_<id without dashes>"
+  // Completion consumer: the record expires after retention; its objects are queued for GC.
+  void schedule_gc(const std::string& model, const std::string& id,
+                   std::chrono::milliseconds retention);
 
   // Reaper (gateway): one id of the processing list; see lua/reap.lua for the outcomes.
   std::string reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,

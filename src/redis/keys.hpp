@@ -42,6 +42,8 @@ class Keys {
   std::string webhook(std::string_view delivery_id) const {
     return prefix_ + "relay:webhook:" + std::string(delivery_id);
   }
+  // Finished jobs whose objects are due for deletion ("<model>/<service_type>/<id>" by time).
+  std::string gc_due() const { return prefix_ + "relay:gc:due"; }
   // Idempotency-Key -> job id, per tenant (the key is hashed: clients choose its contents).
   std::string idempotency(std::string_view tenant, std::string_view key_hash) const {
     return prefix_ + "relay:idem:" + std::string(tenant) + ":" + std::string(key_hash);

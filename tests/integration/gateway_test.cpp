@@ -619,3 +619,74 @@ TEST_F(WebhookTest, CallbackWithoutASecretIsRefused) {
 
 }  // namespace
 }  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+TEST_F(GatewayTest, FinishedJobsExpireAndTheirObjectsAreDeleted) {
+  start_gateway({{"RELAY_GC_JOB_RETENTION", "500ms"}, {"RELAY_GC_INTERVAL", "100ms"}});
+  InferenceServer inference;
+  auto id = submit_id("short-lived");
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(stored_files(), 2u) << "input and result";
+  ASSERT_TRUE(wait_until([&] { return http("GET", url("/jobs/echo/" + id)).status == 404; }, 20s));
+  ASSERT_TRUE(wait_until([&] { return stored_files() == 0; }, 20s));
+  EXPECT_EQ(job_records(), 0);
+}
+
+TEST_F(GatewayTest, KeepObjectsLeavesStorageAlone) {
+  start_gateway({{"RELAY_GC_JOB_RETENTION", "300ms"},
+                 {"RELAY_GC_INTERVAL", "100ms"},
+                 {"RELAY_GC_KEEP_OBJECTS", "true"}});
+  InferenceServer inference;
+  auto id = submit_id("kept");
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  ASSERT_TRUE(wait_until([&] { return http("GET", url("/jobs/echo/" + id)).status == 404; }, 20s));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return redis::as_integer(conn_.command({"ZCARD", keys_.gc_due()}).get()) == 0;
+      },
+      20s));
+  EXPECT_EQ(stored_files(), 2u);
+}
+
+// SPEC §4.2's race: between a relay's BLMOVE and its lease the id sits in processing without a
+// lease. The reap step must not take it then — provoked deterministically with the real step.
+TEST_F(GatewayTest, TheDequeueToLeaseWindowIsNeverReaped) {
+  auto id = [&] {
+    JobRecord r;
+    r.id = new_job_id();
+    r.service_type = "echo";
+    r.model = "m1";
+    r.status = "pending";
+    r.created_at = "2026-11-30T00:00:00.000Z";
+    store_.submit(r, false);
+    return r.id;
+  }();
+  ASSERT_EQ(store_.pop("m1", 1s), id);  // the relay's BLMOVE; no lease yet
+  EXPECT_EQ(store_.reap("m1", id, 10s, 3), "marked") << "first lease-less sighting";
+  EXPECT_EQ(store_.reap("m1", id, 10s, 3), "waiting") << "second sighting within the grace";
+  EXPECT_EQ(list(keys_.processing("m1")), std::vector<std::string>{id});
+  // The relay takes its lease: the mark is dropped, the job is alive.
+  ASSERT_EQ(store_.begin("m1", id, "tok", 5s).outcome, redis::BeginOutcome::ok);
+  EXPECT_EQ(store_.reap("m1", id, 0s, 3), "alive");
+  EXPECT_TRUE(store_.hash_keys(keys_.suspects("m1")).empty());
+  EXPECT_EQ(store_.get("m1", id)->status, "processing");
+  // And with the real loop running beside a real relay, jobs keep completing un-reaped.
+  start_gateway({{"RELAY_GC_REAP_GRACE", "0ms"}});
+  InferenceServer inference;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(submit_id("j"));
+  auto relay = start_relay(inference, {}, {"--max-jobs", "0"});
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  for (auto& j : ids) {
+    auto rec = store_.get("m1", j);
+    EXPECT_EQ(rec->status, "completed");
+    EXPECT_EQ(rec->attempts, "0") << "never reaped";
+  }
+}
+
+}  // namespace
+}  // namespace relay::testing

@@ -1,0 +1,34 @@
+#pragma once
+// Garbage collection (SPEC §6): terminal job records expire by themselves (a TTL set when the job
+// ended); this loop deletes their inputs and results from storage when that time comes (unless
+// gc.keep_objects) and their webhook bookkeeping. Idempotent, so every replica may run it.
+
+#include <chrono>
+#include <stop_token>
+
+#include "redis/connection.hpp"
+#include "redis/keys.hpp"
+#include "storage/storage.hpp"
+
+namespace relay::gateway {
+
+struct GcParams {
+  redis::Endpoint endpoint;
+  redis::Keys keys;
+  storage::Storage* storage;
+  bool keep_objects = false;
+  std::chrono::milliseconds interval;
+};
+
+class Gc {
+ public:
+  explicit Gc(GcParams p) : p_(std::move(p)), conn_(p_.endpoint) {}
+  int pass();  // throws redis::IoError
+  void run(std::stop_token stop);
+
+ private:
+  GcParams p_;
+  redis::LazyConnection conn_;
+};
+
+}  // namespace relay::gateway
