@@ -30,7 +30,7 @@ void bind_storage(Schema& s, storage::Config& c) {
   s.boolean("storage.s3_path_style", &c.s3_path_style, false,
             "Path-style addressing (`endpoint/bucket/key`), for MinIO and most non-AWS stores.");
   s.integer("storage.s3_part_size", &c.s3_part_size, 8 << 20, 5 << 20, 1LL << 32,
-            "Multipart part size in bytes; bodies up to this size go in one PUT.");
+            "Multipart part size in bytes (for bodies of unknown length or over 5 GiB; known lengths go in one streamed PUT).");
   s.duration("storage.s3_timeout", &c.s3_timeout, "30s",
              "Connect timeout, and how long a transfer may stall before it fails.");
   s.boolean("storage.fsync", &c.fsync, false,

@@ -49,6 +49,7 @@ class LimitedSource final : public ByteSource {
     return n;
   }
   std::uint64_t count() const { return count_; }
+  std::optional<std::uint64_t> size() const override { return inner_.size(); }
 
  private:
   ByteSource& inner_;

@@ -9,11 +9,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <atomic>
 #include <filesystem>
 #include <utility>
 
 #include "common/errors.hpp"
-#include "common/random.hpp"
 
 namespace relay::storage {
 namespace {
@@ -96,13 +96,19 @@ std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_
 
 void FileStorage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
   check_key(key);
-  fs::path path = fs::path(root_) / key;
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec)
-    throw StorageError(ErrorKind::other,
-                       "cannot create " + path.parent_path().string() + ": " + ec.message());
-  std::string tmp = path.string() + ".tmp-" + random_hex(6);
+  const std::string path = root_ + "/" + key;
+  const std::string dir = path.substr(0, path.rfind('/'));
+  // One mkdir in the common case (the job's own folder); the full walk only when a parent is
+  // missing. Submissions create a folder per job, so this is on the hot path.
+  if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw StorageError(ErrorKind::other, "cannot create " + dir + ": " + ec.message());
+  }
+  // Unique without a syscall: this process's id and a counter.
+  static std::atomic<std::uint64_t> counter{0};
+  static const std::string pid = std::to_string(::getpid());
+  std::string tmp = path + ".tmp-" + pid + "-" + std::to_string(counter.fetch_add(1));
   FdGuard fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
   if (fd.get() < 0) fail_errno("cannot create", tmp);
   try {

@@ -243,9 +243,13 @@ std::unique_ptr<ByteSource> S3Storage::open(const std::string& key, std::stop_to
   return std::make_unique<S3Source>(std::move(easy), std::move(headers), key, std::move(stop));
 }
 
+// S3 takes up to 5 GiB in one PUT. A body of known length within that streams as one PUT
+// (one request, no parts to reassemble); an unknown length or a larger body goes multipart.
+constexpr std::uint64_t kMaxSinglePut = 5ULL << 30;
+
 void S3Storage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
   auto size = body.size();
-  if (size && *size <= static_cast<std::uint64_t>(config_.s3_part_size))
+  if (size && *size <= kMaxSinglePut)
     put_single(key, body, stop);
   else
     put_multipart(key, body, stop);

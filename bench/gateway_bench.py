@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Gateway benchmarks (issue 3), figures printed side by side in one run:
+
+1. Submit throughput: 1 KiB multipart POSTs at concurrency 64 with wrk, filesystem storage:
+   requests/s and p99, beside wrk on /healthz in the same run (this server's HTTP ceiling here).
+   Target: submit >= 30% of the ceiling.
+2. Long-poll capacity: 10,000 concurrent GET ?wait=60 held on pending jobs: gateway RSS (target
+   <= 200 MiB), and the time from a job's completion to the responses of its waiters.
+3. Large input: a 1 GiB upload through the gateway to the S3 test server: gateway peak RSS
+   (target <= 64 MiB), and throughput beside `curl -T` of the same file straight to the same server.
+
+usage: gateway_bench.py BIN_DIR [--quick]"""
+import asyncio
+import calendar
+import json
+import os
+import re
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+BIN = sys.argv[1]
+QUICK = "--quick" in sys.argv
+STORAGE_ROOT = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--storage-root=")), None)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+procs = []
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, timeout=20):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def start(argv, env=None, log=None):
+    p = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log or subprocess.DEVNULL,
+                         stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
+    procs.append(p)
+    return p
+
+
+def status_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def wrk(url, script=None, seconds=10):
+    argv = ["wrk", "-t2", "-c64", f"-d{seconds}s", "--latency", url]
+    if script:
+        argv[1:1] = ["-s", script]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    scale = {"us": 0.001, "ms": 1, "s": 1000}[p99.group(2)]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rps, float(p99.group(1)) * scale, int(non2xx.group(1)) if non2xx else 0
+
+
+def http_json(method, url, body=None, headers=None):
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def main():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    work = tempfile.mkdtemp(prefix="relay-gwbench-")
+    redis_port, gw_port, infer_port = free_port(), free_port(), free_port()
+    start(["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no", "--dir", work])
+    wait_port(redis_port)
+    start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{infer_port}"])
+    genv = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}", "RELAY_STORAGE_URL": f"file://{STORAGE_ROOT or work + '/storage'}",
+            "RELAY_SERVICE_TYPES": "echo=m1", "RELAY_AUTH_ENABLED": "false", "RELAY_LOG_LEVEL": "warn",
+            "RELAY_SERVER_LISTEN": f"127.0.0.1:{gw_port}"}
+    gw = start([f"{BIN}/relay-gateway"], genv)
+    wait_port(gw_port)
+    base = f"http://127.0.0.1:{gw_port}"
+    seconds = 3 if QUICK else 10
+
+    # 1. Submit throughput beside the HTTP ceiling.
+    lua = os.path.join(work, "submit.lua")
+    body = ("--BOUNDARY\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.bin\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n" + "x" * 1024 + "\r\n--BOUNDARY--\r\n")
+    with open(lua, "w") as f:
+        f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "multipart/form-data; boundary=BOUNDARY"\n'
+                f"wrk.body = {json.dumps(body)}\n")
+    ceil_rps, ceil_p99, _ = wrk(base + "/healthz", seconds=seconds)
+    sub_rps, sub_p99, sub_errors = wrk(base + "/jobs/echo", lua, seconds=seconds)
+    # The same on tmpfs: each submission creates a folder and a file, and on a slow disk the
+    # file system, not the gateway, sets the pace. Both are printed, with the cost measured here.
+    shm = f"/dev/shm/relay-gwbench-{os.getpid()}"
+    os.makedirs(shm, exist_ok=True)
+    shm_port = free_port()
+    gshm = start([f"{BIN}/relay-gateway"], {**genv, "RELAY_SERVER_LISTEN": f"127.0.0.1:{shm_port}", "RELAY_STORAGE_URL": f"file://{shm}"})
+    wait_port(shm_port)
+    shm_rps, shm_p99, shm_errors = wrk(f"http://127.0.0.1:{shm_port}/jobs/echo", lua, seconds=seconds)
+    gshm.kill()
+    create_us = {}
+    for name, root in (("disk", work), ("tmpfs", shm)):
+        t0 = time.time()
+        for i in range(300):
+            d = os.path.join(root, "probe", str(i))
+            os.makedirs(d)
+            with open(os.path.join(d, "input.tmp"), "wb") as f:
+                f.write(b"x" * 1024)
+            os.rename(os.path.join(d, "input.tmp"), os.path.join(d, "input"))
+        create_us[name] = (time.time() - t0) / 300 * 1e6
+    subprocess.run(["rm", "-rf", shm], check=True)
+
+    # 2. Long-polls: N waiters spread over 100 pending jobs, then one job completes.
+    n_polls = 2000 if QUICK else 10000
+    subprocess.run(["redis-cli", "-p", str(redis_port), "flushall"], check=True, capture_output=True)
+    ids = [http_json("POST", base + "/jobs/echo?filename=x", b"x", {"Content-Type": "text/plain"})["id"] for _ in range(100)]
+    loop_result = {}
+
+    async def poll(job_id, done_times):
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw_port)
+        writer.write(f"GET /jobs/echo/{job_id}?wait=60 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")
+        done_times.append(time.time())
+        writer.close()
+
+    async def longpolls():
+        done_times = []
+        target = ids[0]
+        tasks = []
+        for i in range(n_polls):
+            tasks.append(asyncio.create_task(poll(ids[i % len(ids)], done_times if i % len(ids) == 0 else [])))
+            if i % 500 == 0:
+                await asyncio.sleep(0)
+        # Wait until the gateway holds them all (its open descriptors), then measure its memory.
+        for _ in range(600):
+            if len(os.listdir(f"/proc/{gw.pid}/fd")) >= n_polls:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1)
+        loop_result["held"] = len(os.listdir(f"/proc/{gw.pid}/fd"))
+        loop_result["rss"] = status_kib(gw.pid, "VmRSS")
+        # Complete the first job with a real relay; its waiters must answer at once.
+        renv = {"RELAY_MODEL": "m1", "RELAY_REDIS_URL": genv["RELAY_REDIS_URL"], "RELAY_STORAGE_URL": genv["RELAY_STORAGE_URL"],
+                "RELAY_INFERENCE_URL": f"http://127.0.0.1:{infer_port}", "RELAY_LOG_LEVEL": "warn"}
+        # ids[0] was submitted first: it is at the left of the list, taken first.
+        await asyncio.get_running_loop().run_in_executor(None, lambda: subprocess.run([f"{BIN}/relay"], env={**os.environ, **renv}))
+        rec = http_json("GET", f"{base}/jobs/echo/{target}")
+        finished = calendar.timegm(time.strptime(rec["finished_at"][:19], "%Y-%m-%dT%H:%M:%S")) + int(rec["finished_at"][20:23]) / 1000
+        for _ in range(100):
+            if len(done_times) >= n_polls // len(ids):
+                break
+            await asyncio.sleep(0.05)
+        lat = sorted((t - finished) * 1000 for t in done_times)
+        loop_result["status"] = rec["status"]
+        loop_result["lat"] = lat
+        for t in tasks:
+            t.cancel()
+
+    asyncio.run(longpolls())
+
+    # 3. 1 GiB through the gateway to S3, beside curl -T straight to S3.
+    size = (256 if QUICK else 1024) << 20
+    big = os.path.join(work, "big.bin")
+    with open(big, "wb") as f:
+        block = os.urandom(1 << 20)
+        for _ in range(size >> 20):
+            f.write(block)
+    s3_port, gw2_port = free_port(), free_port()
+    start(["node", os.path.join(ROOT, "tests/s3/server.js"), "--port", str(s3_port), "--dir", os.path.join(work, "s3")])
+    wait_port(s3_port)
+    t0 = time.time()
+    subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", "relaytestkey:relaytestsecret",
+                    "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-T", big,
+                    f"http://127.0.0.1:{s3_port}/relay-test/direct/big.bin"], check=True)
+    curl_mbs = size / (1 << 20) / (time.time() - t0)
+    g2 = start([f"{BIN}/relay-gateway"], {**genv, "RELAY_SERVER_LISTEN": f"127.0.0.1:{gw2_port}",
+                                          "RELAY_STORAGE_URL": "s3://relay-test/jobs", "RELAY_STORAGE_S3_ENDPOINT": f"http://127.0.0.1:{s3_port}",
+                                          "RELAY_STORAGE_S3_PATH_STYLE": "true", "AWS_ACCESS_KEY_ID": "relaytestkey",
+                                          "AWS_SECRET_ACCESS_KEY": "relaytestsecret", "RELAY_SERVER_MAX_BODY_SIZE": str(2 << 30)})
+    wait_port(gw2_port)
+    t0 = time.time()
+    out = subprocess.run(["curl", "-sf", "-H", "Content-Type: application/octet-stream", "-H", "Expect:", "-X", "POST", "-T", big,
+                          f"http://127.0.0.1:{gw2_port}/jobs/echo?filename=big.bin"], check=True, capture_output=True).stdout
+    gw_mbs = size / (1 << 20) / (time.time() - t0)
+    up = json.loads(out)
+    hwm = status_kib(g2.pid, "VmHWM")
+
+    lat = loop_result["lat"]
+    pct = lambda p: lat[min(len(lat) - 1, int(p * (len(lat) - 1) + 0.5))] if lat else float("nan")
+    print("Gateway benchmark (2 cores; wrk -t2 -c64; filesystem storage unless said; Redis on loopback)\n")
+    print(f"{'figure':56} {'measured':>16} {'reference / target':>30}")
+    print(f"{'GET /healthz (the HTTP ceiling)':56} {ceil_rps:>10.0f} req/s {'p99 %.2f ms' % ceil_p99:>30}")
+    print(f"{'POST /jobs/echo, 1 KiB multipart, c=64':56} {sub_rps:>10.0f} req/s "
+          f"{'%.0f%% of ceiling (target >= 30%%)' % (100 * sub_rps / ceil_rps):>30}")
+    print(f"{'  its p99 latency; non-2xx answers':56} {sub_p99:>13.2f} ms {sub_errors:>30}")
+    print(f"{'POST /jobs/echo as above, storage on tmpfs':56} {shm_rps:>10.0f} req/s "
+          f"{'%.0f%% of ceiling; p99 %.1f ms' % (100 * shm_rps / ceil_rps, shm_p99):>30}")
+    print(f"{'  folder + file create + rename, disk / tmpfs (Python)':56} "
+          f"{'%.0f / %.0f us' % (create_us['disk'], create_us['tmpfs']):>16} {'per submission, storage floor':>30}")
+    print(f"{'long-polls held (GET ?wait=60)':56} {loop_result['held']:>16} {n_polls:>30}")
+    print(f"{'  gateway RSS while holding them':56} {loop_result['rss'] / 1024:>13.1f} MiB {'target <= 200 MiB':>30}")
+    print(f"{'  completion -> response, median / p99 (%d waiters)' % len(lat):56} "
+          f"{'%.1f / %.1f ms' % (pct(0.5), pct(0.99)):>16} {'job ' + loop_result['status']:>30}")
+    print(f"{'%d MiB upload via the gateway to S3 (one streamed PUT)' % (size >> 20):56} {gw_mbs:>12.1f} MiB/s "
+          f"{'curl -T straight to S3: %.1f MiB/s' % curl_mbs:>30}")
+    print(f"{'  gateway peak RSS (VmHWM)':56} {hwm / 1024:>13.1f} MiB {'target <= 64 MiB':>30}")
+    print(f"{'  stored input size':56} {up['input']['size']:>16} {size:>30}")
+
+
+try:
+    main()
+finally:
+    for p in procs:
+        p.kill()
+        p.wait()
