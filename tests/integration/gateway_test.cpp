@@ -690,3 +690,96 @@ TEST_F(GatewayTest, TheDequeueToLeaseWindowIsNeverReaped) {
 
 }  // namespace
 }  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+TEST_F(WebhookTest, RetryAfterIsHonoured) {
+  WebhookReceiver receiver(/*fail_first=*/1, /*port=*/0, /*retry_after=*/2);
+  receiver.start();
+  start_gateway(webhook_env());  // initial backoff 100 ms: Retry-After must win
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 30s))
+      << gateway_->log();
+  auto lines = receiver.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  double gap = line_json(lines[1]).at("received_at").to_number<double>() -
+               line_json(lines[0]).at("received_at").to_number<double>();
+  EXPECT_GE(gap, 1.9) << "the second attempt waited for Retry-After";
+}
+
+TEST_F(WebhookTest, DeadLetteredJobFiresItsWebhook) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env({{"RELAY_GC_MAX_REAP_ATTEMPTS", "1"}}));
+  auto id = submit_with_callback(receiver.url());
+  InferenceServer slow({.delay_ms = 30'000});
+  auto doomed = start_relay(slow, {{"RELAY_LEASE_TTL", "600ms"}});
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "processing"; }, 20s));
+  doomed->signal(SIGKILL);
+  doomed->wait_exit(5s);
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 30s)) << gateway_->log();
+  auto body = line_json(receiver.lines()[0]).at("body").as_object();
+  EXPECT_EQ(str(body, "status"), "failed");
+  EXPECT_EQ(str(body.at("error").as_object(), "code"), "dead_lettered");
+}
+
+TEST_F(WebhookTest, CompletionWhileTheGatewayIsDownIsDeliveredAfterRestart) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  ASSERT_EQ(gateway_->stop(), 0);
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_TRUE(receiver.lines().empty());
+  gateway_->start();
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 20s)) << gateway_->log();
+  EXPECT_EQ(str(line_json(receiver.lines()[0]).at("body").as_object(), "id"), id);
+}
+
+TEST_F(WebhookTest, EventsADeadReplicaLeftUnacknowledgedAreClaimed) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());  // creates the consumer group
+  ASSERT_EQ(gateway_->stop(), 0);
+  InferenceServer inference;
+  // Submitted by hand (the gateway is down): the same record the gateway writes.
+  auto id = [&] {
+    JobRecord r;
+    r.id = new_job_id();
+    r.service_type = "echo";
+    r.model = "m1";
+    r.status = "pending";
+    r.tenant = "default";
+    r.input_key = input_object_key("echo", r.id);
+    r.callback_url = receiver.url();
+    r.created_at = "2026-11-30T00:00:00.000Z";
+    std::filesystem::create_directories(files_.path() + "/echo/" + r.id);
+    std::ofstream(files_.path() + "/" + r.input_key) << "input";
+    store_.submit(r, false);
+    return r.id;
+  }();
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  // A replica reads the event, then dies before acknowledging it.
+  auto read = conn_.command({"XREADGROUP", "GROUP", "relay-gateway", "dead-replica", "COUNT", "10",
+                             "STREAMS", keys_.events("m1"), ">"});
+  ASSERT_EQ(read->type, REDIS_REPLY_ARRAY);
+  gateway_->start();  // events.claim_idle is 1 s in these tests
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 20s)) << gateway_->log();
+  EXPECT_EQ(str(line_json(receiver.lines()[0]).at("body").as_object(), "id"), id);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return redis::as_integer(
+                   conn_.command({"XPENDING", keys_.events("m1"), "relay-gateway"})->element[0]) ==
+               0;
+      },
+      10s));
+}
+
+}  // namespace
+}  // namespace relay::testing

@@ -3,7 +3,8 @@
 hmac and base64 (an implementation independent of the gateway's C++), and appends one JSON line
 per request to --log: {"id", "timestamp", "valid", "status", "body"}.
 
---fail-first N answers 500 to the first N requests (to exercise retries)."""
+--fail-first N answers 500 to the first N requests (to exercise retries), with Retry-After when
+--retry-after is given."""
 import argparse
 import base64
 import hashlib
@@ -11,12 +12,14 @@ import hmac
 import http.server
 import json
 import threading
+import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--secret", required=True)
 parser.add_argument("--log", required=True)
 parser.add_argument("--fail-first", type=int, default=0)
+parser.add_argument("--retry-after", type=int, default=0, help="sent with each failure, in seconds")
 args = parser.parse_args()
 key = base64.b64decode(args.secret[len("whsec_"):])
 lock = threading.Lock()
@@ -41,8 +44,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             except ValueError:
                 parsed = None
             with open(args.log, "a") as f:
-                f.write(json.dumps({"id": wid, "timestamp": ts, "valid": valid, "status": status, "body": parsed}) + "\n")
+                f.write(json.dumps({"id": wid, "timestamp": ts, "valid": valid, "status": status, "body": parsed,
+                                    "received_at": time.time()}) + "\n")
         self.send_response(status)
+        if status != 200 and args.retry_after:
+            self.send_header("Retry-After", str(args.retry_after))
         self.send_header("Content-Length", "0")
         self.end_headers()
 
