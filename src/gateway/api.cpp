@@ -115,6 +115,18 @@ Response Api::handle(const Request& req, bool deadline_passed) {
     r.headers.emplace_back("Retry-After", "1");
     r.close = req.body != nullptr;
     return r;
+  } catch (const storage::StorageError& e) {
+    log::error("storage unavailable", {{"error", e.what()}});
+    auto r = error_response(503, "storage_unavailable", "storage is unavailable; retry later");
+    r.close = req.body != nullptr;
+    return r;
+  } catch (const std::exception& e) {
+    // The body could not be read (the client went away, or sent broken HTTP framing): nothing
+    // was kept (the submit path removes what it stored); answer if anyone still listens.
+    log::warn("request failed", {{"error", e.what()}, {"target", req.target.substr(0, 200)}});
+    auto r = error_response(400, "bad_request", e.what());
+    r.close = true;
+    return r;
   }
 }
 

@@ -783,3 +783,34 @@ TEST_F(WebhookTest, EventsADeadReplicaLeftUnacknowledgedAreClaimed) {
 
 }  // namespace
 }  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+TEST_F(GatewayTest, ClientDisconnectingMidUploadLeavesNothing) {
+  start_gateway();
+  auto port = std::stoi(gateway_->url().substr(gateway_->url().rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string head =
+      "POST /jobs/echo HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/octet-stream\r\nContent-Length: 1000000\r\n\r\n";
+  std::string part(50'000, 'x');
+  ASSERT_GT(::write(fd, head.data(), head.size()), 0);
+  ASSERT_GT(::write(fd, part.data(), part.size()), 0);
+  ::close(fd);  // gone, 950 kB short
+  ASSERT_TRUE(
+      wait_until([&] { return gateway_->log().find("request failed") != std::string::npos; }, 20s))
+      << gateway_->log();
+  EXPECT_EQ(stored_files(), 0u);
+  EXPECT_EQ(job_records(), 0);
+  EXPECT_TRUE(list(keys_.pending("m1")).empty());
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+}
+
+}  // namespace
+}  // namespace relay::testing
