@@ -1,0 +1,270 @@
+#include "crypto/streaming_aead.hpp"
+
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/random.hpp"
+
+namespace relay::crypto {
+namespace {
+
+struct CipherCtxDeleter {
+  void operator()(EVP_CIPHER_CTX* c) const noexcept { EVP_CIPHER_CTX_free(c); }
+};
+using CipherCtx = std::unique_ptr<EVP_CIPHER_CTX, CipherCtxDeleter>;
+
+const char* digest_name(HkdfHash h) {
+  switch (h) {
+    case HkdfHash::sha1:
+      return "SHA1";
+    case HkdfHash::sha256:
+      return "SHA256";
+    case HkdfHash::sha512:
+      return "SHA512";
+  }
+  return "SHA256";
+}
+
+const EVP_CIPHER* gcm(size_t key_size) {
+  if (key_size == 16) return EVP_aes_128_gcm();
+  if (key_size == 32) return EVP_aes_256_gcm();
+  throw std::invalid_argument("AES-GCM-HKDF streaming: key size must be 16 or 32 bytes");
+}
+
+// The one place OpenSSL's HKDF is called.
+std::string hkdf(HkdfHash hash, const std::string& ikm, const std::string& salt,
+                 const std::string& info, size_t len) {
+  EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
+  if (!kdf) throw std::runtime_error("HKDF unavailable");
+  EVP_KDF_CTX* ctx = EVP_KDF_CTX_new(kdf);
+  EVP_KDF_free(kdf);
+  if (!ctx) throw std::runtime_error("HKDF context");
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST,
+                                                          const_cast<char*>(digest_name(hash)), 0),
+                         OSSL_PARAM_construct_octet_string(
+                             OSSL_KDF_PARAM_KEY, const_cast<char*>(ikm.data()), ikm.size()),
+                         OSSL_PARAM_construct_octet_string(
+                             OSSL_KDF_PARAM_SALT, const_cast<char*>(salt.data()), salt.size()),
+                         OSSL_PARAM_construct_octet_string(
+                             OSSL_KDF_PARAM_INFO, const_cast<char*>(info.data()), info.size()),
+                         OSSL_PARAM_construct_end()};
+  std::string out(len, '\0');
+  int ok = EVP_KDF_derive(ctx, reinterpret_cast<unsigned char*>(out.data()), len, params);
+  EVP_KDF_CTX_free(ctx);
+  if (ok != 1) throw std::runtime_error("HKDF derivation failed");
+  return out;
+}
+
+std::string nonce(const std::string& prefix, std::uint32_t segment, bool last) {
+  std::string n = prefix;
+  n += static_cast<char>(segment >> 24);
+  n += static_cast<char>(segment >> 16);
+  n += static_cast<char>(segment >> 8);
+  n += static_cast<char>(segment);
+  n += static_cast<char>(last ? 1 : 0);
+  return n;
+}
+
+// Plaintext bytes in segment i.
+size_t plaintext_segment(size_t i, const StreamingParams& p) {
+  return p.segment_size - kTagSize - (i == 0 ? header_size(p) : 0);
+}
+
+// Reads until buf holds `want` bytes or the source ends.
+void fill(ByteSource& src, std::string& buf, size_t want) {
+  while (buf.size() < want) {
+    size_t old = buf.size();
+    buf.resize(want);
+    size_t n = src.read(std::span<char>(buf.data() + old, want - old));
+    buf.resize(old + n);
+    if (n == 0) return;
+  }
+}
+
+void check_params(const StreamingParams& p) {
+  (void)gcm(p.key_size);
+  if (p.segment_size < header_size(p) + kTagSize + 1 || p.segment_size > (1u << 30))
+    throw std::invalid_argument("AES-GCM-HKDF streaming: segment size out of range");
+}
+
+}  // namespace
+
+size_t header_size(const StreamingParams& p) {
+  return 1 + p.key_size + kNoncePrefixSize;
+}
+
+std::uint64_t ciphertext_size(std::uint64_t n, const StreamingParams& p) {
+  std::uint64_t first = plaintext_segment(0, p), rest = plaintext_segment(1, p);
+  std::uint64_t segments = n <= first ? 1 : 1 + (n - first + rest - 1) / rest;
+  return header_size(p) + n + segments * kTagSize;
+}
+
+struct EncryptingSource::Impl {
+  ByteSource& in;
+  StreamingParams p;
+  std::string header, prefix, key;
+  CipherCtx ctx{EVP_CIPHER_CTX_new()};
+  std::string pending;  // plaintext read ahead (one segment + 1 byte, to know which is last)
+  std::string out;      // ciphertext not yet handed out
+  size_t out_pos = 0;
+  std::uint32_t segment = 0;
+  bool done = false;
+
+  void next_segment() {
+    size_t n = plaintext_segment(segment, p);
+    fill(in, pending, n + 1);
+    bool last = pending.size() <= n;
+    size_t take = std::min(n, pending.size());
+    std::string iv = nonce(prefix, segment, last);
+    out.assign(take + kTagSize, '\0');
+    int len = 0;
+    if (EVP_EncryptInit_ex(ctx.get(), nullptr, nullptr,
+                           reinterpret_cast<const unsigned char*>(key.data()),
+                           reinterpret_cast<const unsigned char*>(iv.data())) != 1 ||
+        EVP_EncryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
+                          reinterpret_cast<const unsigned char*>(pending.data()),
+                          static_cast<int>(take)) != 1 ||
+        EVP_EncryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + len, &len) !=
+            1 ||
+        EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTagSize, out.data() + take) != 1)
+      throw std::runtime_error("AES-GCM encryption failed");
+    pending.erase(0, take);
+    out_pos = 0;
+    ++segment;
+    done = last;
+  }
+};
+
+EncryptingSource::EncryptingSource(ByteSource& plaintext, const std::string& key,
+                                   const std::string& aad, StreamingParams params,
+                                   std::optional<std::string> salt,
+                                   std::optional<std::string> nonce_prefix)
+    : impl_(new Impl{plaintext, params}) {
+  check_params(params);
+  if (key.size() != params.key_size)
+    throw std::invalid_argument("encryption key has the wrong size");
+  std::string s = salt.value_or(std::string(params.key_size, '\0'));
+  std::string pre = nonce_prefix.value_or(std::string(kNoncePrefixSize, '\0'));
+  if (!salt) random_bytes(reinterpret_cast<unsigned char*>(s.data()), s.size());
+  if (!nonce_prefix) random_bytes(reinterpret_cast<unsigned char*>(pre.data()), pre.size());
+  impl_->prefix = pre;
+  impl_->key = hkdf(params.hash, key, s, aad, params.key_size);
+  impl_->header = std::string(1, static_cast<char>(header_size(params))) + s + pre;
+  impl_->out = impl_->header;
+  if (EVP_EncryptInit_ex(impl_->ctx.get(), gcm(params.key_size), nullptr, nullptr, nullptr) != 1)
+    throw std::runtime_error("AES-GCM init failed");
+}
+
+EncryptingSource::~EncryptingSource() = default;
+
+size_t EncryptingSource::read(std::span<char> buf) {
+  auto& m = *impl_;
+  if (m.out_pos == m.out.size()) {
+    if (m.done) return 0;
+    m.next_segment();
+  }
+  size_t n = std::min(buf.size(), m.out.size() - m.out_pos);
+  std::memcpy(buf.data(), m.out.data() + m.out_pos, n);
+  m.out_pos += n;
+  return n;
+}
+
+std::optional<std::uint64_t> EncryptingSource::size() const {
+  if (auto n = impl_->in.size()) return ciphertext_size(*n, impl_->p);
+  return std::nullopt;
+}
+
+struct DecryptingSource::Impl {
+  ByteSource& in;
+  StreamingParams p;
+  std::string master, aad, key, prefix;
+  CipherCtx ctx{EVP_CIPHER_CTX_new()};
+  std::string pending;  // ciphertext read ahead
+  std::string out;      // verified plaintext not yet handed out
+  size_t out_pos = 0;
+  std::uint32_t segment = 0;
+  bool started = false, done = false;
+
+  void read_header() {
+    const size_t hs = header_size(p);
+    fill(in, pending, hs);
+    if (pending.size() < hs)
+      throw DecryptionError("decryption failed: the ciphertext is shorter than its header");
+    if (static_cast<unsigned char>(pending[0]) != hs)
+      throw DecryptionError("decryption failed: unexpected header length");
+    std::string salt = pending.substr(1, p.key_size);
+    prefix = pending.substr(1 + p.key_size, kNoncePrefixSize);
+    key = hkdf(p.hash, master, salt, aad, p.key_size);
+    pending.erase(0, hs);
+    started = true;
+  }
+
+  void next_segment() {
+    if (!started) read_header();
+    size_t n = p.segment_size - (segment == 0 ? header_size(p) : 0);
+    fill(in, pending, n + 1);
+    bool last = pending.size() <= n;
+    size_t take = std::min(n, pending.size());
+    if (take < kTagSize)
+      throw DecryptionError("decryption failed: truncated segment " + std::to_string(segment));
+    std::string iv = nonce(prefix, segment, last);
+    size_t pt = take - kTagSize;
+    out.assign(pt, '\0');
+    int len = 0;
+    std::string tag = pending.substr(pt, kTagSize);
+    // The plaintext goes to `out` but is released only after EVP_DecryptFinal_ex verified the tag.
+    bool ok = EVP_DecryptInit_ex(ctx.get(), nullptr, nullptr,
+                                 reinterpret_cast<const unsigned char*>(key.data()),
+                                 reinterpret_cast<const unsigned char*>(iv.data())) == 1 &&
+              EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
+                                reinterpret_cast<const unsigned char*>(pending.data()),
+                                static_cast<int>(pt)) == 1 &&
+              EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTagSize, tag.data()) == 1 &&
+              EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + len,
+                                  &len) == 1;
+    if (!ok) {
+      out.clear();
+      throw DecryptionError(
+          "decryption failed at segment " + std::to_string(segment) +
+          " (wrong key or associated data, or the object was altered, truncated or reordered)");
+    }
+    pending.erase(0, take);
+    out_pos = 0;
+    ++segment;
+    done = last;
+  }
+};
+
+DecryptingSource::DecryptingSource(ByteSource& ciphertext, const std::string& key,
+                                   const std::string& aad, StreamingParams params)
+    : impl_(new Impl{ciphertext, params, key, aad}) {
+  check_params(params);
+  if (key.size() != params.key_size)
+    throw std::invalid_argument("decryption key has the wrong size");
+  if (EVP_DecryptInit_ex(impl_->ctx.get(), gcm(params.key_size), nullptr, nullptr, nullptr) != 1)
+    throw std::runtime_error("AES-GCM init failed");
+}
+
+DecryptingSource::~DecryptingSource() = default;
+
+size_t DecryptingSource::read(std::span<char> buf) {
+  auto& m = *impl_;
+  while (m.out_pos == m.out.size()) {
+    if (m.done) return 0;
+    m.next_segment();  // an empty last segment yields nothing and ends the stream
+  }
+  size_t n = std::min(buf.size(), m.out.size() - m.out_pos);
+  std::memcpy(buf.data(), m.out.data() + m.out_pos, n);
+  m.out_pos += n;
+  return n;
+}
+
+std::optional<std::uint64_t> DecryptingSource::size() const {
+  return std::nullopt;
+}
+
+}  // namespace relay::crypto
