@@ -30,11 +30,26 @@ void bind_storage(Schema& s, storage::Config& c) {
   s.boolean("storage.s3_path_style", &c.s3_path_style, false,
             "Path-style addressing (`endpoint/bucket/key`), for MinIO and most non-AWS stores.");
   s.integer("storage.s3_part_size", &c.s3_part_size, 8 << 20, 5 << 20, 1LL << 32,
-            "Multipart part size in bytes (for bodies of unknown length or over 5 GiB; known lengths go in one streamed PUT).");
+            "Multipart part size in bytes (for bodies of unknown length or over 5 GiB; known "
+            "lengths go in one streamed PUT).");
   s.duration("storage.s3_timeout", &c.s3_timeout, "30s",
              "Connect timeout, and how long a transfer may stall before it fails.");
   s.boolean("storage.fsync", &c.fsync, false,
             "Filesystem backend: fsync each object before it is renamed into place.");
+}
+
+void bind_encryption(Schema& s, crypto::EncryptionConfig& c) {
+  s.boolean("encryption.enabled", &c.enabled, false,
+            "Encrypt inputs and results at rest (Tink AES-GCM-HKDF streaming, AES-256). Keys: "
+            "`RELAY_ENCRYPTION_KEY_<ID>` "
+            "(base64 of 32 bytes) or files in `encryption.keys_dir`, never this file.");
+  s.string("encryption.active_key", &c.active_key, "",
+           "Id of the key new objects are encrypted with; others still decrypt.");
+  s.string(
+      "encryption.keys_dir", &c.keys_dir, "",
+      "Folder of key files (name = key id, content = base64 of 32 bytes), e.g. a mounted Secret.");
+  s.integer("encryption.segment_size", &c.segment_size, 1 << 20, 1024, 1 << 26,
+            "Ciphertext segment size in bytes (Tink's AES256_GCM_HKDF_1MB).");
 }
 
 void bind_log(Schema& s, LogConfig& c) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/config_schema.hpp"
+#include "crypto/keyring.hpp"
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"
 #include "storage/storage.hpp"
@@ -31,6 +32,7 @@ struct LogConfig {
 void bind_redis(Schema& s, RedisConfig& c);
 void bind_storage(Schema& s, storage::Config& c);
 void bind_log(Schema& s, LogConfig& c);
+void bind_encryption(Schema& s, crypto::EncryptionConfig& c);
 
 // Throw ConfigError naming the key.
 void validate_redis(const RedisConfig& c);

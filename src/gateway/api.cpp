@@ -12,6 +12,7 @@
 #include "common/hex.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
+#include "crypto/primed_source.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/multipart.hpp"
 #include "gateway/openapi.hpp"
@@ -83,8 +84,8 @@ Response error_response(unsigned status, const std::string& code, const std::str
   return r;
 }
 
-Api::Api(const Config& config, storage::Storage& storage)
-    : cfg_(config), storage_(storage), keys_(config.redis.keys()) {}
+Api::Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption)
+    : cfg_(config), storage_(storage), enc_(encryption), keys_(config.redis.keys()) {}
 
 std::optional<std::string> Api::tenant_of(const Request& req) const {
   if (!cfg_.auth_enabled) return std::string("default");
@@ -302,6 +303,13 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   };
 
   const std::string input_key = input_object_key(svc, job_id);
+  // Inputs are encrypted as they stream to storage, bound to this job ("<id>/input").
+  auto store_input = [&](ByteSource& plain) {
+    if (!enc_.enabled) return storage_.put(input_key, plain, {});
+    crypto::EncryptingSource sealed(plain, *enc_.keyring.get(enc_.active_id),
+                                    crypto::input_aad(job_id), enc_.params);
+    storage_.put(input_key, sealed, {});
+  };
   std::uint64_t size = 0;
   bool stored = false;
   auto forget_input = [&] {
@@ -323,7 +331,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
           if (have_file) throw MultipartError("more than one file part");
           PartSource source(reader);
           LimitedSource limited(source, limit);
-          storage_.put(input_key, limited, {});
+          store_input(limited);
           stored = true;
           have_file = true;
           size = limited.count();
@@ -350,7 +358,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
       }
     } else {
       LimitedSource limited(*req.body, limit);
-      storage_.put(input_key, limited, {});
+      store_input(limited);
       stored = true;
       size = limited.count();
       sub.content_type = content_type;
@@ -395,6 +403,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   const bool priority = !cfg_.priority_header.empty() && !req.header(cfg_.priority_header).empty();
   r.priority = priority ? "1" : "";
   r.attempts = "0";
+  r.key_id = enc_.enabled ? enc_.active_id : "";
   r.created_at = format_rfc3339(wall_now());
   try {
     if (!store.submit(r, priority)) throw std::runtime_error("job id collision");
@@ -454,6 +463,24 @@ Response Api::get_result(Context& ctx, const std::string& svc, const std::string
   Response r;
   try {
     r.stream = storage_.open(rec->result_key, {});
+    if (!rec->key_id.empty()) {
+      auto key = enc_.keyring.get(rec->key_id);
+      if (!key) {
+        log::error("result key not loaded", {{"job_id", id}, {"key_id", rec->key_id}});
+        return error_response(503, "key_unavailable",
+                              "the key this result was encrypted with is not loaded");
+      }
+      auto dec = std::make_unique<crypto::DecryptingSource>(*r.stream, *key, crypto::result_aad(id),
+                                                            enc_.params);
+      auto primed = std::make_unique<crypto::PrimedSource>(
+          *dec, std::nullopt);  // fails here, before any byte is sent
+      r.stream = std::make_unique<crypto::OwningChain>(std::move(r.stream), std::move(dec),
+                                                       std::move(primed));
+    }
+  } catch (const crypto::DecryptionError& e) {
+    log::error("stored result does not decrypt", {{"job_id", id}, {"error", e.what()}});
+    return error_response(500, "decryption_failed",
+                          "the stored result does not decrypt with its key");
   } catch (const storage::StorageError& e) {
     if (e.kind() == storage::ErrorKind::not_found)
       return error_response(404, "result_not_found", "the result is no longer stored");

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "crypto/keyring.hpp"
 #include "gateway/config.hpp"
 #include "gateway/job_json.hpp"
 #include "redis/job_record.hpp"
@@ -46,7 +47,7 @@ Response error_response(unsigned status, const std::string& code, const std::str
 
 class Api {
  public:
-  Api(const Config& config, storage::Storage& storage);
+  Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption);
   // Blocking. `deadline_passed` is true when a long-poll's wait ended: answer whatever the state.
   Response handle(const Request& req, bool deadline_passed = false);
 
@@ -64,6 +65,7 @@ class Api {
 
   const Config& cfg_;
   storage::Storage& storage_;
+  const crypto::Encryption& enc_;
   redis::Keys keys_;
 };
 

@@ -47,6 +47,7 @@ config::Schema schema(Config& c) {
             "Threads for storage and Redis work (uploads hold one each).");
   config::bind_redis(s, c.redis);
   config::bind_storage(s, c.storage);
+  config::bind_encryption(s, c.encryption);
   s.section(
       "service_types", "",
       "Service types clients submit to: `<name>: {model, operations: [...], max_input_size}`. "

@@ -48,6 +48,7 @@ struct Config {
   std::chrono::milliseconds webhook_timeout{}, webhook_max_age{}, webhook_initial_backoff{};
 
   config::LogConfig log;
+  crypto::EncryptionConfig encryption;
 
   std::set<std::string> models() const;
 };

@@ -47,8 +47,12 @@ int main(int argc, char** argv) {
 
   gateway::Config cfg;
   std::unique_ptr<storage::Storage> storage;
+  crypto::Encryption encryption;
   try {
     cfg = gateway::load(config_path, config::process_env());
+    encryption = crypto::Encryption::from(
+        cfg.encryption,
+        crypto::Keyring::load(crypto::Keyring::process_environment(), cfg.encryption.keys_dir));
     log::set_level(cfg.log.level);
     log::set_format(cfg.log.format);
     storage = storage::make_storage(cfg.storage);
@@ -83,7 +87,7 @@ int main(int argc, char** argv) {
                                    cfg.webhook_timeout, cfg.webhook_max_age,
                                    cfg.webhook_initial_backoff});
   gateway::Gc gc({endpoint, keys, storage.get(), cfg.keep_objects, cfg.gc_interval});
-  gateway::Api api(cfg, *storage);
+  gateway::Api api(cfg, *storage, encryption);
   gateway::HttpServer server(cfg, api, notifier);
   try {
     server.listen();

@@ -10,6 +10,7 @@ config::Schema schema(Config& c) {
            "Model this relay serves: it takes jobs from `relay:<model>:pending`. Required.");
   config::bind_redis(s, c.redis);
   config::bind_storage(s, c.storage);
+  config::bind_encryption(s, c.encryption);
   s.string("inference.url", &c.inference.url, "http://127.0.0.1:9000",
            "Base URL of the local inference server.");
   s.string("inference.health_path", &c.inference.health_path, "/health",

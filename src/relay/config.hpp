@@ -30,6 +30,7 @@ struct Config {
   std::chrono::milliseconds health_interval{};
   std::string pod_name;  // lease tokens start with it; default: the host name
   config::LogConfig log;
+  crypto::EncryptionConfig encryption;
 
   redis::Endpoint redis_endpoint() const { return redis.endpoint(); }
   redis::Keys keys() const { return redis.keys(); }

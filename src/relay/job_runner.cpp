@@ -6,6 +6,7 @@
 #include "common/errors.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
+#include "crypto/primed_source.hpp"
 #include "relay/inference_client.hpp"
 
 namespace relay::sidecar {
@@ -100,7 +101,7 @@ std::string_view to_string(Disposition d) {
 }
 
 JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference,
-                  const JobRecord& job, JobControl& control) {
+                  const crypto::Encryption& enc, const JobRecord& job, JobControl& control) {
   const auto start = Clock::now();
   Timings timings;
   if (auto created = parse_rfc3339(job.created_at)) {
@@ -127,11 +128,38 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
       params = v.as_object();
     }
 
+    // An encrypted job needs its key before anything is read.
+    std::optional<std::string> key;
+    if (!job.key_id.empty()) {
+      key = enc.keyring.get(job.key_id);
+      if (!key)
+        return failed("decryption_failed", "the job's input is encrypted with key '" + job.key_id +
+                                               "', which this relay has not loaded");
+    }
+
     stage = Stage::download;
     auto t_open = Clock::now();
     auto input = storage.open(job.input_key, control.token());
     download_ms += ms_since(t_open);
-    TimedSource timed(*input);
+    TimedSource downloaded(*input);
+    // Encrypted inputs are decrypted as they stream; the first segment is verified before the
+    // model is even contacted, so a wrong key, a wrong job binding or a damaged start never
+    // reaches it. A segment that fails later aborts the request mid-body (the model sees the
+    // connection drop, never a complete request).
+    std::optional<std::uint64_t> plain_size;
+    if (!job.input_size.empty()) plain_size = std::stoull(job.input_size);
+    std::unique_ptr<crypto::DecryptingSource> decrypting;
+    std::unique_ptr<crypto::PrimedSource> primed;
+    ByteSource* plaintext = &downloaded;
+    auto t_decrypt = Clock::now();
+    if (key) {
+      decrypting = std::make_unique<crypto::DecryptingSource>(
+          downloaded, *key, crypto::input_aad(job.id), enc.params);
+      primed = std::make_unique<crypto::PrimedSource>(*decrypting, plain_size);
+      plaintext = primed.get();
+    }
+    double prime_ms = ms_since(t_decrypt);
+    TimedSource timed(*plaintext);
 
     stage = Stage::inference;
     InferenceRequest req;
@@ -143,8 +171,12 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     req.timeout = cfg.inference.timeout;
     auto t_post = Clock::now();
     InferenceResponse resp = inference.post(req, control.token());
-    download_ms += timed.spent_ms();
+    // timed: everything spent pulling the input (download + decryption); downloaded: the
+    // storage part of it.
+    download_ms += downloaded.spent_ms();
     timings.set("download", download_ms);
+    if (key)
+      timings.set("decrypt", std::max(0.0, timed.spent_ms() + prime_ms - downloaded.spent_ms()));
     timings.set("inference", ms_since(t_post) - timed.spent_ms());
     if (resp.status != 200) {
       std::string head = resp.body.head(512);
@@ -154,11 +186,17 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
       stage = Stage::upload;
       auto t_up = Clock::now();
       auto body = resp.body.reader();
-      std::string key = result_object_key(job.service_type, job.id);
-      storage.put(key, *body, control.token());
+      std::string result_key = result_object_key(job.service_type, job.id);
+      if (key) {
+        // The result is sealed with the job's key, bound to "<id>/result.json".
+        crypto::EncryptingSource sealed(*body, *key, crypto::result_aad(job.id), enc.params);
+        storage.put(result_key, sealed, control.token());
+      } else {
+        storage.put(result_key, *body, control.token());
+      }
       timings.set("upload", ms_since(t_up));
       result.disposition = Disposition::completed;
-      result.result_key = key;
+      result.result_key = result_key;
     }
   } catch (const Aborted&) {
     switch (control.reason()) {
@@ -172,6 +210,8 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
         result.disposition = Disposition::given_back;
         break;
     }
+  } catch (const crypto::DecryptionError& e) {
+    result = failed("decryption_failed", e.what());
   } catch (const storage::StorageError& e) {
     result = failed(stage == Stage::upload ? "upload_failed" : "download_failed", e.what());
   } catch (const InferenceError& e) {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "crypto/keyring.hpp"
 #include "redis/job_record.hpp"
 #include "relay/config.hpp"
 #include "relay/job_control.hpp"
@@ -48,6 +49,6 @@ struct JobResult {
 
 class InferenceClient;
 JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference,
-                  const JobRecord& job, JobControl& control);
+                  const crypto::Encryption& encryption, const JobRecord& job, JobControl& control);
 
 }  // namespace relay::sidecar

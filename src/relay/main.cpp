@@ -59,14 +59,20 @@ int main(int argc, char** argv) {
   relay::log::set_component("relay");
 
   std::unique_ptr<relay::storage::Storage> storage;
+  relay::crypto::Encryption encryption;
   try {
     storage = relay::storage::make_storage(cfg.storage);
+    // Keys are loaded whenever there are any, not only with encryption.enabled: a relay decrypts
+    // encrypted jobs whatever its own setting (the record names the key).
+    encryption = relay::crypto::Encryption::from(
+        cfg.encryption, relay::crypto::Keyring::load(relay::crypto::Keyring::process_environment(),
+                                                     cfg.encryption.keys_dir));
   } catch (const std::invalid_argument& e) {
     relay::log::error("invalid configuration", {{"error", e.what()}});
     return 2;
   }
 
-  relay::sidecar::Relay relay(cfg, std::move(storage));
+  relay::sidecar::Relay relay(cfg, std::move(storage), std::move(encryption));
   std::thread signals([&relay, set] {
     int sig = 0;
     if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) relay.shutdown();

@@ -58,10 +58,12 @@ auto with_redis(redis::LazyConnection& conn, std::chrono::milliseconds max_wait,
 
 }  // namespace
 
-Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage)
+Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage,
+             crypto::Encryption encryption)
     : cfg_(std::move(config)),
       storage_(std::move(storage)),
-      inference_(std::make_unique<InferenceClient>(cfg_.inference.url)) {}
+      inference_(std::make_unique<InferenceClient>(cfg_.inference.url)),
+      enc_(std::move(encryption)) {}
 
 Relay::~Relay() = default;
 
@@ -257,7 +259,7 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled
                                                                    : Disposition::given_back;
   } else {
-    result = run_job(cfg_, *storage_, *inference_, job, control);
+    result = run_job(cfg_, *storage_, *inference_, enc_, job, control);
   }
   heartbeat.unwatch();
   {

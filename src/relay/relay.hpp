@@ -7,6 +7,7 @@
 #include <mutex>
 #include <stop_token>
 
+#include "crypto/keyring.hpp"
 #include "redis/connection.hpp"
 #include "redis/job_record.hpp"
 #include "relay/config.hpp"
@@ -20,7 +21,7 @@ class Heartbeat;
 
 class Relay {
  public:
-  Relay(Config config, std::unique_ptr<storage::Storage> storage);
+  Relay(Config config, std::unique_ptr<storage::Storage> storage, crypto::Encryption encryption);
   ~Relay();
   // Returns the process exit code: 0 after jobs, on queue timeout and on shutdown; 1 when a
   // dependency never came up.
@@ -39,7 +40,8 @@ class Relay {
 
   Config cfg_;
   std::unique_ptr<storage::Storage> storage_;
-  std::unique_ptr<InferenceClient> inference_;  // used by the main thread only
+  std::unique_ptr<InferenceClient> inference_;
+  crypto::Encryption enc_;  // used by the main thread only
   std::stop_source shutdown_;
 
   std::mutex mu_;  // guards current_ and popping_
