@@ -5,6 +5,12 @@
 //   relayctl job --model M ID            the job record as JSON
 //   relayctl wait --model M ID [--timeout 60s]   until the job is terminal; exit 0 completed,
 //                                        3 failed, 4 cancelled, 5 timed out
+//   relayctl encrypt|decrypt --key KEY_ID --aad AAD IN OUT
+//                                        Tink AES-GCM-HKDF streaming (the format of stored
+//                                        objects); the key comes from RELAY_ENCRYPTION_KEY_<KEY_ID>
+//                                        or
+//                                        --keys-dir, the AAD is "<job id>/input" or "<job
+//                                        id>/result.json"
 //
 // Redis and storage come from --redis-url / --storage-url or RELAY_REDIS_URL / RELAY_STORAGE_URL
 // (and the other RELAY_STORAGE_* / AWS_* variables, as for the relay).
@@ -18,6 +24,7 @@
 #include <thread>
 
 #include "common/time.hpp"
+#include "crypto/keyring.hpp"
 #include "redis/job_store.hpp"
 #include "storage/storage.hpp"
 
@@ -96,7 +103,60 @@ int main(int argc, char** argv) {
   wait->add_option("--model", model)->required();
   wait->add_option("--timeout", timeout);
   wait->add_option("id", id)->required();
+  std::string key_id, aad, keys_dir, out_path;
+  std::int64_t segment_size = 1 << 20;
+  auto* encrypt =
+      app.add_subcommand("encrypt", "encrypt IN to OUT in the format of stored objects");
+  auto* decrypt = app.add_subcommand("decrypt", "decrypt IN to OUT (a stored input or result)");
+  for (auto* sub : {encrypt, decrypt}) {
+    sub->add_option("--key", key_id, "key id (RELAY_ENCRYPTION_KEY_<ID> or a file in --keys-dir)")
+        ->required();
+    sub->add_option("--aad", aad, "associated data: <job id>/input or <job id>/result.json")
+        ->required();
+    sub->add_option("--keys-dir", keys_dir, "folder of key files");
+    sub->add_option("--segment-size", segment_size,
+                    "ciphertext segment size (encryption.segment_size)");
+    sub->add_option("in", file, "input file")->required()->check(CLI::ExistingFile);
+    sub->add_option("out", out_path, "output file")->required();
+  }
   CLI11_PARSE(app, argc, argv);
+
+  if (*encrypt || *decrypt) {
+    try {
+      auto ring =
+          relay::crypto::Keyring::load(relay::crypto::Keyring::process_environment(), keys_dir);
+      auto key = ring.get(key_id);
+      if (!key)
+        throw std::invalid_argument("no key '" + key_id + "' (set RELAY_ENCRYPTION_KEY_" + key_id +
+                                    ")");
+      relay::crypto::StreamingParams params{32, relay::crypto::HkdfHash::sha256,
+                                            static_cast<size_t>(segment_size)};
+      FileSource in(file);
+      std::unique_ptr<relay::ByteSource> xf;
+      if (*encrypt)
+        xf = std::make_unique<relay::crypto::EncryptingSource>(in, *key, aad, params);
+      else
+        xf = std::make_unique<relay::crypto::DecryptingSource>(in, *key, aad, params);
+      // Written to a temporary file and renamed: a failed decryption leaves no partial output.
+      std::string tmp = out_path + ".part";
+      {
+        std::ofstream out(tmp, std::ios::binary);
+        std::string buf(1 << 20, '\0');
+        while (size_t n = xf->read(buf)) out.write(buf.data(), static_cast<std::streamsize>(n));
+        if (!out) throw std::runtime_error("cannot write " + tmp);
+      }
+      std::filesystem::rename(tmp, out_path);
+      return 0;
+    } catch (const relay::crypto::DecryptionError& e) {
+      std::filesystem::remove(out_path + ".part");
+      std::cerr << "relayctl: " << e.what() << "\n";
+      return 3;
+    } catch (const std::exception& e) {
+      std::filesystem::remove(out_path + ".part");
+      std::cerr << "relayctl: " << e.what() << "\n";
+      return 1;
+    }
+  }
 
   try {
     auto conn = relay::redis::Connection::open(relay::redis::parse_url(redis_url));

@@ -2,8 +2,10 @@
 // (tests/crypto/tink_stream.py on Debian's python3-cryptography), in both directions.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -65,6 +67,37 @@ TEST(CryptoInterop, BothDirectionsForEverySizeThatMatters) {
       EXPECT_NE(status, 0);
     }
   }
+}
+
+}  // namespace
+}  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+TEST(CryptoInterop, RelayctlEncryptsAndDecryptsForOperators) {
+  TempDir dir;
+  const std::string pt = dir.path() + "/pt", ct = dir.path() + "/ct", back = dir.path() + "/back";
+  std::ofstream(pt, std::ios::binary) << std::string(3'000'000, 'r');
+  const std::string env = "RELAY_ENCRYPTION_KEY_OPS=AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8= ";
+  const std::string ctl = std::string(RELAY_TEST_RELAYCTL_BIN);
+  ASSERT_EQ(std::system((env + ctl + " encrypt --key ops --aad j/input " + pt + " " + ct).c_str()),
+            0);
+  // The independent implementation reads what relayctl wrote.
+  std::string cmd = std::string("/usr/bin/python3 ") + RELAY_TEST_TINK_PY +
+                    " decrypt 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f "
+                    "j/input 1048576 < " +
+                    ct + " | cmp -s - " + pt;
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  ASSERT_EQ(
+      std::system((env + ctl + " decrypt --key ops --aad j/input " + ct + " " + back).c_str()), 0);
+  EXPECT_EQ(std::system(("cmp -s " + pt + " " + back).c_str()), 0);
+  // Wrong binding: exit 3, and no output file at all.
+  int status = std::system((env + ctl + " decrypt --key ops --aad k/input " + ct + " " +
+                            dir.path() + "/nope 2>/dev/null")
+                               .c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/nope"));
 }
 
 }  // namespace
