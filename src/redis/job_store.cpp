@@ -159,6 +159,11 @@ void JobStore::schedule_gc(const std::string& model, const std::string& id,
              {std::to_string(retention.count()), std::to_string(now.count()), model, id});
 }
 
+bool JobStore::requeue_deadletter(const std::string& model, const std::string& id) {
+  auto r = conn_.eval(lua::requeue_deadletter, {keys_.deadletter(model), keys_.pending(model), keys_.job(model, id)}, {id});
+  return as_integer(r.get()) == 1;
+}
+
 std::string JobStore::reap(const std::string& model, const std::string& id,
                            std::chrono::milliseconds grace, long long max_attempts) {
   auto r = conn_.eval(

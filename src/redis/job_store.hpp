@@ -69,6 +69,9 @@ class JobStore {
   void schedule_gc(const std::string& model, const std::string& id,
                    std::chrono::milliseconds retention);
 
+  // Operators: a dead-lettered job back into pending; false when it is not dead-lettered.
+  bool requeue_deadletter(const std::string& model, const std::string& id);
+
   // Reaper (gateway): one id of the processing list; see lua/reap.lua for the outcomes.
   std::string reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
                    long long max_attempts);

@@ -1,31 +1,36 @@
-// relayctl — command-line tool for operators. Until the gateway exists (issue 3) it talks to
-// Redis and storage directly, through the same JobStore and storage code as everything else:
+// relayctl — Relay's command-line tool, for users (through the gateway's HTTP API) and for
+// operators (Redis directly). A job is named SERVICE_TYPE/ID, as `submit` prints it.
 //
-//   relayctl enqueue --model M --service-type S FILE [--operation OP] [--param k=v]... [--priority]
-//   relayctl job --model M ID            the job record as JSON
-//   relayctl wait --model M ID [--timeout 60s]   until the job is terminal; exit 0 completed,
-//                                        3 failed, 4 cancelled, 5 timed out
-//   relayctl encrypt|decrypt --key KEY_ID --aad AAD IN OUT
-//                                        Tink AES-GCM-HKDF streaming (the format of stored
-//                                        objects); the key comes from RELAY_ENCRYPTION_KEY_<KEY_ID>
-//                                        or
-//                                        --keys-dir, the AAD is "<job id>/input" or "<job
-//                                        id>/result.json"
+//   relayctl up [--demo] [--port 8080] [--max-relays 4] [--data-dir DIR]   the stack on one machine
+//   relayctl submit SERVICE_TYPE FILE [--operation OP] [--param k=v]... [--callback URL]
+//   [--priority] [--wait] relayctl status REF | wait REF [--timeout 60] | result REF [-o FILE] |
+//   cancel REF relayctl queues | deadletter list MODEL | deadletter requeue MODEL (ID | --all)
+//   relayctl enqueue --model M FILE | job --model M ID            (Redis directly, no gateway)
+//   relayctl encrypt|decrypt --key ID --aad AAD IN OUT
 //
-// Redis and storage come from --redis-url / --storage-url or RELAY_REDIS_URL / RELAY_STORAGE_URL
-// (and the other RELAY_STORAGE_* / AWS_* variables, as for the relay).
+// --json prints what the API returned; otherwise a readable table. Exit codes: 0 success (a job
+// that completed), 1 error, 3 the job failed, 4 it was cancelled, 5 still running when --wait or
+// wait gave up. Gateway: --gateway or RELAY_GATEWAY_URL (default http://127.0.0.1:8080), key:
+// RELAY_API_KEY. Redis and storage: --redis-url / --storage-url or RELAY_REDIS_URL /
+// RELAY_STORAGE_URL.
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "common/time.hpp"
 #include "crypto/keyring.hpp"
 #include "redis/job_store.hpp"
+#include "relayctl/http.hpp"
+#include "relayctl/up.hpp"
 #include "storage/storage.hpp"
 
 namespace {
@@ -69,22 +74,102 @@ boost::json::object to_json(const relay::JobRecord& r) {
 
 }  // namespace
 
+namespace {
+
+std::string field(const boost::json::object& o, const char* k) {
+  auto it = o.find(k);
+  if (it == o.end() || it->value().is_null()) return "";
+  if (it->value().is_string()) return std::string(it->value().as_string());
+  return boost::json::serialize(it->value());
+}
+
+int exit_for(const std::string& status) {
+  if (status == "completed") return 0;
+  if (status == "failed") return 3;
+  if (status == "cancelled") return 4;
+  return 5;  // still pending or processing
+}
+
+void print_job(const boost::json::object& j) {
+  std::printf("%-44s %-10s %-24s %-24s %s\n", "JOB", "STATUS", "CREATED", "FINISHED", "ERROR");
+  std::string err;
+  if (auto it = j.find("error"); it != j.end() && it->value().is_object())
+    err = field(it->value().as_object(), "code") + ": " + field(it->value().as_object(), "message");
+  std::printf("%-44s %-10s %-24s %-24s %s\n",
+              (field(j, "service_type") + "/" + field(j, "id")).c_str(), field(j, "status").c_str(),
+              field(j, "created_at").c_str(), field(j, "finished_at").c_str(), err.c_str());
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"relayctl: Relay's command-line tool"};
   app.require_subcommand(1);
+  std::string gateway = env_or("RELAY_GATEWAY_URL", "http://127.0.0.1:8080");
+  std::string api_key = env_or("RELAY_API_KEY", "");
   std::string redis_url = env_or("RELAY_REDIS_URL", "redis://127.0.0.1:6379");
   std::string key_prefix = env_or("RELAY_REDIS_KEY_PREFIX", "");
   bool hash_tag = env_or("RELAY_REDIS_HASH_TAG", "false") == "true";
+  bool as_json = false;
   relay::storage::Config sc;
   sc.url = env_or("RELAY_STORAGE_URL", sc.url);
   sc.s3_endpoint = env_or("RELAY_STORAGE_S3_ENDPOINT", "");
   sc.s3_region = env_or("RELAY_STORAGE_S3_REGION", sc.s3_region);
   sc.s3_path_style = env_or("RELAY_STORAGE_S3_PATH_STYLE", "false") == "true";
-  app.add_option("--redis-url", redis_url, "redis://[user:password@]host:port[/db]");
-  app.add_option("--storage-url", sc.url, "file:///path or s3://bucket/prefix");
-  std::string model, service_type = "default", file, operation, id, timeout = "60s";
+  app.add_option("--gateway", gateway, "gateway URL");
+  app.add_option("--redis-url", redis_url,
+                 "redis://[user:password@]host:port[/db] (operator commands)");
+  app.add_option("--storage-url", sc.url, "file:///path or s3://bucket/prefix (enqueue)");
+  app.add_flag("--json", as_json, "print JSON instead of a table");
+  std::string model, service_type = "default", file, operation, id, ref, out_file, callback,
+                     timeout = "60s";
   std::vector<std::string> params;
-  bool priority = false;
+  bool priority = false, wait_flag = false, all = false;
+
+  relay::ctl::UpOptions up_opts;
+  auto* up = app.add_subcommand("up", "run the whole stack on this machine (Ctrl-C stops it)");
+  up->add_flag("--demo", up_opts.demo, "submit the samples, check the results, stop");
+  up->add_option("--port", up_opts.port, "gateway port (0: any free port)");
+  up->add_option("--max-relays", up_opts.max_relays, "relays per model at most");
+  up->add_option("--data-dir", up_opts.data_dir,
+                 "where storage and Redis keep data (default: a temporary folder)");
+  up->add_option("--samples", up_opts.samples_dir,
+                 "folder of the demo's samples (default: examples/samples)");
+  up->add_option("--echo-delay-ms", up_opts.echo_delay_ms,
+                 "the echo model holds each answer this long")
+      ->group("");
+
+  auto* submit =
+      app.add_subcommand("submit", "submit FILE as a job of SERVICE_TYPE (prints SERVICE_TYPE/ID)");
+  submit->add_option("service_type", service_type)->required();
+  submit->add_option("file", file)->required()->check(CLI::ExistingFile);
+  submit->add_option("--operation", operation);
+  submit->add_option("--param", params, "k=v, sent in the job's params");
+  submit->add_option("--callback", callback, "webhook URL");
+  submit->add_flag("--priority", priority, "ahead of the queue (the gateway's priority header)");
+  submit->add_flag("--wait", wait_flag, "wait for the job to end (exit code: its status)");
+  submit->add_option("--timeout", timeout, "with --wait: give up after this long");
+  auto* status = app.add_subcommand("status", "show a job");
+  status->add_option("ref", ref, "SERVICE_TYPE/ID")->required();
+  auto* wait = app.add_subcommand("wait", "wait until a job ends (long-poll)");
+  wait->add_option("ref", ref, "SERVICE_TYPE/ID")->required();
+  wait->add_option("--timeout", timeout);
+  auto* result = app.add_subcommand("result", "print (or save) a completed job's result");
+  result->add_option("ref", ref, "SERVICE_TYPE/ID")->required();
+  result->add_option("-o,--output", out_file, "save to this file");
+  auto* cancel = app.add_subcommand("cancel", "cancel a job");
+  cancel->add_option("ref", ref, "SERVICE_TYPE/ID")->required();
+  auto* queues = app.add_subcommand(
+      "queues", "pending, processing and dead-letter counts per model, oldest wait");
+  auto* deadletter = app.add_subcommand("deadletter", "inspect or requeue dead-lettered jobs");
+  deadletter->require_subcommand(1);
+  auto* dl_list = deadletter->add_subcommand("list", "list a model's dead-lettered jobs");
+  dl_list->add_option("model", model)->required();
+  auto* dl_requeue =
+      deadletter->add_subcommand("requeue", "put dead-lettered jobs back in the queue");
+  dl_requeue->add_option("model", model)->required();
+  dl_requeue->add_option("id", id);
+  dl_requeue->add_flag("--all", all);
 
   auto* enqueue =
       app.add_subcommand("enqueue", "store FILE and queue a job for MODEL (bypasses the gateway)");
@@ -94,15 +179,10 @@ int main(int argc, char** argv) {
   enqueue->add_option("--param", params, "k=v, passed to inference as a form field");
   enqueue->add_flag("--priority", priority, "LPUSH: ahead of the queue");
   enqueue->add_option("file", file)->required()->check(CLI::ExistingFile);
-
-  auto* job = app.add_subcommand("job", "print a job record as JSON");
+  auto* job = app.add_subcommand("job", "print a job record from Redis as JSON");
   job->add_option("--model", model)->required();
   job->add_option("id", id)->required();
 
-  auto* wait = app.add_subcommand("wait", "wait until a job is terminal and print it");
-  wait->add_option("--model", model)->required();
-  wait->add_option("--timeout", timeout);
-  wait->add_option("id", id)->required();
   std::string key_id, aad, keys_dir, out_path;
   std::int64_t segment_size = 1 << 20;
   auto* encrypt =
@@ -121,6 +201,19 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
 
+  if (*up) {
+    if (up_opts.samples_dir.empty()) {
+      auto exe = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+      for (auto p : {exe / "../../examples/samples", exe / "../share/relay/samples",
+                     std::filesystem::path("examples/samples")})
+        if (std::filesystem::exists(p / "fox.txt")) {
+          up_opts.samples_dir = std::filesystem::canonical(p).string();
+          break;
+        }
+    }
+    return relay::ctl::run_up(up_opts);
+  }
+
   if (*encrypt || *decrypt) {
     try {
       auto ring =
@@ -129,14 +222,14 @@ int main(int argc, char** argv) {
       if (!key)
         throw std::invalid_argument("no key '" + key_id + "' (set RELAY_ENCRYPTION_KEY_" + key_id +
                                     ")");
-      relay::crypto::StreamingParams params{32, relay::crypto::HkdfHash::sha256,
-                                            static_cast<size_t>(segment_size)};
+      relay::crypto::StreamingParams sp{32, relay::crypto::HkdfHash::sha256,
+                                        static_cast<size_t>(segment_size)};
       FileSource in(file);
       std::unique_ptr<relay::ByteSource> xf;
       if (*encrypt)
-        xf = std::make_unique<relay::crypto::EncryptingSource>(in, *key, aad, params);
+        xf = std::make_unique<relay::crypto::EncryptingSource>(in, *key, aad, sp);
       else
-        xf = std::make_unique<relay::crypto::DecryptingSource>(in, *key, aad, params);
+        xf = std::make_unique<relay::crypto::DecryptingSource>(in, *key, aad, sp);
       // Written to a temporary file and renamed: a failed decryption leaves no partial output.
       std::string tmp = out_path + ".part";
       {
@@ -158,9 +251,181 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::vector<std::string> auth;
+  if (!api_key.empty()) auth.push_back("Authorization: Bearer " + api_key);
+  auto api_error = [&](const relay::ctl::HttpAnswer& a) {
+    if (a.status == 0)
+      std::cerr << "relayctl: cannot reach the gateway at " << gateway << ": " << a.error << "\n";
+    else
+      std::cerr << "relayctl: HTTP " << a.status << ": " << a.body << "\n";
+    return 1;
+  };
+  auto job_url = [&](const std::string& r) -> std::optional<std::string> {
+    auto slash = r.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == r.size()) return std::nullopt;
+    return gateway + "/jobs/" + r;
+  };
+  auto wait_for = [&](const std::string& url) {
+    auto limit = relay::parse_duration(timeout).value_or(std::chrono::seconds(60));
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    relay::ctl::HttpAnswer a;
+    do {
+      auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline -
+                                                                   std::chrono::steady_clock::now())
+                      .count();
+      a = relay::ctl::http_call(
+          "GET", url + "?wait=" + std::to_string(std::clamp<long long>(left, 1, 60)), auth);
+      if (a.status != 200) return a;
+      auto st = field(boost::json::parse(a.body).as_object(), "status");
+      if (exit_for(st) != 5) return a;
+    } while (std::chrono::steady_clock::now() < deadline);
+    return a;
+  };
+  auto show = [&](const relay::ctl::HttpAnswer& a) {
+    auto j = boost::json::parse(a.body).as_object();
+    if (as_json)
+      std::cout << a.body << "\n";
+    else
+      print_job(j);
+    return exit_for(field(j, "status"));
+  };
+
   try {
+    if (*submit) {
+      relay::ctl::Upload u{file, {}, !as_json && ::isatty(2)};
+      if (!operation.empty()) u.fields["operation"] = operation;
+      if (!callback.empty()) u.fields["callback_url"] = callback;
+      if (!params.empty()) {
+        boost::json::object p;
+        for (const auto& kv : params) {
+          auto eq = kv.find('=');
+          if (eq == std::string::npos)
+            throw std::invalid_argument("--param expects k=v, got '" + kv + "'");
+          p[kv.substr(0, eq)] = kv.substr(eq + 1);
+        }
+        u.fields["params"] = boost::json::serialize(p);
+      }
+      auto headers = auth;
+      if (priority) headers.push_back(env_or("RELAY_PRIORITY_HEADER", "X-Priority") + ": 1");
+      auto a = relay::ctl::http_call("POST", gateway + "/jobs/" + service_type, headers, &u);
+      if (a.status != 202) return api_error(a);
+      auto j = boost::json::parse(a.body).as_object();
+      std::string r = field(j, "service_type") + "/" + field(j, "id");
+      if (!wait_flag) {
+        if (as_json)
+          std::cout << a.body << "\n";
+        else
+          std::cout << r << "\n";
+        return 0;
+      }
+      auto done = wait_for(gateway + "/jobs/" + r);
+      if (done.status != 200) return api_error(done);
+      return show(done);
+    }
+    if (*status || *wait || *result || *cancel) {
+      auto url = job_url(ref);
+      if (!url) throw std::invalid_argument("expected SERVICE_TYPE/ID, got '" + ref + "'");
+      if (*status || *wait) {
+        auto a = *wait ? wait_for(*url) : relay::ctl::http_call("GET", *url, auth);
+        if (a.status != 200) return api_error(a);
+        return show(a);
+      }
+      if (*result) {
+        auto a = relay::ctl::http_call("GET", *url + "/result", auth, nullptr, out_file);
+        if (a.status != 200) {
+          if (!out_file.empty()) std::filesystem::remove(out_file);
+          return api_error(a);
+        }
+        if (out_file.empty()) std::cout << a.body << (a.body.ends_with("\n") ? "" : "\n");
+        return 0;
+      }
+      auto a = relay::ctl::http_call("DELETE", *url, auth);
+      if (a.status != 200 && a.status != 202) return api_error(a);
+      return show(a) == 5 ? 0 : show(a);
+    }
+
+    // Operator commands: Redis directly.
     auto conn = relay::redis::Connection::open(relay::redis::parse_url(redis_url));
-    relay::redis::JobStore store(conn, relay::redis::Keys(key_prefix, hash_tag));
+    relay::redis::Keys keys(key_prefix, hash_tag);
+    relay::redis::JobStore store(conn, keys);
+    if (*queues) {
+      // Models are found from their keys: relay:<model>:{pending,processing,deadletter}.
+      std::set<std::string> models;
+      std::string cursor = "0";
+      do {
+        auto r = conn.command({"SCAN", cursor, "MATCH", key_prefix + "relay:*", "COUNT", "1000"});
+        cursor = relay::redis::as_string(r->element[0]);
+        for (size_t i = 0; i < r->element[1]->elements; ++i) {
+          std::string k =
+              relay::redis::as_string(r->element[1]->element[i]).substr(key_prefix.size() + 6);
+          for (const char* suffix : {":pending", ":processing", ":deadletter"})
+            if (k.ends_with(suffix)) models.insert(k.substr(0, k.size() - std::strlen(suffix)));
+        }
+      } while (cursor != "0");
+      boost::json::array out;
+      for (auto m : models) {
+        if (m.size() > 2 && m.front() == '{') m = m.substr(1, m.size() - 2);
+        auto llen = [&](const std::string& k) {
+          return relay::redis::as_integer(conn.command({"LLEN", k}).get());
+        };
+        double age = 0;
+        if (auto oldest = relay::redis::as_optional_string(
+                conn.command({"LINDEX", keys.pending(m), "-1"}).get()))
+          if (auto rec = store.get(m, *oldest))
+            if (auto t = relay::parse_rfc3339(rec->created_at))
+              age = std::chrono::duration<double>(relay::wall_now() - *t).count();
+        out.push_back(boost::json::object{{"model", m},
+                                          {"pending", llen(keys.pending(m))},
+                                          {"processing", llen(keys.processing(m))},
+                                          {"deadletter", llen(keys.deadletter(m))},
+                                          {"oldest_pending_seconds", age}});
+      }
+      if (as_json) {
+        std::cout << boost::json::serialize(out) << "\n";
+      } else {
+        std::printf("%-24s %9s %11s %11s %14s\n", "MODEL", "PENDING", "PROCESSING", "DEADLETTER",
+                    "OLDEST WAIT");
+        for (auto& v : out) {
+          auto& o = v.as_object();
+          std::printf("%-24s %9lld %11lld %11lld %13.1fs\n", field(o, "model").c_str(),
+                      o.at("pending").as_int64(), o.at("processing").as_int64(),
+                      o.at("deadletter").as_int64(),
+                      o.at("oldest_pending_seconds").to_number<double>());
+        }
+      }
+      return 0;
+    }
+    if (*dl_list) {
+      boost::json::array out;
+      for (auto& i : store.list(keys.deadletter(model)))
+        if (auto rec = store.get(model, i))
+          out.push_back(boost::json::parse(boost::json::serialize(to_json(*rec))));
+      if (as_json) {
+        std::cout << boost::json::serialize(out) << "\n";
+      } else {
+        std::printf("%-44s %-9s %-24s %s\n", "JOB", "ATTEMPTS", "FINISHED", "ERROR");
+        for (auto& v : out) {
+          auto& o = v.as_object();
+          std::printf("%-44s %-9s %-24s %s\n",
+                      (field(o, "service_type") + "/" + field(o, "id")).c_str(),
+                      field(o, "attempts").c_str(), field(o, "finished_at").c_str(),
+                      field(o, "error_message").c_str());
+        }
+      }
+      return 0;
+    }
+    if (*dl_requeue) {
+      if (id.empty() == !all) throw std::invalid_argument("give either an ID or --all");
+      std::vector<std::string> ids =
+          all ? store.list(keys.deadletter(model)) : std::vector<std::string>{id};
+      int n = 0;
+      for (auto& i : ids) n += store.requeue_deadletter(model, i) ? 1 : 0;
+      if (as_json)
+        std::cout << boost::json::serialize(boost::json::object{{"requeued", n}}) << "\n";
+      else
+        std::cout << "requeued " << n << " job(s)\n";
+      return n == static_cast<int>(ids.size()) ? 0 : 1;
+    }
     if (*enqueue) {
       auto storage = relay::storage::make_storage(sc);
       boost::json::object p;
@@ -198,25 +463,6 @@ int main(int argc, char** argv) {
       }
       std::cout << boost::json::serialize(to_json(*r)) << "\n";
       return 0;
-    }
-    if (*wait) {
-      auto limit = relay::parse_duration(timeout);
-      if (!limit) throw std::invalid_argument("--timeout: expected a duration such as 30s");
-      auto deadline = std::chrono::steady_clock::now() + *limit;
-      for (;;) {
-        auto r = store.get(model, id);
-        if (!r) {
-          std::cerr << "relayctl: no job " << id << "\n";
-          return 1;
-        }
-        auto st = r->parsed_status();
-        if (st && relay::is_terminal(*st)) {
-          std::cout << boost::json::serialize(to_json(*r)) << "\n";
-          return *st == relay::JobStatus::completed ? 0 : *st == relay::JobStatus::failed ? 3 : 4;
-        }
-        if (std::chrono::steady_clock::now() > deadline) return 5;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
     }
   } catch (const std::exception& e) {
     std::cerr << "relayctl: " << e.what() << "\n";

@@ -1,0 +1,161 @@
+// relay-model-ocr — an example inference server running a real model: Tesseract OCR (Debian's
+// libtesseract with tesseract-ocr-eng). It speaks the relay's inference contract:
+//
+//   GET  /health   200 once the model is loaded
+//   POST /ocr      multipart/form-data with a "file" part (an image: PNG, JPEG, TIFF, PNM...) and
+//                  optional "language" (default eng); answers {"text", "confidence", "words"}.
+//
+// One request at a time (TessBaseAPI is not thread-safe): a relay sends one job at a time anyway.
+
+#include <leptonica/allheaders.h>
+#include <tesseract/baseapi.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "gateway/multipart.hpp"
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr size_t kMaxImage = 32 << 20;
+
+struct Model {
+  std::mutex mu;
+  tesseract::TessBaseAPI api;
+  std::string language = "eng";
+};
+
+std::string json_error(const std::string& message) {
+  return boost::json::serialize(boost::json::object{{"error", message}});
+}
+
+// Runs OCR on an image held in memory.
+std::pair<unsigned, std::string> recognise(Model& m, const std::string& image) {
+  Pix* pix = pixReadMem(reinterpret_cast<const l_uint8*>(image.data()), image.size());
+  if (!pix) return {400, json_error("the file is not an image Leptonica can read")};
+  std::lock_guard lock(m.mu);
+  m.api.SetImage(pix);
+  char* text = m.api.GetUTF8Text();
+  int confidence = m.api.MeanTextConf();
+  std::string out = text ? text : "";
+  delete[] text;
+  pixDestroy(&pix);
+  size_t words = 0;
+  std::istringstream ss(out);
+  for (std::string w; ss >> w;) ++words;
+  return {200, boost::json::serialize(boost::json::object{
+                   {"text", out}, {"confidence", confidence}, {"words", words}})};
+}
+
+void serve(tcp::socket sock, Model& model) {
+  beast::flat_buffer buffer;
+  beast::error_code ec;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(kMaxImage + 64 * 1024);
+    http::read(sock, buffer, parser, ec);
+    if (ec) return;
+    auto& req = parser.get();
+    http::response<http::string_body> res{http::status::ok, 11};
+    res.set(http::field::content_type, "application/json");
+    res.keep_alive(req.keep_alive());
+    if (req.method() == http::verb::get && req.target() == "/health") {
+      res.body() = R"({"status":"ok","model":"tesseract"})";
+    } else if (req.method() == http::verb::post && req.target() == "/ocr") {
+      auto boundary =
+          relay::gateway::multipart_boundary(std::string(req[http::field::content_type]));
+      std::string image;
+      if (boundary) {
+        try {
+          relay::MemorySource body(std::move(req.body()));
+          relay::gateway::MultipartReader reader(body, *boundary);
+          relay::gateway::PartInfo part;
+          while (reader.next(part)) {
+            if (part.name == "file")
+              image = reader.read_all(kMaxImage);
+            else
+              reader.read_all(64 * 1024);
+          }
+        } catch (const std::exception& e) {
+          image.clear();
+          res.result(http::status::bad_request);
+          res.body() = json_error(std::string("malformed multipart body: ") + e.what());
+        }
+      }
+      if (res.result() == http::status::ok) {
+        if (image.empty()) {
+          res.result(http::status::bad_request);
+          res.body() =
+              json_error("expected multipart/form-data with a 'file' part holding an image");
+        } else {
+          auto [status, body] = recognise(model, image);
+          res.result(status);
+          res.body() = std::move(body);
+        }
+      }
+    } else {
+      res.result(http::status::not_found);
+      res.body() = json_error("not found");
+    }
+    res.prepare_payload();
+    http::write(sock, res, ec);
+    if (ec || !res.keep_alive()) return;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string listen = "127.0.0.1:9000", language = "eng";
+  CLI::App app{"relay-model-ocr: Tesseract OCR behind the relay's inference contract"};
+  app.add_option("--listen", listen, "host:port");
+  app.add_option("--language", language, "Tesseract language (installed traineddata)");
+  CLI11_PARSE(app, argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  Model model;
+  // Loaded before listening: /health answers only once the model is ready (seed, "Startup").
+  if (model.api.Init(nullptr, language.c_str()) != 0) {
+    std::cerr << "relay-model-ocr: cannot load Tesseract language '" << language << "'\n";
+    return 1;
+  }
+  auto colon = listen.rfind(':');
+  asio::io_context io;
+  tcp::acceptor acceptor(io);
+  try {
+    tcp::endpoint ep(asio::ip::make_address(listen.substr(0, colon)),
+                     static_cast<unsigned short>(std::stoi(listen.substr(colon + 1))));
+    acceptor.open(ep.protocol());
+    acceptor.set_option(asio::socket_base::reuse_address(true));
+    acceptor.bind(ep);
+    acceptor.listen();
+  } catch (const std::exception& e) {
+    std::cerr << "relay-model-ocr: cannot listen on " << listen << ": " << e.what() << "\n";
+    return 2;
+  }
+  std::cerr << "relay-model-ocr: Tesseract " << tesseract::TessBaseAPI::Version() << " ("
+            << language << ") on " << listen << std::endl;
+  for (;;) {
+    tcp::socket sock(io);
+    beast::error_code ec;
+    acceptor.accept(sock, ec);
+    if (ec) continue;
+    std::thread([s = std::move(sock), &model]() mutable {
+      try {
+        serve(std::move(s), model);
+      } catch (const std::exception&) {
+      }
+    }).detach();
+  }
+}

@@ -1,0 +1,26 @@
+#pragma once
+// relayctl's HTTP client for the gateway API (libcurl).
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace relay::ctl {
+
+struct HttpAnswer {
+  long status = 0;  // 0: no answer
+  std::string body, error;
+  std::map<std::string, std::string> headers;  // lowercase names
+};
+
+struct Upload {
+  std::string file;                           // streamed from disk as the "file" part
+  std::map<std::string, std::string> fields;  // other form fields
+  bool progress = false;                      // a progress bar on stderr
+};
+
+HttpAnswer http_call(const std::string& method, const std::string& url,
+                     const std::vector<std::string>& headers = {}, const Upload* upload = nullptr,
+                     const std::string& save_to = {}, long timeout_ms = 0);
+
+}  // namespace relay::ctl
