@@ -349,19 +349,24 @@ int main(int argc, char** argv) {
     relay::redis::Keys keys(key_prefix, hash_tag);
     relay::redis::JobStore store(conn, keys);
     if (*queues) {
-      // Models are found from their keys: relay:<model>:{pending,processing,deadletter}.
+      // Models are found from their keys: relay:<model>:{pending,processing,deadletter} (Redis
+      // drops empty lists) and jobs:<model>:events (a stream, kept).
       std::set<std::string> models;
-      std::string cursor = "0";
-      do {
-        auto r = conn.command({"SCAN", cursor, "MATCH", key_prefix + "relay:*", "COUNT", "1000"});
-        cursor = relay::redis::as_string(r->element[0]);
-        for (size_t i = 0; i < r->element[1]->elements; ++i) {
-          std::string k =
-              relay::redis::as_string(r->element[1]->element[i]).substr(key_prefix.size() + 6);
-          for (const char* suffix : {":pending", ":processing", ":deadletter"})
-            if (k.ends_with(suffix)) models.insert(k.substr(0, k.size() - std::strlen(suffix)));
-        }
-      } while (cursor != "0");
+      for (const std::string pattern : {key_prefix + "relay:*", key_prefix + "jobs:*:events"}) {
+        std::string cursor = "0";
+        do {
+          auto r = conn.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+          cursor = relay::redis::as_string(r->element[0]);
+          for (size_t i = 0; i < r->element[1]->elements; ++i) {
+            std::string k =
+                relay::redis::as_string(r->element[1]->element[i]).substr(key_prefix.size());
+            std::string head = k.starts_with("relay:") ? "relay:" : "jobs:";
+            k = k.substr(head.size());
+            for (const char* suffix : {":pending", ":processing", ":deadletter", ":events"})
+              if (k.ends_with(suffix)) models.insert(k.substr(0, k.size() - std::strlen(suffix)));
+          }
+        } while (cursor != "0");
+      }
       boost::json::array out;
       for (auto m : models) {
         if (m.size() > 2 && m.front() == '{') m = m.substr(1, m.size() - 2);

@@ -201,8 +201,9 @@ int run_up(const UpOptions& o) {
     ep.port = redis_port;
     scaler = std::make_unique<Scaler>(ScalerParams{ep, redis::Keys{}, bin + "/relay", models});
     scaler_thread = std::jthread([&](std::stop_token st) { scaler->run(st); });
-    print_line("[relayctl] Relay is up: gateway " + gw + ", service types: " +
-               (with_ocr ? "ocr (Tesseract), " : "") + "echo; data in " + data);
+    print_line("[relayctl] Relay is up: gateway " + gw +
+               ", service types: " + (with_ocr ? "ocr (Tesseract), " : "") + "echo; redis " +
+               redis_url + "; data in " + data);
     print_line("[relayctl] try: curl -F file=@examples/samples/relay-ocr.png " + gw +
                "/jobs/ocr   (Ctrl-C stops everything)");
     if (o.demo) {

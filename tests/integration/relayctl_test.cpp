@@ -1,0 +1,170 @@
+// `relayctl up` (the local stack and its scaler) and relayctl's commands, as a user runs them.
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "harness.hpp"
+#include "http_client.hpp"
+
+namespace relay::testing {
+namespace {
+
+namespace json = boost::json;
+
+// The relay processes relayctl (pid) has started and not reaped, read from /proc.
+std::vector<pid_t> relay_children(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = d ? ::readdir(d) : nullptr) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat;
+    std::getline(f, stat);
+    auto close = stat.rfind(')');
+    if (close == std::string::npos ||
+        stat.compare(stat.find('(') + 1, close - stat.find('(') - 1, "relay") != 0)
+      continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent && state != 'Z') out.push_back(std::atoi(e->d_name));
+  }
+  if (d) ::closedir(d);
+  return out;
+}
+
+class RelayctlTest : public ::testing::Test {
+ protected:
+  void start_up(int echo_delay_ms, int max_relays = 4) {
+    port_ = free_port();
+    up_ = std::make_unique<Process>(
+        std::vector<std::string>{RELAY_TEST_RELAYCTL_BIN, "up", "--port", std::to_string(port_),
+                                 "--max-relays", std::to_string(max_relays), "--echo-delay-ms",
+                                 std::to_string(echo_delay_ms)},
+        Env{}, logs_.path() + "/up.log");
+    ASSERT_TRUE(
+        wait_until([&] { return up_->log().find("Relay is up") != std::string::npos; }, 60s))
+        << up_->log();
+    std::smatch m;
+    std::string log = up_->log();
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("redis (redis://[0-9.:]+)")));
+    redis_url_ = m[1];
+  }
+  void TearDown() override {
+    if (HasFailure() && up_) std::cerr << up_->log();
+    if (up_) {
+      up_->signal(SIGTERM);
+      EXPECT_EQ(up_->wait_exit(60s), 0) << "Ctrl-C stops everything cleanly";
+      EXPECT_TRUE(relay_children(up_->pid()).empty());
+    }
+  }
+  std::string gw() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string submit_echo(const std::string& content) {
+    auto r = http("POST", gw() + "/jobs/echo", {}, {}, {{"file", content, "in.txt", "text/plain"}});
+    EXPECT_EQ(r.status, 202) << r.body;
+    return std::string(json::parse(r.body).as_object().at("id").as_string());
+  }
+  json::object job(const std::string& id) {
+    return json::parse(http("GET", gw() + "/jobs/echo/" + id).body).as_object();
+  }
+  // Runs relayctl with args; returns {exit code, stdout}.
+  std::pair<int, std::string> ctl(const std::string& args) {
+    std::string cmd = std::string(RELAY_TEST_RELAYCTL_BIN) + " --gateway " + gw() +
+                      " --redis-url " + redis_url_ + " " + args + " 2>/dev/null";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    int st = ::pclose(p);
+    return {WEXITSTATUS(st), out};
+  }
+
+  TempDir logs_;
+  std::unique_ptr<Process> up_;
+  int port_ = 0;
+  std::string redis_url_;
+};
+
+TEST_F(RelayctlTest, ScalerRunsAtMostMaxRelaysAndNoneOnceTheQueueDrains) {
+  start_up(/*echo_delay_ms=*/300, /*max_relays=*/4);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(submit_echo("job " + std::to_string(i)));
+  size_t most = 0;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        most = std::max(most, relay_children(up_->pid()).size());
+        for (auto& id : ids)
+          if (job(id).at("status").as_string() != "completed") return false;
+        return true;
+      },
+      120s));
+  EXPECT_LE(most, 4u) << "never more relays than --max-relays";
+  EXPECT_GE(most, 2u) << "relays ran side by side while jobs waited";
+  ASSERT_TRUE(wait_until([&] { return relay_children(up_->pid()).empty(); }, 20s))
+      << "no relay left once the queue is empty";
+}
+
+TEST_F(RelayctlTest, ACrashedRelayIsReplacedAndItsJobFinished) {
+  start_up(/*echo_delay_ms=*/3000);
+  auto id = submit_echo("survives");
+  std::vector<pid_t> relays;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return !(relays = relay_children(up_->pid())).empty() &&
+               job(id).at("status") == "processing";
+      },
+      30s));
+  ::kill(relays[0], SIGKILL);
+  ASSERT_TRUE(wait_until([&] { return job(id).at("status") == "completed"; }, 60s)) << up_->log();
+  EXPECT_EQ(job(id).at("attempts").as_int64(), 1) << "reaped once, finished by a new relay";
+}
+
+TEST_F(RelayctlTest, CommandsWithJsonAndExitCodes) {
+  start_up(0);
+  TempDir dir;
+  std::ofstream(dir.path() + "/in.txt") << "hello relayctl";
+  auto [code, out] = ctl("--json submit echo " + dir.path() + "/in.txt --param lang=en --wait");
+  ASSERT_EQ(code, 0) << out;
+  auto j = json::parse(out).as_object();
+  std::string ref = "echo/" + std::string(j.at("id").as_string());
+  EXPECT_EQ(j.at("status").as_string(), "completed");
+  std::tie(code, out) = ctl("--json status " + ref);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(json::parse(out).as_object().at("status").as_string(), "completed");
+  std::tie(code, out) = ctl("--json wait " + ref);
+  EXPECT_EQ(code, 0);
+  std::tie(code, out) = ctl("result " + ref + " -o " + dir.path() + "/result.json");
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(std::filesystem::file_size(dir.path() + "/result.json") > 0);
+  std::tie(code, out) = ctl("cancel " + ref);
+  EXPECT_EQ(code, 1) << "cancelling an ended job is refused (409)";
+  std::tie(code, out) = ctl("status echo/11111111-1111-4111-8111-111111111111");
+  EXPECT_EQ(code, 1);
+  std::tie(code, out) = ctl("status not-a-ref");
+  EXPECT_EQ(code, 1);
+  // A job without a relay yet: submit without --wait prints the reference; status says pending.
+  std::tie(code, out) = ctl("--json queues");
+  EXPECT_EQ(code, 0);
+  auto queues = json::parse(out).as_array();
+  EXPECT_FALSE(queues.empty());
+  std::tie(code, out) = ctl("--json deadletter list echo");
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(json::parse(out).as_array().size(), 0u);
+  std::tie(code, out) = ctl("--json deadletter requeue echo --all");
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(json::parse(out).as_object().at("requeued").as_int64(), 0);
+  // Table output for people.
+  std::tie(code, out) = ctl("status " + ref);
+  EXPECT_NE(out.find("STATUS"), std::string::npos);
+  EXPECT_NE(out.find("completed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace relay::testing
