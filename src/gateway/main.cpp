@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "common/signals.hpp"
 #include "gateway/api.hpp"
 #include "gateway/completion_consumer.hpp"
 #include "gateway/config.hpp"
@@ -37,13 +38,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGUSR1);  // used only to wake the signal thread at exit
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t set = relay::block_shutdown_signals();
 
   gateway::Config cfg;
   std::unique_ptr<storage::Storage> storage;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "common/signals.hpp"
 #include "relay/config.hpp"
 #include "relay/relay.hpp"
 
@@ -33,13 +34,7 @@ int main(int argc, char** argv) {
   }
 
   // Signals are taken by one thread with sigwait; every other thread inherits the mask.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGUSR1);  // used only to wake the signal thread at exit
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t set = relay::block_shutdown_signals();
 
   relay::sidecar::Config cfg;
   try {

@@ -66,6 +66,18 @@ std::string guess_content_type(const std::string& path) {
   return "application/octet-stream";
 }
 
+// --param k=v ... as a JSON object.
+boost::json::object parse_params(const std::vector<std::string>& params) {
+  boost::json::object p;
+  for (const auto& kv : params) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos)
+      throw std::invalid_argument("--param expects k=v, got '" + kv + "'");
+    p[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return p;
+}
+
 boost::json::object to_json(const relay::JobRecord& r) {
   boost::json::object o;
   for (auto& [k, v] : r.to_fields()) o[k] = v;
@@ -295,16 +307,7 @@ int main(int argc, char** argv) {
       relay::ctl::Upload u{file, {}, !as_json && ::isatty(2)};
       if (!operation.empty()) u.fields["operation"] = operation;
       if (!callback.empty()) u.fields["callback_url"] = callback;
-      if (!params.empty()) {
-        boost::json::object p;
-        for (const auto& kv : params) {
-          auto eq = kv.find('=');
-          if (eq == std::string::npos)
-            throw std::invalid_argument("--param expects k=v, got '" + kv + "'");
-          p[kv.substr(0, eq)] = kv.substr(eq + 1);
-        }
-        u.fields["params"] = boost::json::serialize(p);
-      }
+      if (!params.empty()) u.fields["params"] = boost::json::serialize(parse_params(params));
       auto headers = auth;
       if (priority) headers.push_back(env_or("RELAY_PRIORITY_HEADER", "X-Priority") + ": 1");
       auto a = relay::ctl::http_call("POST", gateway + "/jobs/" + service_type, headers, &u);
@@ -433,13 +436,7 @@ int main(int argc, char** argv) {
     }
     if (*enqueue) {
       auto storage = relay::storage::make_storage(sc);
-      boost::json::object p;
-      for (const auto& kv : params) {
-        auto eq = kv.find('=');
-        if (eq == std::string::npos)
-          throw std::invalid_argument("--param expects k=v, got '" + kv + "'");
-        p[kv.substr(0, eq)] = kv.substr(eq + 1);
-      }
+      boost::json::object p = parse_params(params);
       relay::JobRecord r;
       r.id = relay::new_job_id();
       r.service_type = service_type;
