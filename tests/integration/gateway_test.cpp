@@ -936,3 +936,50 @@ TEST_F(EncryptionTest, EnabledWithoutTheActiveKeyRefusesToStart) {
 
 }  // namespace
 }  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+int raw_connect(const std::string& gateway_url) {
+  auto port = std::stoi(gateway_url.substr(gateway_url.rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  return fd;
+}
+
+TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
+  start_gateway({{"RELAY_SERVER_MAX_CONNECTIONS", "2"}});
+  int a = raw_connect(gateway_->url()), b = raw_connect(gateway_->url());
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  // Both are open and idle; a third is accepted and closed at once.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        int c = raw_connect(gateway_->url());
+        char byte;
+        timeval tv{2, 0};
+        ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        bool closed = ::read(c, &byte, 1) == 0;
+        ::close(c);
+        return closed;
+      },
+      10s));
+  ::close(a);
+  ::close(b);
+  EXPECT_TRUE(wait_until([&] { return http("GET", url("/healthz")).status == 200; }, 10s))
+      << "served again once under the limit";
+}
+
+TEST_F(GatewayTest, OversizedHeadersAre431) {
+  start_gateway();
+  auto r = http("GET", url("/healthz"), {"X-Big: " + std::string(20000, 'a')});
+  EXPECT_EQ(r.status, 431);
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+}
+
+}  // namespace
+}  // namespace relay::testing
