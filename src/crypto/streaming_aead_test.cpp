@@ -14,22 +14,7 @@ std::string unhex(const std::string& h) {
   return out;
 }
 
-// Hands out a string in chunks of a given size.
-class Chunked final : public ByteSource {
- public:
-  Chunked(std::string data, size_t chunk) : data_(std::move(data)), chunk_(chunk) {}
-  size_t read(std::span<char> buf) override {
-    size_t n = std::min({buf.size(), chunk_, data_.size() - pos_});
-    std::copy_n(data_.data() + pos_, n, buf.data());
-    pos_ += n;
-    return n;
-  }
-  std::optional<std::uint64_t> size() const override { return data_.size(); }
-
- private:
-  std::string data_;
-  size_t chunk_, pos_ = 0;
-};
+using Chunked = MemorySource;  // (data, max chunk)
 
 std::string drain(ByteSource& s, size_t chunk = 4096) {
   std::string out, buf(chunk, '\0');

@@ -85,7 +85,11 @@ Response error_response(unsigned status, const std::string& code, const std::str
 }
 
 Api::Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption)
-    : cfg_(config), storage_(storage), enc_(encryption), keys_(config.redis.keys()) {}
+    : cfg_(config),
+      storage_(storage),
+      enc_(encryption),
+      endpoint_(config.redis.endpoint()),
+      keys_(config.redis.keys()) {}
 
 std::optional<std::string> Api::tenant_of(const Request& req) const {
   if (!cfg_.auth_enabled) return std::string("default");
@@ -105,7 +109,7 @@ std::optional<std::string> Api::tenant_of(const Request& req) const {
 }
 
 Response Api::handle(const Request& req, bool deadline_passed) {
-  auto& conn = thread_redis(cfg_.redis.endpoint());
+  auto& conn = thread_redis(endpoint_);
   Context ctx{conn, {}};
   try {
     return route(req, ctx, deadline_passed);
@@ -513,10 +517,10 @@ Response Api::ready() {
   json::object checks;
   bool ok = true;
   try {
-    thread_redis(cfg_.redis.endpoint()).get().command({"PING"});
+    thread_redis(endpoint_).get().command({"PING"});
     checks["redis"] = "ok";
   } catch (const std::exception& e) {
-    thread_redis(cfg_.redis.endpoint()).reset();
+    thread_redis(endpoint_).reset();
     checks["redis"] = e.what();
     ok = false;
   }
@@ -554,7 +558,7 @@ Response Api::metrics_text() {
   // Queue gauges, read now.
   std::map<std::vector<std::string>, double> depth, oldest;
   try {
-    auto& conn = thread_redis(cfg_.redis.endpoint()).get();
+    auto& conn = thread_redis(endpoint_).get();
     redis::JobStore store(conn, keys_);
     for (const auto& model : cfg_.models()) {
       depth[{model, "pending"}] = static_cast<double>(
@@ -574,7 +578,7 @@ Response Api::metrics_text() {
       oldest[{model}] = age;
     }
   } catch (const redis::IoError&) {
-    thread_redis(cfg_.redis.endpoint()).reset();
+    thread_redis(endpoint_).reset();
   }
   w.gauge("relay_queue_depth", "Jobs per model and queue (pending, processing, deadletter).",
           {"model", "queue"}, depth);

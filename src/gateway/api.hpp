@@ -66,6 +66,7 @@ class Api {
   const Config& cfg_;
   storage::Storage& storage_;
   const crypto::Encryption& enc_;
+  redis::Endpoint endpoint_;  // parsed once: handle() runs per request
   redis::Keys keys_;
 };
 

@@ -23,11 +23,6 @@ std::unique_ptr<Notifier::Registration> Notifier::watch(const std::string& job_i
   return std::make_unique<Registration>(*this, job_id, token);
 }
 
-std::size_t Notifier::waiting() const {
-  std::lock_guard lock(mu_);
-  return waiters_.size();
-}
-
 void Notifier::wake_all() {
   std::lock_guard lock(mu_);
   for (auto& [id, w] : waiters_) w.second();

@@ -39,7 +39,6 @@ class Notifier {
   // Wake is called at most once per notice until the registration is destroyed.
   std::unique_ptr<Registration> watch(const std::string& job_id, Wake wake);
   void run(std::stop_token stop);
-  std::size_t waiting() const;
   // Wakes every waiter (they re-read their job): after a lost subscription, and at shutdown.
   void wake_all();
 

@@ -68,7 +68,6 @@ class Transfer {
   bool run_until(Ready ready);
   CURLcode code() const { return result_; }
   void fail(std::exception_ptr e) { failure_ = std::move(e); }
-  CURL* easy() const { return easy_; }
 
  private:
   bool perform_once();  // true when the transfer is done

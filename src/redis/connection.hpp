@@ -101,7 +101,6 @@ class LazyConnection {
   }
   void reset() { conn_.reset(); }
   void adopt(Connection c) { conn_.emplace(std::move(c)); }
-  const Endpoint& endpoint() const { return ep_; }
 
  private:
   Endpoint ep_;

@@ -27,7 +27,6 @@ class TimedSource final : public ByteSource {
     auto t = Clock::now();
     size_t n = inner_.read(buf);
     spent_ms_ += ms_since(t);
-    bytes_ += n;
     return n;
   }
   std::optional<std::uint64_t> size() const override { return inner_.size(); }
@@ -36,7 +35,6 @@ class TimedSource final : public ByteSource {
  private:
   ByteSource& inner_;
   double spent_ms_ = 0;
-  std::uint64_t bytes_ = 0;
 };
 
 // Marks which stage a storage error came from.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -31,11 +32,13 @@ inline std::unique_ptr<char[]> transfer_buffer(std::optional<std::uint64_t> size
   return std::unique_ptr<char[]>(new char[capacity]);
 }
 
+// A string as a stream; max_chunk limits each read (tests use it to feed parsers byte by byte).
 class MemorySource final : public ByteSource {
  public:
-  explicit MemorySource(std::string data) : data_(std::move(data)) {}
+  explicit MemorySource(std::string data, size_t max_chunk = SIZE_MAX)
+      : data_(std::move(data)), max_chunk_(max_chunk) {}
   size_t read(std::span<char> buf) override {
-    size_t n = std::min(buf.size(), data_.size() - pos_);
+    size_t n = std::min({buf.size(), max_chunk_, data_.size() - pos_});
     std::copy_n(data_.data() + pos_, n, buf.data());
     pos_ += n;
     return n;
@@ -44,6 +47,7 @@ class MemorySource final : public ByteSource {
 
  private:
   std::string data_;
+  size_t max_chunk_;
   size_t pos_ = 0;
 };
 

@@ -44,6 +44,17 @@ std::string str(const json::object& o, const char* key) {
   return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
 }
 
+int raw_connect(const std::string& gateway_url) {
+  auto port = std::stoi(gateway_url.substr(gateway_url.rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  return fd;
+}
+
 std::string error_code(const HttpResult& r) {
   auto o = parse(r);
   if (auto it = o.find("error"); it != o.end() && it->value().is_object())
@@ -395,13 +406,8 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNothingIsStored) {
 TEST_F(GatewayTest, MalformedHttpGetsA400AndTheServerStaysUp) {
   start_gateway();
   // Raw bytes over a socket: not HTTP at all.
-  auto port = std::stoi(gateway_->url().substr(gateway_->url().rfind(':') + 1));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  int fd = raw_connect(gateway_->url());
+  ASSERT_GE(fd, 0);
   std::string junk = "GARBAGE \x01\x02 nonsense\r\n\r\n";
   ASSERT_GT(::write(fd, junk.data(), junk.size()), 0);
   char buf[512] = {};
@@ -790,13 +796,8 @@ namespace {
 
 TEST_F(GatewayTest, ClientDisconnectingMidUploadLeavesNothing) {
   start_gateway();
-  auto port = std::stoi(gateway_->url().substr(gateway_->url().rfind(':') + 1));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  int fd = raw_connect(gateway_->url());
+  ASSERT_GE(fd, 0);
   std::string head =
       "POST /jobs/echo HTTP/1.1\r\nHost: x\r\nContent-Type: "
       "application/octet-stream\r\nContent-Length: 1000000\r\n\r\n";
@@ -939,17 +940,6 @@ TEST_F(EncryptionTest, EnabledWithoutTheActiveKeyRefusesToStart) {
 
 namespace relay::testing {
 namespace {
-
-int raw_connect(const std::string& gateway_url) {
-  auto port = std::stoi(gateway_url.substr(gateway_url.rfind(':') + 1));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
-  return fd;
-}
 
 TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
   start_gateway({{"RELAY_SERVER_MAX_CONNECTIONS", "2"}});

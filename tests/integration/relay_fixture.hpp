@@ -116,6 +116,15 @@ class RelayTest : public ::testing::Test {
   bool exists(const std::string& key) {
     return redis::as_integer(conn_.command({"EXISTS", key}).get()) == 1;
   }
+  // Until a client (the relay) is blocked in BLMOVE, as INFO clients reports it.
+  bool wait_for_blocked_client() {
+    return wait_until(
+        [&] {
+          auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
+          return info.find("blocked_clients:1") != std::string::npos;
+        },
+        20s);
+  }
   long long events_count() {
     return redis::as_integer(conn_.command({"XLEN", keys_.events(model_)}).get());
   }

@@ -372,12 +372,7 @@ TEST_F(RelayTest, SigtermWhileIdleExitsZeroPromptly) {
   env["RELAY_QUEUE_POP_TIMEOUT"] = "5m";
   auto relay = start_relay(env);
   // Wait until it blocks on BLMOVE (a blocked client shows up in INFO clients).
-  ASSERT_TRUE(wait_until(
-      [&] {
-        auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
-        return info.find("blocked_clients:1") != std::string::npos;
-      },
-      20s));
+  ASSERT_TRUE(wait_for_blocked_client());
   relay->signal(SIGTERM);
   // Far sooner than the 5 minute pop timeout: the blocked BLMOVE is released.
   ASSERT_EQ(relay->wait_exit(10s), 0);
@@ -559,12 +554,7 @@ TEST_F(RelayTest, RedisRestartWhileIdleIsSurvived) {
   auto env = base_env(inference);
   env["RELAY_QUEUE_POP_TIMEOUT"] = "30s";
   auto relay = start_relay(env);
-  ASSERT_TRUE(wait_until(
-      [&] {
-        auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
-        return info.find("blocked_clients:1") != std::string::npos;
-      },
-      20s));
+  ASSERT_TRUE(wait_for_blocked_client());
   redis_.stop();
   redis_.start();
   // The relay reconnects and blocks again; then a job arrives.
