@@ -3,6 +3,7 @@
 // (threads inherit the mask). SIGUSR1 is only used to wake that thread at exit.
 
 #include <signal.h>
+#include <unistd.h>
 
 namespace relay {
 
@@ -15,6 +16,19 @@ inline sigset_t block_shutdown_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return set;
+}
+
+// For stateless servers (the example models): SIGTERM and SIGINT end the process at once with
+// exit code 0. Needed because a container's PID 1 gets no default signal actions — the kernel
+// drops a SIGTERM it has no handler for, and Kubernetes then waits the whole grace period and
+// sends SIGKILL. Only _exit is async-signal-safe here; there is nothing to flush.
+inline void exit_on_shutdown_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { ::_exit(0); };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
 }
 
 }  // namespace relay

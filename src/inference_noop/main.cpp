@@ -6,6 +6,7 @@
 //                       the value of small non-file fields.
 // --delay holds each answer while watching the connection: if the client drops it (a cancelled
 // job), "dropped <path>" is appended to --events. Every request appends "request <path>".
+// --result-bytes pads every answer (large-result tests). SIGTERM ends it at once (PID 1 in a pod).
 //
 // Synchronous Beast with a thread per connection: simple, and fast enough never to be the
 // bottleneck for one relay.
@@ -26,6 +27,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/signals.hpp"
+
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -38,6 +41,7 @@ struct Options {
   unsigned health_status = 200;
   unsigned status = 200;
   long delay_ms = 0;
+  std::uint64_t result_bytes = 0;
   std::string events;
 };
 
@@ -226,6 +230,8 @@ void serve(tcp::socket sock, const Options& o) {
       res.result(o.status);
       if (o.status != 200)
         out["error"] = "injected failure (--status " + std::to_string(o.status) + ")";
+      // A large answer, for tests of the relay's spool: a string of --result-bytes 'x'.
+      if (o.result_bytes > 0) out["padding"] = std::string(o.result_bytes, 'x');
       res.body() = boost::json::serialize(out);
       event(o, "done " + path);
     } else {
@@ -248,9 +254,11 @@ int main(int argc, char** argv) {
   app.add_option("--status", o.status, "status of every POST");
   app.add_option("--delay-ms", o.delay_ms,
                  "hold each POST's answer this long, watching for the client to drop");
+  app.add_option("--result-bytes", o.result_bytes,
+                 "add a \"padding\" field of this many bytes to every POST's answer");
   app.add_option("--events", o.events, "append one line per request/drop/done to this file");
   CLI11_PARSE(app, argc, argv);
-  signal(SIGPIPE, SIG_IGN);
+  relay::exit_on_shutdown_signals();
   auto colon = o.listen.rfind(':');
   asio::io_context io;
   tcp::acceptor acceptor(io);

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/signals.hpp"
 #include "gateway/multipart.hpp"
 
 namespace asio = boost::asio;
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "host:port");
   app.add_option("--language", language, "Tesseract language (installed traineddata)");
   CLI11_PARSE(app, argc, argv);
-  signal(SIGPIPE, SIG_IGN);
+  relay::exit_on_shutdown_signals();
   Model model;
   // Loaded before listening: /health answers only once the model is ready (seed, "Startup").
   if (model.api.Init(nullptr, language.c_str()) != 0) {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "relay/spool.hpp"
+
 namespace relay::sidecar {
 
 config::Schema schema(Config& c) {
@@ -32,6 +34,10 @@ config::Schema schema(Config& c) {
   s.duration("relay.health_interval", &c.health_interval, "500ms", "Pause between health checks.");
   s.string("relay.pod_name", &c.pod_name, "",
            "Name in lease tokens and logs; default: the host name (the pod name in Kubernetes).");
+  s.string("relay.spool_dir", &c.spool_dir, "",
+           "Directory for model answers over 1 MiB while they are uploaded (unnamed files, gone "
+           "when the relay exits); empty = `$TMPDIR`, else `/tmp`. With a read-only root "
+           "filesystem point it at a writable volume (the chart mounts an `emptyDir`).");
   config::bind_log(s, c.log);
   return s;
 }
@@ -55,6 +61,11 @@ void validate(const Config& c) {
   if (c.queue_pop_timeout < std::chrono::milliseconds(1))
     bad("queue_pop_timeout", "must be positive");
   config::validate_log(c.log);
+  try {
+    Spool::check_dir(c.spool_dir);
+  } catch (const std::exception& e) {
+    bad("relay.spool_dir", e.what());
+  }
 }
 
 Config load(const std::string& path, const config::EnvLookup& env) {

@@ -28,7 +28,8 @@ struct Config {
   std::int64_t max_jobs = 1;
   std::chrono::milliseconds health_timeout{};
   std::chrono::milliseconds health_interval{};
-  std::string pod_name;  // lease tokens start with it; default: the host name
+  std::string pod_name;   // lease tokens start with it; default: the host name
+  std::string spool_dir;  // model answers over 1 MiB are kept here; default: $TMPDIR or /tmp
   config::LogConfig log;
   crypto::EncryptionConfig encryption;
 

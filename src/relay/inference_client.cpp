@@ -107,6 +107,7 @@ std::string multipart_tail(const std::string& boundary) {
 struct InferenceClient::Impl {
   asio::io_context io;
   std::string host, port, host_header;
+  std::string spool_dir;
   std::optional<tcp::socket> sock;
   beast::flat_buffer buffer;
 
@@ -144,7 +145,9 @@ struct InferenceClient::Impl {
   }
 };
 
-InferenceClient::InferenceClient(const std::string& base_url) : impl_(std::make_unique<Impl>()) {
+InferenceClient::InferenceClient(const std::string& base_url, std::string spool_dir)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->spool_dir = std::move(spool_dir);
   auto url = boost::urls::parse_uri(base_url);
   if (!url || url->scheme() != "http" || url->host().empty())
     throw std::invalid_argument("inference.url must be http://host:port");
@@ -183,7 +186,7 @@ long InferenceClient::probe(const std::string& path, std::chrono::milliseconds t
 }
 
 InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_token stop) {
-  InferenceResponse out;
+  InferenceResponse out{.status = 0, .body = Spool(impl_->spool_dir)};
   const std::string boundary = new_boundary();
   const std::string head = multipart_file_head(boundary, r.filename, r.content_type);
   std::string fields;

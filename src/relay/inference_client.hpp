@@ -45,8 +45,9 @@ struct InferenceResponse {
 
 class InferenceClient {
  public:
-  // base_url: http://host:port (no TLS: the server is local). Throws std::invalid_argument.
-  explicit InferenceClient(const std::string& base_url);
+  // base_url: http://host:port (no TLS: the server is local); spool_dir: where answers over
+  // Spool::kMemoryLimit are kept (empty = $TMPDIR or /tmp). Throws std::invalid_argument.
+  explicit InferenceClient(const std::string& base_url, std::string spool_dir = {});
   ~InferenceClient();
 
   // GET path; the HTTP status, or 0 when nothing answered within timeout.

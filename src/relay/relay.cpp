@@ -62,7 +62,7 @@ Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage,
              crypto::Encryption encryption)
     : cfg_(std::move(config)),
       storage_(std::move(storage)),
-      inference_(std::make_unique<InferenceClient>(cfg_.inference.url)),
+      inference_(std::make_unique<InferenceClient>(cfg_.inference.url, cfg_.spool_dir)),
       enc_(std::move(encryption)) {}
 
 Relay::~Relay() = default;

@@ -1,9 +1,40 @@
 #include "relay/spool.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 namespace relay::sidecar {
 namespace {
+
+std::string resolve(const std::string& dir) {
+  if (!dir.empty()) return dir;
+  const char* env = std::getenv("TMPDIR");
+  return env && *env ? env : "/tmp";
+}
+
+// An unnamed file in dir: O_TMPFILE where the file system has it, otherwise a named file that
+// is unlinked at once. Either way nothing is left behind if the relay dies.
+std::FILE* open_unnamed(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    std::string path = dir + "/relay-spool-XXXXXX";
+    fd = ::mkostemp(path.data(), O_CLOEXEC);
+    if (fd >= 0) ::unlink(path.c_str());
+  }
+  if (fd < 0)
+    throw std::runtime_error("spool: cannot create a file in " + dir + ": " + std::strerror(errno));
+  std::FILE* f = ::fdopen(fd, "w+b");
+  if (!f) {
+    ::close(fd);
+    throw std::runtime_error("spool: fdopen failed");
+  }
+  return f;
+}
 
 class FileReader final : public ByteSource {
  public:
@@ -30,8 +61,7 @@ void Spool::write(const char* data, size_t n) {
     return;
   }
   if (!file_) {
-    file_.reset(std::tmpfile());
-    if (!file_) throw std::runtime_error("spool: cannot create a temporary file");
+    file_.reset(open_unnamed(resolve(dir_)));
     if (!memory_.empty() &&
         std::fwrite(memory_.data(), 1, memory_.size(), file_.get()) != memory_.size())
       throw std::runtime_error("spool: cannot write the temporary file");
@@ -40,6 +70,10 @@ void Spool::write(const char* data, size_t n) {
   }
   if (std::fwrite(data, 1, n, file_.get()) != n)
     throw std::runtime_error("spool: cannot write the temporary file");
+}
+
+void Spool::check_dir(const std::string& dir) {
+  std::fclose(open_unnamed(resolve(dir)));
 }
 
 std::string Spool::head(size_t max) const {

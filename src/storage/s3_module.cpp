@@ -3,6 +3,7 @@
 // more than a one-shot relay's whole job on filesystem storage — so only processes configured
 // for S3 load it (storage.cpp, make_storage).
 
+#include <cstdlib>
 #include <cstring>
 
 #include "storage/s3_storage.hpp"
@@ -14,8 +15,13 @@ __attribute__((visibility("default"))) relay::storage::Storage* relay_s3_storage
     const relay::storage::Config* config, const char* bucket, const char* prefix, char* error,
     size_t error_len) {
   try {
-    return new relay::storage::S3Storage(*config, bucket, prefix,
-                                         relay::storage::S3Credentials::from_environment());
+    auto env = [](const std::string& name) -> std::optional<std::string> {
+      const char* v = std::getenv(name.c_str());
+      return v ? std::optional<std::string>(v) : std::nullopt;
+    };
+    auto creds =
+        relay::storage::make_credentials_provider(env, config->s3_region, config->s3_timeout);
+    return new relay::storage::S3Storage(*config, bucket, prefix, std::move(creds));
   } catch (const std::exception& e) {
     std::strncpy(error, e.what(), error_len - 1);
     error[error_len - 1] = '\0';

@@ -1,7 +1,6 @@
 #include "storage/s3_storage.hpp"
 
 #include <boost/url/parse.hpp>
-#include <cstdlib>
 
 #include "common/errors.hpp"
 #include "http/curl.hpp"
@@ -175,20 +174,8 @@ std::pair<std::string, std::string> parse_s3_error(const std::string& xml) {
   return {xml_tag(xml, "Code"), xml_tag(xml, "Message")};
 }
 
-S3Credentials S3Credentials::from_environment() {
-  auto get = [](const char* n) -> std::string {
-    const char* v = std::getenv(n);
-    return v ? v : "";
-  };
-  S3Credentials c{get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY"), get("AWS_SESSION_TOKEN")};
-  if (c.access_key_id.empty() || c.secret_access_key.empty())
-    throw std::invalid_argument(
-        "S3 storage needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment");
-  return c;
-}
-
 S3Storage::S3Storage(const Config& config, std::string bucket, std::string prefix,
-                     S3Credentials creds)
+                     std::shared_ptr<CredentialsProvider> creds)
     : config_(config),
       bucket_(std::move(bucket)),
       prefix_(std::move(prefix)),
@@ -221,14 +208,15 @@ void S3Storage::configure(void* easy, const std::string& method, const std::stri
   // libcurl 7.88 does not add x-amz-content-sha256 itself; S3 rejects a SigV4 request without
   // it. UNSIGNED-PAYLOAD lets bodies stream (TLS protects their integrity on the wire).
   headers->add("x-amz-content-sha256: UNSIGNED-PAYLOAD");
-  if (!creds_.session_token.empty()) headers->add("x-amz-security-token: " + creds_.session_token);
+  AwsCredentials creds = creds_->get();  // curl copies the strings it is given
+  if (!creds.session_token.empty()) headers->add("x-amz-security-token: " + creds.session_token);
   curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
   curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, method.c_str());
   if (method == "HEAD") curl_easy_setopt(easy, CURLOPT_NOBODY, 1L);
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers->get());
   curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, sigv4_.c_str());
-  curl_easy_setopt(easy, CURLOPT_USERNAME, creds_.access_key_id.c_str());
-  curl_easy_setopt(easy, CURLOPT_PASSWORD, creds_.secret_access_key.c_str());
+  curl_easy_setopt(easy, CURLOPT_USERNAME, creds.access_key_id.c_str());
+  curl_easy_setopt(easy, CURLOPT_PASSWORD, creds.secret_access_key.c_str());
   long timeout_ms = static_cast<long>(config_.s3_timeout.count());
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
   // A stalled transfer (under 1 byte/s for the timeout) fails; a slow but moving one does not.

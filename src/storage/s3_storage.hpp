@@ -2,23 +2,19 @@
 // S3 backend on libcurl: SigV4 by CURLOPT_AWS_SIGV4, streaming GET, single PUT for small bodies
 // and multipart upload for large or unknown-length ones.
 
+#include <memory>
+
+#include "storage/aws_credentials.hpp"
 #include "storage/storage.hpp"
 
 namespace relay::storage {
 
-struct S3Credentials {
-  std::string access_key_id;
-  std::string secret_access_key;
-  std::string session_token;  // optional
-  // From AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN. Throws
-  // std::invalid_argument when the keys are missing.
-  static S3Credentials from_environment();
-};
-
 class S3Storage final : public Storage {
  public:
-  // bucket_and_prefix is the part of "s3://bucket/prefix" after the scheme.
-  S3Storage(const Config& config, std::string bucket, std::string prefix, S3Credentials creds);
+  // Every request is signed with what creds gives at that moment, so temporary credentials
+  // refreshed mid-transfer (a multipart upload's later parts) are picked up.
+  S3Storage(const Config& config, std::string bucket, std::string prefix,
+            std::shared_ptr<CredentialsProvider> creds);
   std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) override;
   void put(const std::string& key, ByteSource& body, std::stop_token stop) override;
   void remove(const std::string& key) override;
@@ -35,7 +31,7 @@ class S3Storage final : public Storage {
 
   Config config_;
   std::string bucket_, prefix_;
-  S3Credentials creds_;
+  std::shared_ptr<CredentialsProvider> creds_;
   std::string base_;  // scheme://host[:port][/bucket] — everything before the object key
   std::string sigv4_;
 };

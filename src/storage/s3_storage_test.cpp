@@ -5,8 +5,14 @@
 namespace relay::storage {
 namespace {
 
-S3Credentials creds() {
-  return {"AKID", "secret", ""};
+std::shared_ptr<CredentialsProvider> creds() {
+  return make_credentials_provider(
+      [](const std::string& n) -> std::optional<std::string> {
+        if (n == "AWS_ACCESS_KEY_ID") return "AKID";
+        if (n == "AWS_SECRET_ACCESS_KEY") return "secret";
+        return std::nullopt;
+      },
+      "us-east-1", std::chrono::seconds(1));
 }
 
 TEST(S3Storage, PathStyleUrlsCarryBucketAndPrefix) {

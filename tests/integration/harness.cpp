@@ -187,11 +187,15 @@ redis::Connection RedisServer::connect() const {
   return redis::Connection::open(ep);
 }
 
-S3Server::S3Server() : port_(free_port()) {
-  proc_ = std::make_unique<Process>(
-      std::vector<std::string>{RELAY_TEST_NODE, RELAY_TEST_S3_SERVER, "--port",
-                               std::to_string(port_), "--dir", dir_.path() + "/data"},
-      Env{}, dir_.path() + "/s3.log");
+S3Server::S3Server(const std::string& credentials_file) : port_(free_port()) {
+  std::vector<std::string> argv{RELAY_TEST_NODE, RELAY_TEST_S3_SERVER,
+                                "--port",        std::to_string(port_),
+                                "--dir",         dir_.path() + "/data"};
+  if (!credentials_file.empty()) {
+    argv.push_back("--credentials-file");
+    argv.push_back(credentials_file);
+  }
+  proc_ = std::make_unique<Process>(argv, Env{}, dir_.path() + "/s3.log");
   if (!wait_until([&] { return port_open(port_); }, 20s))
     throw std::runtime_error("S3 test server did not start: " + proc_->log());
 }
@@ -238,7 +242,9 @@ InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
                                 "--status",
                                 std::to_string(o.status),
                                 "--delay-ms",
-                                std::to_string(o.delay_ms)};
+                                std::to_string(o.delay_ms),
+                                "--result-bytes",
+                                std::to_string(o.result_bytes)};
   if (o.record_events) {
     argv.push_back("--events");
     argv.push_back(events_path_);

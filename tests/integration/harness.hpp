@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -84,7 +85,9 @@ class RedisServer {
 
 class S3Server {
  public:
-  S3Server();
+  // credentials_file: accept the temporary credentials listed there (tests/s3/server.js)
+  // instead of the fixed test key.
+  explicit S3Server(const std::string& credentials_file = {});
   ~S3Server();
   int port() const { return port_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
@@ -105,7 +108,8 @@ struct InferenceOptions {
   int health_status = 200;
   int status = 200;
   long delay_ms = 0;
-  bool record_events = true;  // benchmarks turn it off: it appends to a file per request
+  std::uint64_t result_bytes = 0;  // pads every answer (large results)
+  bool record_events = true;       // benchmarks turn it off: it appends to a file per request
 };
 
 class InferenceServer {

@@ -3,6 +3,8 @@
 
 #include <openssl/sha.h>
 
+#include <filesystem>
+
 #include "common/hex.hpp"
 #include "relay_fixture.hpp"
 
@@ -465,6 +467,62 @@ TEST_F(RelayTest, TerminalJobInThePendingListIsDroppedUnchanged) {
   EXPECT_TRUE(rec.started_at.empty());
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
   EXPECT_TRUE(inference.events().empty());
+}
+
+// A 100 MiB model answer goes to an unnamed file in relay.spool_dir (not /tmp, which is
+// read-only in the chart's pods) and is uploaded whole, in bounded memory. The read-only root
+// itself is exercised by the container test (tests/deploy/pod_test.sh).
+TEST_F(RelayTest, LargeResultIsSpooledInTheConfiguredDirectory) {
+  InferenceServer inference({.result_bytes = 100ull << 20});
+  auto env = base_env(inference);
+  TempDir spool;
+  env["RELAY_RELAY_SPOOL_DIR"] = spool.path();
+  env["TMPDIR"] = "/nonexistent-tmpdir";  // ignored once the spool directory is set
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(120s), 0);
+  auto rec = record(id);
+  ASSERT_EQ(rec.status, "completed") << rec.error_message;
+  auto src = st->open(rec.result_key, {});
+  ASSERT_TRUE(src->size());
+  EXPECT_GT(*src->size(), 100ull << 20);
+  EXPECT_TRUE(std::filesystem::is_empty(spool.path())) << "the spool file is unnamed";
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_LT(relay->peak_rss_rusage_kib(), 64 * 1024) << "the answer was not held in memory";
+#endif
+}
+
+TEST_F(RelayTest, UnwritableSpoolDirectoryIsAConfigError) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  env["RELAY_RELAY_SPOOL_DIR"] = "/nonexistent/spool";
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(10s), 2);
+  EXPECT_NE(relay->log().find("relay.spool_dir"), std::string::npos) << relay->log();
+  EXPECT_TRUE(inference.events().empty());
+}
+
+// The example model servers run as PID 1 of their containers, where a signal without a handler is
+// dropped: each must end on SIGTERM by itself, promptly, with exit code 0.
+TEST(ModelServers, ExitZeroPromptlyOnSigterm) {
+  std::vector<std::string> servers{noop_binary()};
+  std::string ocr = std::filesystem::path(noop_binary()).parent_path() / "relay-model-ocr";
+  if (std::filesystem::exists(ocr)) servers.push_back(ocr);
+  for (const auto& bin : servers) {
+    TempDir dir;
+    int port = free_port();
+    Process p({bin, "--listen", "127.0.0.1:" + std::to_string(port)}, Env{}, dir.path() + "/log");
+    ASSERT_TRUE(wait_until([&] { return port_open(port); }, 20s)) << bin << ": " << p.log();
+    auto t0 = std::chrono::steady_clock::now();
+    p.signal(SIGTERM);
+    EXPECT_EQ(p.wait_exit(2s), 0) << bin;
+    std::cerr << bin << " stopped in "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count()
+              << " ms\n";
+  }
 }
 
 TEST_F(RelayTest, BadConfigExitsTwoNamingTheKey) {

@@ -3,7 +3,11 @@
 // as real S3 would: a wrong signature fails the test instead of passing silently.
 //
 // usage: node server.js --port P --dir DIR [--bucket B] [--access-key K] [--secret-key S]
-//                       [--region R] [--session-token T]
+//                       [--region R] [--session-token T] [--credentials-file F]
+// --credentials-file: temporary credentials instead of the fixed key, as issued by the tests' STS
+// and container-credentials server (tests/aws/credentials_server.py): one JSON object a line,
+// {"akid", "secret", "token", "expires_ms"}, re-read at every request. Like S3, a request signed
+// with expired credentials is refused with 400 ExpiredToken.
 // Prints "ready <port>" on stdout once both servers listen.
 'use strict';
 const http = require('http');
@@ -23,6 +27,22 @@ const accessKeyId = arg('access-key', 'relaytestkey');
 const secretAccessKey = arg('secret-key', 'relaytestsecret');
 const sessionToken = arg('session-token', undefined);
 const region = arg('region', 'us-east-1');
+const credentialsFile = arg('credentials-file', undefined);
+
+// The credentials a request's access key id names: the fixed ones, or an issued set.
+function lookup(akid) {
+  if (!credentialsFile) {
+    return akid === accessKeyId ? { secret: secretAccessKey, token: sessionToken, expires: Infinity } : null;
+  }
+  let text = '';
+  try { text = fs.readFileSync(credentialsFile, 'utf8'); } catch (e) { return null; }
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    const c = JSON.parse(line);
+    if (c.akid === akid) return { secret: c.secret, token: c.token, expires: c.expires_ms };
+  }
+  return null;
+}
 
 function fail(res, status, code, message) {
   res.writeHead(status, { 'content-type': 'application/xml' });
@@ -35,12 +55,14 @@ async function verify(req) {
   const m = /^AWS4-HMAC-SHA256 Credential=([^/]+)\/(\d{8})\/([^/]+)\/([^/]+)\/aws4_request, ?SignedHeaders=([^,]+), ?Signature=([0-9a-f]{64})$/.exec(auth);
   if (!m) return ['AuthorizationHeaderMalformed', 'cannot parse: ' + auth];
   const [, akid, , reqRegion, service, signedList, signature] = m;
-  if (akid !== accessKeyId) return ['InvalidAccessKeyId', 'unknown access key ' + akid];
+  const cred = lookup(akid);
+  if (!cred) return ['InvalidAccessKeyId', 'unknown access key ' + akid];
+  if (Date.now() >= cred.expires) return ['ExpiredToken', 'the credentials of ' + akid + ' have expired', 400];
   if (reqRegion !== region || service !== 's3') return ['AuthorizationHeaderMalformed', `scope ${reqRegion}/${service}`];
   const amzDate = req.headers['x-amz-date'];
   if (!amzDate) return ['AccessDenied', 'no x-amz-date'];
   if (!req.headers['x-amz-content-sha256']) return ['InvalidRequest', 'missing x-amz-content-sha256'];
-  if (sessionToken && req.headers['x-amz-security-token'] !== sessionToken) return ['InvalidToken', 'bad session token'];
+  if (cred.token && req.headers['x-amz-security-token'] !== cred.token) return ['InvalidToken', 'bad session token'];
   const signed = signedList.split(';');
   const headers = {};
   for (const h of signed) {
@@ -53,7 +75,7 @@ async function verify(req) {
   const date = new Date(Date.UTC(+amzDate.slice(0, 4), +amzDate.slice(4, 6) - 1, +amzDate.slice(6, 8),
                                  +amzDate.slice(9, 11), +amzDate.slice(11, 13), +amzDate.slice(13, 15)));
   const signer = new SignatureV4({
-    credentials: { accessKeyId, secretAccessKey, sessionToken }, region, service: 's3',
+    credentials: { accessKeyId: akid, secretAccessKey: cred.secret, sessionToken: cred.token }, region, service: 's3',
     sha256: Sha256, uriEscapePath: false, applyChecksum: false,
   });
   const out = await signer.sign({
@@ -75,7 +97,7 @@ async function main() {
     if (problem) {
       process.stderr.write(`s3 proxy: rejected ${req.method} ${req.url}: ${problem[0]}: ${problem[1]}\n`);
       req.resume();
-      return fail(res, 403, problem[0], problem[1]);
+      return fail(res, problem[2] || 403, problem[0], problem[1]);
     }
     // Verified here; s3rver would check the key against its own built-in one, so it gets an
     // anonymous request instead.
