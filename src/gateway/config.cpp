@@ -41,6 +41,10 @@ config::Schema schema(Config& c) {
   s.integer("server.max_header_size", &c.max_header_size, 16384, 1024, 1 << 20,
             "Largest accepted request header, bytes.");
   s.duration("server.max_wait", &c.max_wait, "60s", "Upper bound on `?wait=` long-polls.");
+  s.duration("server.shutdown_timeout", &c.shutdown_timeout, "30s",
+             "On SIGTERM, how long in-flight requests (uploads, downloads) may take to finish "
+             "before their connections are cut. Keep Kubernetes' "
+             "`terminationGracePeriodSeconds` above it (the chart does).");
   s.integer("server.max_connections", &c.max_connections, 20000, 1, 1 << 24,
             "Open connections beyond this are refused.");
   s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024,

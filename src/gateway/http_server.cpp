@@ -304,7 +304,7 @@ void HttpServer::stop() {
     // Long-polls answer now; in-flight requests finish; idle keep-alive connections are cut
     // at the drain deadline. The I/O thread returns as soon as no connection is left.
     impl_->notifier.wake_all();
-    impl_->drain(Clock::now() + std::chrono::seconds(10));
+    impl_->drain(Clock::now() + impl_->cfg.shutdown_timeout);
   });
 }
 

@@ -1,0 +1,152 @@
+// node --test deploy/check — mutation tests of the chart checks: the rendered examples pass, and
+// each mutation (one mistake a person could make in the chart) is caught by the rule meant for
+// it. Without these, a check that never fires would look the same as a chart without mistakes.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { test } from 'node:test';
+import { chart, checkRules, checkValues, examplesDir, render, tool, validateStrict } from './lib.js';
+
+const jobExample = render([path.join(examplesDir, 'two-gpu-models.yaml')]);
+const deploymentExample = render([path.join(examplesDir, 'ocr-deployment-mode.yaml')]);
+
+const clone = (docs) => structuredClone(docs);
+const find = (docs, kind, pred = () => true) => docs.find((d) => d.kind === kind && pred(d));
+const scaledJob = (docs) => find(docs, 'ScaledJob');
+const jobPod = (docs) => scaledJob(docs).spec.jobTargetRef.template.spec;
+const relayOf = (podSpec) => podSpec.containers.find((c) => c.name === 'relay');
+const modelOf = (podSpec) => podSpec.initContainers.find((c) => c.name === 'model');
+const env = (c, name) => c.env.find((e) => e.name === name);
+const gatewayDeployment = (docs) => find(docs, 'Deployment', (d) => d.metadata.name.endsWith('-gateway'));
+
+async function allErrors(docs) {
+  const errors = [];
+  for (const d of docs) errors.push(...await validateStrict(d));
+  return [...errors, ...checkRules(docs)];
+}
+
+async function expectCaught(base, mutate, pattern) {
+  const docs = clone(base);
+  mutate(docs);
+  const errors = await allErrors(docs);
+  assert.ok(errors.some((e) => pattern.test(e)),
+    `expected an error matching ${pattern}, got:\n  ${errors.join('\n  ') || '(none)'}`);
+}
+
+test('the rendered examples pass every check', async () => {
+  assert.deepEqual(await allErrors(jobExample), []);
+  assert.deepEqual(await allErrors(deploymentExample), []);
+});
+
+// Each row: what the mistake is, which render, the mutation, what must be reported.
+const mutations = [
+  ['misspelt pod field (helm lint passes it)', jobExample,
+    (d) => { const s = jobPod(d); s.restartPolicyy = s.restartPolicy; delete s.restartPolicy; }, /unknown field .*restartPolicyy/],
+  ['misspelt container field', jobExample, (d) => { relayOf(jobPod(d)).volumeMount = []; }, /unknown field .*volumeMount\b/],
+  ['misspelt ScaledJob field', jobExample, (d) => { scaledJob(d).spec.pollingIntervall = 5; }, /unknown field .*pollingIntervall/],
+  ['wrong type', jobExample, (d) => { scaledJob(d).spec.maxReplicaCount = 'ten'; }, /maxReplicaCount/],
+  ['misspelt scaling strategy (helm lint passes it)', jobExample,
+    (d) => { scaledJob(d).spec.scalingStrategy.strategy = 'acurate'; }, /strategy acurate is not one of/],
+  ['another scaling strategy', jobExample, (d) => { scaledJob(d).spec.scalingStrategy.strategy = 'eager'; }, /must be accurate/],
+  ['loading pods not counted as pending', jobExample,
+    (d) => { delete scaledJob(d).spec.scalingStrategy.pendingPodConditions; }, /pendingPodConditions must include Ready/],
+  ['pod restart policy not an enum value', jobExample, (d) => { jobPod(d).restartPolicy = 'Sometimes'; }, /restartPolicy Sometimes is not one of/],
+  ['Job pod restarted by the kubelet', jobExample, (d) => { jobPod(d).restartPolicy = 'OnFailure'; }, /restartPolicy must be Never/],
+  ['Job retried', jobExample, (d) => { scaledJob(d).spec.jobTargetRef.backoffLimit = 3; }, /backoffLimit must be 0/],
+  ['image pull policy not an enum value', jobExample, (d) => { relayOf(jobPod(d)).imagePullPolicy = 'Sometimes'; }, /imagePullPolicy Sometimes/],
+  ['trigger type not a Redis list scaler', jobExample, (d) => { scaledJob(d).spec.triggers[0].type = 'redis-lists'; }, /not a KEDA Redis list scaler/],
+  ['trigger type of another Redis mode', jobExample,
+    (d) => { const t = scaledJob(d).spec.triggers[0]; t.type = 'redis-cluster'; t.metadata.addresses = t.metadata.address; delete t.metadata.address; delete t.metadata.databaseIndex; },
+    /does not match redis.mode standalone/],
+  ['misspelt trigger metadata key', jobExample,
+    (d) => { const m = scaledJob(d).spec.triggers[0].metadata; m.listname = m.listName; delete m.listName; }, /unknown redis metadata key listname/],
+  ['trigger metadata not a string', jobExample, (d) => { scaledJob(d).spec.triggers[0].metadata.listLength = 1; }, /listLength must be a string|metadata/],
+  ['trigger on another list', jobExample,
+    (d) => { scaledJob(d).spec.triggers[0].metadata.listName = 'prod:relay:whisper:processing'; }, /listName .* is not the list the relay uses/],
+  ['trigger without the key prefix', jobExample,
+    (d) => { scaledJob(d).spec.triggers[0].metadata.listName = 'relay:whisper:pending'; }, /is not the list the relay uses \(prod:relay:whisper:pending\)/],
+  ['relay with hash tags, trigger without', jobExample,
+    (d) => { env(relayOf(jobPod(d)), 'RELAY_REDIS_HASH_TAG').value = 'true'; }, /relay:\{whisper\}:pending/],
+  ['relay serving another model than the trigger counts', jobExample,
+    (d) => { env(relayOf(jobPod(d)), 'RELAY_MODEL').value = 'whisper2'; }, /not the list the relay uses/],
+  ['several pods per job', jobExample, (d) => { scaledJob(d).spec.triggers[0].metadata.listLength = '5'; }, /listLength must be "1"/],
+  ['no scale from zero', jobExample, (d) => { scaledJob(d).spec.triggers[0].metadata.activationListLength = '1'; }, /activationListLength must be "0"/],
+  ['model server as a regular container keeps the Job alive', jobExample,
+    (d) => { const s = jobPod(d); const m = modelOf(s); delete m.restartPolicy; s.containers.push(m); s.initContainers = []; }, /only regular container|no native sidecar/],
+  ['model server as a plain init container', jobExample, (d) => { delete modelOf(jobPod(d)).restartPolicy; }, /no native sidecar/],
+  ['init container restart policy not Always', jobExample, (d) => { modelOf(jobPod(d)).restartPolicy = 'Never'; }, /restartPolicy must be Always/],
+  ['startup probe on another path', jobExample, (d) => { modelOf(jobPod(d)).startupProbe.httpGet.path = '/healthz'; }, /startupProbe path \/healthz differs/],
+  ['readiness probe on another port', jobExample, (d) => { modelOf(jobPod(d)).readinessProbe.httpGet.port = 8080; }, /readinessProbe port 8080 is not the model port/],
+  ['no readiness probe', jobExample, (d) => { delete modelOf(jobPod(d)).readinessProbe; }, /no HTTP readinessProbe/],
+  ['relay health path differs from the probes', jobExample,
+    (d) => { env(relayOf(jobPod(d)), 'RELAY_INFERENCE_HEALTH_PATH').value = '/ready'; }, /differs from the relay's health path \/ready/],
+  ['relay talking to the model over the network', jobExample,
+    (d) => { env(relayOf(jobPod(d)), 'RELAY_INFERENCE_URL').value = 'http://whisper:9000'; }, /loopback/],
+  ['writable root filesystem', jobExample, (d) => { relayOf(jobPod(d)).securityContext.readOnlyRootFilesystem = false; }, /readOnlyRootFilesystem/],
+  ['spool not on a volume', jobExample, (d) => { relayOf(jobPod(d)).volumeMounts = relayOf(jobPod(d)).volumeMounts.filter((m) => m.name !== 'spool'); }, /SPOOL_DIR .* is not a mounted volume/],
+  ['spool without a size limit', jobExample, (d) => { delete jobPod(d).volumes.find((v) => v.name === 'spool').emptyDir.sizeLimit; }, /emptyDir with a sizeLimit/],
+  ['password as a literal env value', jobExample,
+    (d) => { const e = env(relayOf(jobPod(d)), 'RELAY_REDIS_PASSWORD'); delete e.valueFrom; e.value = 'hunter2'; }, /RELAY_REDIS_PASSWORD carries a literal value/],
+  ['webhook secret in a ConfigMap', jobExample,
+    (d) => { find(d, 'ConfigMap').data['config.yaml'] += 'webhooks:\n  secret: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n'; }, /holds a webhook signing secret/],
+  ['Redis password in a ConfigMap', jobExample,
+    (d) => { find(d, 'ConfigMap').data['config.yaml'] += 'redis:\n  password: hunter2\n'; }, /holds a password, secret or key setting/],
+  ['API key hashes in a ConfigMap', jobExample,
+    (d) => { find(d, 'ConfigMap').data['config.yaml'] += `auth:\n  api_keys:\n    ${'ab'.repeat(32)}: acme\n`; }, /ConfigMap.*holds/],
+  ['service type routed to a model without relays', jobExample,
+    (d) => { const cm = find(d, 'ConfigMap'); cm.data['config.yaml'] = cm.data['config.yaml'].replace('model: blip', 'model: blipp'); }, /routes to model blipp, which has no relay/],
+  ['gateway killed before its uploads drain', jobExample,
+    (d) => { gatewayDeployment(d).spec.template.spec.terminationGracePeriodSeconds = 30; }, /terminationGracePeriodSeconds 30 must exceed/],
+  ['gateway without readiness probe', jobExample,
+    (d) => { delete gatewayDeployment(d).spec.template.spec.containers[0].readinessProbe; }, /gateway has no readinessProbe/],
+  ['Service type misspelt', jobExample, (d) => { find(d, 'Service').spec.type = 'ClusterIp'; }, /Service type ClusterIp/],
+  // Deployment mode.
+  ['ScaledObject counting only pending', deploymentExample,
+    (d) => { const so = find(d, 'ScaledObject'); so.spec.triggers = so.spec.triggers.filter((t) => t.name === 'pending'); }, /triggers named pending and processing/],
+  ['ScaledObject formula', deploymentExample,
+    (d) => { find(d, 'ScaledObject').spec.advanced.scalingModifiers.formula = 'pending'; }, /formula must be/],
+  ['ScaledObject metric type misspelt', deploymentExample,
+    (d) => { find(d, 'ScaledObject').spec.advanced.scalingModifiers.metricType = 'Averagevalue'; }, /metricType Averagevalue|metricType/],
+  ['cluster mode without hash tags', deploymentExample,
+    (d) => { const so = find(d, 'ScaledObject'); so.spec.triggers[0].metadata.listName = 'relay:ocr:pending'; }, /relay:\{ocr\}:pending/],
+  ['ScaledObject targeting a Deployment that does not exist', deploymentExample,
+    (d) => { find(d, 'ScaledObject').spec.scaleTargetRef.name = 'relay-ocrr'; }, /scaleTargetRef relay-ocrr/],
+  ['Deployment relay exiting after one job', deploymentExample,
+    (d) => { const dep = find(d, 'Deployment', (x) => x.metadata.name === 'relay-ocr'); env(relayOf(dep.spec.template.spec), 'RELAY_MAX_JOBS').value = '1'; }, /RELAY_MAX_JOBS must be 0/],
+];
+
+for (const [what, base, mutate, pattern] of mutations) {
+  test(`caught: ${what}`, () => expectCaught(base, mutate, pattern));
+}
+
+// The chart's own templates with the two typos helm lint was seen to pass: lint still passes
+// them (which is why these checks exist), and checkValues refuses both.
+test('typos in the templates pass helm lint and are caught here', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'relay-chart-'));
+  try {
+    fs.cpSync(chart, dir, { recursive: true });
+    const pod = path.join(dir, 'templates/models/_pod.tpl');
+    fs.writeFileSync(pod, fs.readFileSync(pod, 'utf8').replace('restartPolicy: Never', 'restartPolicyy: Never'));
+    const sj = path.join(dir, 'templates/models/scaledjob.yaml');
+    fs.writeFileSync(sj, fs.readFileSync(sj, 'utf8').replace('strategy: accurate', 'strategy: acurate'));
+    const example = [path.join(examplesDir, 'two-gpu-models.yaml')];
+    const lint = execFileSync(tool('helm'), ['lint', '--strict', dir, '-f', example[0]], { encoding: 'utf8' });
+    assert.match(lint, /0 chart\(s\) failed/);
+    const errors = await checkValues(example, dir);
+    assert.ok(errors.some((e) => /unknown field .*restartPolicyy/.test(e)), errors.join('\n'));
+    assert.ok(errors.some((e) => /strategy acurate is not one of/.test(e)), errors.join('\n'));
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('values.schema.json refuses misspelt and out-of-range values before anything renders', () => {
+  for (const args of [['--set', 'gateway.replicaz=3'], ['--set', 'redis.mode=clustr'],
+    ['--set', 'models[0].name=ocr', '--set', 'models[0].image.repository=x', '--set', 'models[0].mode=jobs'],
+    ['--set', 'models[0].name=Bad Name', '--set', 'models[0].image.repository=x'],
+    ['--set', 'relay.queuePopTimeout=5 minutes']]) {
+    assert.throws(() => render([], args), /values don't meet the specifications|schema/, args.join(' '));
+  }
+});
