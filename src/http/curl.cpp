@@ -1,5 +1,6 @@
 #include "http/curl.hpp"
 
+#include <cctype>
 #include <mutex>
 
 #include "common/errors.hpp"
@@ -73,6 +74,36 @@ void Transfer::poll_once(int timeout_ms) {
 CURLcode Transfer::run() {
   run_until([] { return false; });
   return result_;
+}
+
+size_t append_to_string(char* data, size_t size, size_t n, void* user) {
+  auto* s = static_cast<std::string*>(user);
+  if (s->size() < (1 << 20)) s->append(data, size * n);
+  return size * n;
+}
+
+std::string uri_encode(std::string_view s, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string xml_tag(const std::string& xml, const std::string& tag) {
+  auto open = xml.find("<" + tag + ">");
+  if (open == std::string::npos) return {};
+  open += tag.size() + 2;
+  auto close = xml.find("</" + tag + ">", open);
+  return close == std::string::npos ? std::string{} : xml.substr(open, close - open);
 }
 
 long response_code(CURL* easy) {

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -92,6 +93,17 @@ bool Transfer::run_until(Ready ready) {
 }
 
 long response_code(CURL* easy);
+
+// A CURLOPT_WRITEFUNCTION that appends to the std::string in its user pointer, up to 1 MiB:
+// for error documents and small XML/JSON answers, never for payloads.
+size_t append_to_string(char* data, size_t size, size_t n, void* user);
+
+// AWS's URI encoding (SigV4): everything but unreserved characters; '/' kept when keep_slash.
+// Also right for application/x-www-form-urlencoded values.
+std::string uri_encode(std::string_view s, bool keep_slash = false);
+
+// The text of the first <tag>...</tag> in xml, or "" (S3 and STS answers: flat, known tags).
+std::string xml_tag(const std::string& xml, const std::string& tag);
 
 // Error text for a CURLcode with the handle's error buffer when it has one.
 std::string describe(CURLcode code);

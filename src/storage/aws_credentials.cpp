@@ -16,14 +16,6 @@ namespace {
 using Clock = std::chrono::system_clock;
 using namespace std::chrono_literals;
 
-std::string xml_text(const std::string& xml, const std::string& tag) {
-  auto open = xml.find("<" + tag + ">");
-  if (open == std::string::npos) return {};
-  open += tag.size() + 2;
-  auto close = xml.find("</" + tag + ">", open);
-  return close == std::string::npos ? std::string{} : xml.substr(open, close - open);
-}
-
 std::string trimmed(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   size_t i = 0;
@@ -41,27 +33,6 @@ std::string read_token_file(const std::string& path, const char* what) {
   std::string token = trimmed(ss.str());
   if (token.empty()) throw StorageError(ErrorKind::unavailable, std::string(what) + " is empty");
   return token;
-}
-
-std::string form_encode(std::string_view s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
-size_t append_body(char* data, size_t size, size_t n, void* user) {
-  auto* s = static_cast<std::string*>(user);
-  if (s->size() < (1 << 20)) s->append(data, size * n);
-  return size * n;
 }
 
 struct HttpAnswer {
@@ -84,7 +55,7 @@ HttpAnswer request(const std::string& url, const std::string& post_body,
     curl_easy_setopt(easy.get(), CURLOPT_POSTFIELDSIZE_LARGE,
                      static_cast<curl_off_t>(post_body.size()));
   }
-  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_body);
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &http::append_to_string);
   curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &answer.body);
   curl_easy_setopt(easy.get(), CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
   curl_easy_setopt(easy.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()) * 2);
@@ -150,11 +121,12 @@ std::optional<Clock::time_point> parse_aws_time(const std::string& text) {
 
 AwsCredentials parse_sts_response(const std::string& xml) {
   if (xml.find("<Error>") != std::string::npos) {
-    throw std::runtime_error(xml_text(xml, "Code") + ": " + xml_text(xml, "Message"));
+    throw std::runtime_error(http::xml_tag(xml, "Code") + ": " + http::xml_tag(xml, "Message"));
   }
-  std::string block = xml_text(xml, "Credentials");
-  AwsCredentials c{xml_text(block, "AccessKeyId"), xml_text(block, "SecretAccessKey"),
-                   xml_text(block, "SessionToken"), parse_aws_time(xml_text(block, "Expiration"))};
+  std::string block = http::xml_tag(xml, "Credentials");
+  AwsCredentials c{http::xml_tag(block, "AccessKeyId"), http::xml_tag(block, "SecretAccessKey"),
+                   http::xml_tag(block, "SessionToken"),
+                   parse_aws_time(http::xml_tag(block, "Expiration"))};
   if (c.access_key_id.empty() || c.secret_access_key.empty() || c.session_token.empty() ||
       !c.expiration)
     throw std::runtime_error("the answer holds no complete <Credentials>");
@@ -250,9 +222,9 @@ std::shared_ptr<CredentialsProvider> make_credentials_provider(const EnvLookup& 
     auto fetch = [=] {
       // AssumeRoleWithWebIdentity is not signed: the token is the proof.
       std::string body =
-          "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + form_encode(role) +
-          "&RoleSessionName=" + form_encode(session) + "&WebIdentityToken=" +
-          form_encode(read_token_file(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE"));
+          "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=" + http::uri_encode(role) +
+          "&RoleSessionName=" + http::uri_encode(session) + "&WebIdentityToken=" +
+          http::uri_encode(read_token_file(token_file, "AWS_WEB_IDENTITY_TOKEN_FILE"));
       auto answer = request(endpoint, body, {"Content-Type: application/x-www-form-urlencoded"},
                             timeout, "STS " + endpoint);
       try {

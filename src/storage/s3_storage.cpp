@@ -8,34 +8,11 @@
 namespace relay::storage {
 namespace {
 
+using http::append_to_string;
 using http::Headers;
 using http::Transfer;
-
-std::string xml_tag(const std::string& xml, const std::string& tag) {
-  auto open = xml.find("<" + tag + ">");
-  if (open == std::string::npos) return {};
-  open += tag.size() + 2;
-  auto close = xml.find("</" + tag + ">", open);
-  if (close == std::string::npos) return {};
-  return xml.substr(open, close - open);
-}
-
-// S3's URI encoding: everything but unreserved characters, and '/' kept in paths.
-std::string uri_encode(std::string_view s, bool keep_slash) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
-        (keep_slash && c == '/')) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
+using http::uri_encode;
+using http::xml_tag;
 
 ErrorKind kind_for(long status, const std::string& code) {
   if (status == 404 || code == "NoSuchKey" || code == "NoSuchBucket") return ErrorKind::not_found;
@@ -54,12 +31,6 @@ ErrorKind kind_for(long status, const std::string& code) {
 
 [[noreturn]] void fail_transfer(const std::string& what, CURLcode code) {
   throw StorageError(ErrorKind::unavailable, what + ": " + http::describe(code));
-}
-
-size_t append_to_string(char* data, size_t size, size_t n, void* user) {
-  auto* s = static_cast<std::string*>(user);
-  if (s->size() < 1 << 20) s->append(data, size * n);  // error bodies and small XML only
-  return size * n;
 }
 
 // Captures the ETag response header (multipart parts).
