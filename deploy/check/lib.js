@@ -159,6 +159,34 @@ const secretLooks = [
   [/\b[0-9a-f]{64}\s*[:=]/, 'an API key hash → tenant entry'],
 ];
 
+// The environment variables each binary reads: its own config reference (--print-config-
+// reference), from the build in $RELAY_BIN_DIR (default build/bin). Keys SPEC §12.1 fixes for
+// production Redis are rendered by the chart ahead of the binaries' support for them.
+const specFixedRedisEnv = ['RELAY_REDIS_MODE', 'RELAY_REDIS_SENTINEL_MASTER', 'RELAY_REDIS_TLS_CA_FILE',
+  'RELAY_REDIS_TLS_CERT_FILE', 'RELAY_REDIS_TLS_KEY_FILE', 'RELAY_REDIS_TLS_SERVER_NAME'];
+const knownEnvCache = new Map();
+export function knownEnv(binary) {
+  if (!knownEnvCache.has(binary)) {
+    const bin = path.join(process.env.RELAY_BIN_DIR || path.join(repo, 'build/bin'), binary);
+    let names = null;
+    if (fs.existsSync(bin)) {
+      const table = execFileSync(bin, ['--print-config-reference'], { encoding: 'utf8' });
+      names = new Set([...table.matchAll(/\| `[^`]+` \| `(RELAY_[A-Z0-9_]+)` \|/g)].map((m) => m[1]));
+      for (const n of specFixedRedisEnv) names.add(n);
+    }
+    knownEnvCache.set(binary, names);
+  }
+  return knownEnvCache.get(binary);
+}
+
+function checkEnvNames(where, container, binary) {
+  const known = knownEnv(binary);
+  if (!known) return [];  // no build to ask: check.js says so
+  return (container.env || []).filter((e) => e.name.startsWith('RELAY_') && !known.has(e.name) &&
+    !/^RELAY_ENCRYPTION_KEY_/.test(e.name))
+    .map((e) => `${where}: ${container.name} env ${e.name} is not a ${binary} config key (${binary} --print-config-reference)`);
+}
+
 const envValue = (container, name) => (container.env || []).find((e) => e.name === name);
 const envText = (container, name) => envValue(container, name)?.value;
 
@@ -182,6 +210,7 @@ function checkModelPod(where, pod, mode) {
   const regular = spec.containers || [];
   const relay = regular.find((c) => c.name === 'relay');
   if (!relay) return [`${where}: no container named relay`];
+  errors.push(...checkEnvNames(where, relay, 'relay'));
   if (mode === 'job' && regular.length !== 1) {
     errors.push(`${where}: the relay must be the only regular container (its exit completes the Job); found ${regular.map((c) => c.name)}`);
   }
@@ -315,6 +344,7 @@ export function checkRules(docs) {
   for (const d of byKind('Deployment')) {
     const gw = (d.spec.template.spec.containers || []).find((c) => c.name === 'gateway');
     if (!gw) continue;
+    errors.push(...checkEnvNames(`Deployment/${d.metadata.name}`, gw, 'relay-gateway'));
     const drain = parseInt(envText(gw, 'RELAY_SERVER_SHUTDOWN_TIMEOUT') || '30', 10);
     const grace = d.spec.template.spec.terminationGracePeriodSeconds ?? 30;
     if (grace <= drain) errors.push(`Deployment/${d.metadata.name}: terminationGracePeriodSeconds ${grace} must exceed the gateway's shutdown timeout ${drain}s`);

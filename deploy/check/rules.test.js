@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { chart, checkRules, checkValues, examplesDir, render, tool, validateStrict } from './lib.js';
+import { chart, checkRules, checkValues, examplesDir, knownEnv, render, tool, validateStrict } from './lib.js';
 
 const jobExample = render([path.join(examplesDir, 'two-gpu-models.yaml')]);
 const deploymentExample = render([path.join(examplesDir, 'ocr-deployment-mode.yaml')]);
@@ -34,6 +34,10 @@ async function expectCaught(base, mutate, pattern) {
   assert.ok(errors.some((e) => pattern.test(e)),
     `expected an error matching ${pattern}, got:\n  ${errors.join('\n  ') || '(none)'}`);
 }
+
+test('the binaries are there to ask for their config keys', () => {
+  assert.ok(knownEnv('relay') && knownEnv('relay-gateway'), 'build first, or set RELAY_BIN_DIR');
+});
 
 test('the rendered examples pass every check', async () => {
   assert.deepEqual(await allErrors(jobExample), []);
@@ -102,6 +106,10 @@ const mutations = [
   ['gateway without readiness probe', jobExample,
     (d) => { delete gatewayDeployment(d).spec.template.spec.containers[0].readinessProbe; }, /gateway has no readinessProbe/],
   ['Service type misspelt', jobExample, (d) => { find(d, 'Service').spec.type = 'ClusterIp'; }, /Service type ClusterIp/],
+  ['relay setting misspelt (the relay would ignore it)', jobExample,
+    (d) => { env(relayOf(jobPod(d)), 'RELAY_QUEUE_POP_TIMEOUT').name = 'RELAY_QUEUE_POP_TIMOUT'; }, /RELAY_QUEUE_POP_TIMOUT is not a relay config key/],
+  ['gateway setting the relay has, not the gateway', jobExample,
+    (d) => { gatewayDeployment(d).spec.template.spec.containers[0].env.push({ name: 'RELAY_LEASE_TTL', value: '60s' }); }, /RELAY_LEASE_TTL is not a relay-gateway config key/],
   // Deployment mode.
   ['ScaledObject counting only pending', deploymentExample,
     (d) => { const so = find(d, 'ScaledObject'); so.spec.triggers = so.spec.triggers.filter((t) => t.name === 'pending'); }, /triggers named pending and processing/],
