@@ -17,6 +17,7 @@
 #include "gateway/multipart.hpp"
 #include "gateway/openapi.hpp"
 #include "redis/job_store.hpp"
+#include "redis/retry.hpp"
 
 namespace relay::gateway {
 namespace {
@@ -76,6 +77,20 @@ struct Api::Context {
   std::string tenant;
 };
 
+// Runs one Redis step for a request through redis::with_retry (a restarting, loading or
+// failing-over Redis is waited for up to redis.retry_timeout; then the request gets 503).
+// The JobStore is made per attempt: a retry may replace the connection under it.
+template <typename F>
+auto Api::step(Context& ctx, F&& f, const std::function<void(int)>& on_retry) {
+  return redis::with_retry(
+      ctx.conn, cfg_.redis_retry_timeout, {},
+      [&](redis::Connection& c) {
+        redis::JobStore store(c, keys_);
+        return f(store, c);
+      },
+      on_retry);
+}
+
 Response error_response(unsigned status, const std::string& code, const std::string& message) {
   Response r;
   r.status = status;
@@ -118,6 +133,14 @@ Response Api::handle(const Request& req, bool deadline_passed) {
     log::warn("redis unavailable", {{"error", e.what()}});
     auto r = error_response(503, "redis_unavailable", "the job store is unavailable; retry later");
     r.headers.emplace_back("Retry-After", "1");
+    r.close = req.body != nullptr;
+    return r;
+  } catch (const redis::ReplyError& e) {
+    // Redis refused a step for a reason that is not passing (out of memory, a misconfigured
+    // ACL, a bug): a server-side failure, never the client's 4xx.
+    log::error("redis error", {{"error", e.what()}});
+    auto r = error_response(503, "redis_error", "the job store refused the request; retry later");
+    r.headers.emplace_back("Retry-After", "5");
     r.close = req.body != nullptr;
     return r;
   } catch (const storage::StorageError& e) {
@@ -212,7 +235,6 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   if (req.content_length && *req.content_length > limit)
     return refuse(413, "too_large", "the input is larger than " + std::to_string(limit) + " bytes");
 
-  redis::JobStore store(ctx.conn.get(), keys_);
   const std::string content_type = req.header("content-type");
   const bool multipart =
       content_type.size() >= 10 && (content_type.compare(0, 10, "multipart/") == 0 ||
@@ -278,13 +300,23 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
       return refuse(400, "invalid_idempotency_key",
                     "Idempotency-Key is longer than 256 characters");
     idem_key = keys_.idempotency(ctx.tenant, sha256_hex(k));
-    auto set = ctx.conn.get().command(
-        {"SET", idem_key, job_id, "NX", "PX", std::to_string(cfg_.job_retention.count())});
-    if (redis::is_nil(set.get())) {
-      auto existing = redis::as_optional_string(ctx.conn.get().command({"GET", idem_key}).get());
+    // SET NX then GET: if a retried SET finds the key, the GET tells whether it holds this
+    // request's own id (the first SET ran but its reply was lost) or another request's.
+    auto existing =
+        step(ctx, [&](redis::JobStore&, redis::Connection& c) -> std::optional<std::string> {
+          auto set = c.command(
+              {"SET", idem_key, job_id, "NX", "PX", std::to_string(cfg_.job_retention.count())});
+          if (!redis::is_nil(set.get())) return std::optional<std::string>();
+          return redis::as_optional_string(c.command({"GET", idem_key}).get())
+              .value_or(std::string());
+        });
+    if (existing && *existing != job_id) {
       drain(req.body);
-      if (existing) {
-        if (auto rec = store.get(st.model, *existing); rec && rec->tenant == ctx.tenant) {
+      if (!existing->empty()) {
+        auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+          return store.get(st.model, *existing);
+        });
+        if (rec && rec->tenant == ctx.tenant) {
           Response r;
           r.status = 202;
           r.body = job_json(*rec);
@@ -410,7 +442,13 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   r.key_id = enc_.enabled ? enc_.active_id : "";
   r.created_at = format_rfc3339(wall_now());
   try {
-    if (!store.submit(r, priority)) throw std::runtime_error("job id collision");
+    // An attempt that fails after Redis received it may have run: a retry that then finds the
+    // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
+    bool retried = false;
+    bool created = step(
+        ctx, [&](redis::JobStore& store, redis::Connection&) { return store.submit(r, priority); },
+        [&](int) { retried = true; });
+    if (!created && !retried) throw std::runtime_error("job id collision");
   } catch (...) {
     forget_input();
     release_idem();
@@ -442,8 +480,9 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
                             "wait is a number of seconds up to " + format_duration(cfg_.max_wait));
     wait = *d;
   }
-  redis::JobStore store(ctx.conn.get(), keys_);
-  auto rec = store.get(cfg_.service_types.at(svc).model, id);
+  auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+    return store.get(cfg_.service_types.at(svc).model, id);
+  });
   if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
     return error_response(404, "job_not_found", "no job " + id);
   Response r;
@@ -457,8 +496,9 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
 }
 
 Response Api::get_result(Context& ctx, const std::string& svc, const std::string& id) {
-  redis::JobStore store(ctx.conn.get(), keys_);
-  auto rec = store.get(cfg_.service_types.at(svc).model, id);
+  auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+    return store.get(cfg_.service_types.at(svc).model, id);
+  });
   if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
     return error_response(404, "job_not_found", "no job " + id);
   if (rec->status != "completed" || rec->result_key.empty())
@@ -496,15 +536,21 @@ Response Api::get_result(Context& ctx, const std::string& svc, const std::string
 
 Response Api::cancel(Context& ctx, const std::string& svc, const std::string& id) {
   const std::string& model = cfg_.service_types.at(svc).model;
-  redis::JobStore store(ctx.conn.get(), keys_);
-  auto rec = store.get(model, id);
+  auto get = [&](redis::JobStore& store, redis::Connection&) { return store.get(model, id); };
+  auto rec = step(ctx, get);
   if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
     return error_response(404, "job_not_found", "no job " + id);
-  std::string outcome = store.cancel(model, id);
+  bool retried = false;
+  std::string outcome = step(
+      ctx, [&](redis::JobStore& store, redis::Connection&) { return store.cancel(model, id); },
+      [&](int) { retried = true; });
   if (outcome == "missing") return error_response(404, "job_not_found", "no job " + id);
+  rec = step(ctx, get);
+  // A retried cancel that finds the job cancelled: the first attempt ran, its reply was lost.
+  if (outcome == "terminal" && retried && rec && rec->status == "cancelled") outcome = "cancelled";
   if (outcome == "terminal")
-    return error_response(409, "job_finished", "the job is already " + rec->status);
-  rec = store.get(model, id);
+    return error_response(409, "job_finished",
+                          "the job is already " + (rec ? rec->status : std::string("finished")));
   Response r;
   r.status = outcome == "cancelled" ? 200 : 202;  // 202: the relay is stopping it
   r.body = rec ? job_json(*rec) : "{}";

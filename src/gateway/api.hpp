@@ -54,6 +54,8 @@ class Api {
  private:
   struct Context;
   Response route(const Request& req, Context& ctx, bool deadline_passed);
+  template <typename F>
+  auto step(Context& ctx, F&& f, const std::function<void(int)>& on_retry = {});
   Response submit(const Request& req, Context& ctx, const std::string& service_type);
   Response get_job(const Request& req, Context& ctx, const std::string& service_type,
                    const std::string& id, bool deadline_passed);

@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "common/backoff.hpp"
 #include "common/log.hpp"
 
 namespace relay::gateway {
@@ -93,12 +94,12 @@ int CompletionConsumer::pass(std::chrono::milliseconds block) {
 }
 
 void CompletionConsumer::run(std::stop_token stop) {
-  std::chrono::milliseconds backoff{100};
+  Backoff backoff;
   auto last_error_log = std::chrono::steady_clock::time_point{};
   while (!stop.stop_requested()) {
     try {
       pass(std::chrono::milliseconds(1000));
-      backoff = std::chrono::milliseconds(100);
+      backoff.reset();
     } catch (const std::exception& e) {
       conn_.reset();
       groups_ready_ = false;  // a restarted Redis without persistence lost them
@@ -107,8 +108,7 @@ void CompletionConsumer::run(std::stop_token stop) {
         log::warn("completion consumer: redis unavailable; retrying", {{"error", e.what()}});
         last_error_log = now;
       }
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      if (!sleep_unless_stopped(backoff.next(), stop)) break;
     }
   }
 }

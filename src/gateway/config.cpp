@@ -50,6 +50,9 @@ config::Schema schema(Config& c) {
   s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024,
             "Threads for storage and Redis work (uploads hold one each).");
   config::bind_redis(s, c.redis);
+  s.duration("redis.retry_timeout", &c.redis_retry_timeout, "10s",
+             "How long a request waits for a Redis that is restarting, loading, busy or failing "
+             "over (retried with jittered backoff) before it is answered 503 with `Retry-After`.");
   config::bind_storage(s, c.storage);
   config::bind_encryption(s, c.encryption);
   s.section(

@@ -24,8 +24,9 @@ struct Config {
   std::string priority_header;  // present on a submission -> LPUSH (seed, "Priority jobs")
   std::int64_t max_body_size = 0;
   std::int64_t max_header_size = 0;
-  std::chrono::milliseconds max_wait{};          // bound on ?wait=
-  std::chrono::milliseconds shutdown_timeout{};  // drain deadline after SIGTERM
+  std::chrono::milliseconds max_wait{};             // bound on ?wait=
+  std::chrono::milliseconds shutdown_timeout{};     // drain deadline after SIGTERM
+  std::chrono::milliseconds redis_retry_timeout{};  // per Redis step of a request
   std::int64_t max_connections = 0;
   std::int64_t blocking_threads = 0;  // storage and Redis work
 

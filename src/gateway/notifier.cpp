@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "common/backoff.hpp"
 #include "common/log.hpp"
 
 namespace relay::gateway {
@@ -36,7 +37,7 @@ void Notifier::run(std::stop_token stop) {
   // Channel names are "<prefix>job:<id>:done".
   const std::string head = keys_.job_done_channel("");
   const std::string prefix = head.substr(0, head.size() - std::string(":done").size());
-  std::chrono::milliseconds backoff{100};
+  Backoff backoff;
   bool was_connected = false;
   while (!stop.stop_requested()) {
     try {
@@ -51,7 +52,7 @@ void Notifier::run(std::stop_token stop) {
       if (stop.stop_requested()) break;
       if (was_connected) wake_all();  // notices may have been missed while disconnected
       was_connected = true;
-      backoff = std::chrono::milliseconds(100);
+      backoff.reset();
       for (;;) {
         auto msg = conn_->read_reply();
         if (msg->type != REDIS_REPLY_ARRAY || msg->elements != 4)
@@ -69,11 +70,11 @@ void Notifier::run(std::stop_token stop) {
         conn_.reset();
       }
       if (stop.stop_requested()) break;
+      auto delay = backoff.next();
       log::warn("job notice subscription lost; resubscribing",
-                {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
+                {{"error", e.what()}, {"retry_in_ms", delay.count()}});
       wake_all();
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      if (!sleep_unless_stopped(delay, stop)) break;
     }
   }
 }

@@ -1,12 +1,12 @@
 #include "redis/connection.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/url/parse.hpp>
 #include <charconv>
-#include <random>
-#include <thread>
 
+#include "common/backoff.hpp"
 #include "common/log.hpp"
 
 namespace relay::redis {
@@ -79,9 +79,26 @@ Reply Connection::checked(redisReply* r) {
     throw IoError("redis: " + why);
   }
   Reply reply(r);
-  if (reply->type == REDIS_REPLY_ERROR)
-    throw ReplyError("redis: " + std::string(reply->str, reply->len));
+  if (reply->type == REDIS_REPLY_ERROR) {
+    std::string message(reply->str, reply->len);
+    if (is_transient_error(message)) throw TransientError("redis: " + message);
+    throw ReplyError("redis: " + message);
+  }
   return reply;
+}
+
+bool is_transient_error(std::string_view message) {
+  // The error code is the first word. BUSYGROUP, BUSYKEY are not BUSY.
+  auto code = message.substr(0, message.find(' '));
+  return code == "LOADING" || code == "BUSY" || code == "TRYAGAIN" || code == "CLUSTERDOWN" ||
+         code == "MASTERDOWN" || code == "READONLY";
+}
+
+bool Connection::stale() const noexcept {
+  if (!ctx_ || ctx_->fd < 0) return true;
+  if (ctx_->reader && ctx_->reader->pos < ctx_->reader->len) return true;  // unread buffered bytes
+  pollfd p{ctx_->fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) != 0;
 }
 
 Connection Connection::open(const Endpoint& ep) {
@@ -172,19 +189,16 @@ Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_
                               std::stop_token stop) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + max_wait;
-  std::chrono::milliseconds delay{100};
-  thread_local std::mt19937 rng{std::random_device{}()};
+  Backoff backoff;
   for (int attempt = 1;; ++attempt) {
     try {
       return Connection::open(ep);
     } catch (const IoError& e) {
+      auto delay = backoff.next();
       if (clock::now() + delay >= deadline || stop.stop_requested()) throw;
-      auto jittered = std::chrono::milliseconds(
-          std::uniform_int_distribution<long long>(delay.count() / 2, delay.count())(rng));
       log::warn("redis unavailable, retrying",
-                {{"error", e.what()}, {"attempt", attempt}, {"retry_in_ms", jittered.count()}});
-      std::this_thread::sleep_for(jittered);
-      delay = std::min(delay * 2, std::chrono::milliseconds(5000));
+                {{"error", e.what()}, {"attempt", attempt}, {"retry_in_ms", delay.count()}});
+      if (!sleep_unless_stopped(delay, stop)) throw;
     }
   }
 }

@@ -1,7 +1,11 @@
 #pragma once
-// RAII over hiredis's synchronous API. hiredis's error codes become our two exception types in
-// exactly one place (connection.cpp): IoError (the connection is gone; reconnecting may help) and
-// ReplyError (Redis answered with an error; a bug or a misconfiguration, not retried).
+// RAII over hiredis's synchronous API. hiredis's error codes become our exception types in
+// exactly one place (connection.cpp):
+//   IoError       the connection failed; a command sent on it may or may not have run.
+//   TransientError  (an IoError) Redis refused the command for a passing state — LOADING, BUSY,
+//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY: it did not run; retry it later.
+//   ReplyError    Redis answered with any other error: a bug or a misconfiguration, not retried.
+// Retrying is the caller's decision, made once in redis/retry.hpp.
 
 #include <hiredis/hiredis.h>
 
@@ -22,10 +26,18 @@ class IoError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+class TransientError : public IoError {
+ public:
+  using IoError::IoError;
+};
 class ReplyError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// True for the error replies of a Redis that is restarting, busy or failing over (the command
+// was not executed). Pure; exposed for tests.
+bool is_transient_error(std::string_view message);
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
@@ -69,6 +81,9 @@ class Connection {
   long long client_id() const { return client_id_; }
   // Makes a blocked read in another thread fail at once with IoError. Thread-safe.
   void interrupt() noexcept;
+  // True when an idle connection has something to read: the server closed it (a restart,
+  // a failover, an idle timeout) or sent what nobody asked for. Such a connection is not used.
+  bool stale() const noexcept;
 
  private:
   struct ContextDeleter {
@@ -95,7 +110,10 @@ namespace relay::redis {
 class LazyConnection {
  public:
   explicit LazyConnection(Endpoint ep) : ep_(std::move(ep)) {}
+  // An idle connection the server has closed meanwhile is replaced before use, so that the
+  // first command after a Redis restart neither fails nor leaves its outcome unknown.
   Connection& get() {
+    if (conn_ && conn_->stale()) conn_.reset();
     if (!conn_) conn_.emplace(Connection::open(ep_));
     return *conn_;
   }

@@ -160,7 +160,8 @@ void JobStore::schedule_gc(const std::string& model, const std::string& id,
 }
 
 bool JobStore::requeue_deadletter(const std::string& model, const std::string& id) {
-  auto r = conn_.eval(lua::requeue_deadletter, {keys_.deadletter(model), keys_.pending(model), keys_.job(model, id)}, {id});
+  auto r = conn_.eval(lua::requeue_deadletter,
+                      {keys_.deadletter(model), keys_.pending(model), keys_.job(model, id)}, {id});
   return as_integer(r.get()) == 1;
 }
 

@@ -1,7 +1,6 @@
 #include "relay/cancel_listener.hpp"
 
-#include <thread>
-
+#include "common/backoff.hpp"
 #include "common/log.hpp"
 
 namespace relay::sidecar {
@@ -26,7 +25,7 @@ void CancelListener::run(std::stop_token stop) {
     std::lock_guard lock(mu_);
     if (conn_) conn_->interrupt();
   });
-  std::chrono::milliseconds backoff{100};
+  Backoff backoff;
   while (!stop.stop_requested()) {
     try {
       {
@@ -34,7 +33,7 @@ void CancelListener::run(std::stop_token stop) {
         if (!conn_) throw redis::IoError("not subscribed");
       }
       auto msg = conn_->read_reply();
-      backoff = std::chrono::milliseconds(100);
+      backoff.reset();
       if (msg->type == REDIS_REPLY_ARRAY && msg->elements == 3 &&
           redis::as_string(msg->element[0]) == "message")
         p_.on_cancel(redis::as_string(msg->element[2]));
@@ -44,10 +43,10 @@ void CancelListener::run(std::stop_token stop) {
         std::lock_guard lock(mu_);
         conn_.reset();
       }
+      auto delay = backoff.next();
       log::warn("cancel subscription lost, resubscribing",
-                {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
-      std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+                {{"error", e.what()}, {"retry_in_ms", delay.count()}});
+      if (!sleep_unless_stopped(delay, stop)) break;
       try {
         open_and_subscribe();
       } catch (const std::exception&) {

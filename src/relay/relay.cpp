@@ -6,11 +6,13 @@
 #include <condition_variable>
 #include <thread>
 
+#include "common/backoff.hpp"
 #include "common/errors.hpp"
 #include "common/log.hpp"
 #include "common/random.hpp"
 #include "common/time.hpp"
 #include "redis/job_store.hpp"
+#include "redis/retry.hpp"
 #include "relay/cancel_listener.hpp"
 #include "relay/heartbeat.hpp"
 #include "relay/inference_client.hpp"
@@ -24,36 +26,6 @@ using Clock = std::chrono::steady_clock;
 // Lease token: pod name + random, so that a lease names its holder and no two jobs share one.
 std::string new_token(const std::string& pod) {
   return pod + "-" + random_hex(8);
-}
-
-// Sleeps for d or until stop; returns false when stopped.
-bool sleep_for(std::chrono::milliseconds d, std::stop_token stop) {
-  std::mutex m;
-  std::condition_variable_any cv;
-  std::unique_lock lock(m);
-  cv.wait_for(lock, stop, d, [] { return false; });
-  return !stop.stop_requested();
-}
-
-// Runs a Redis step, reconnecting with backoff on connection errors until it succeeds, the
-// deadline passes (the last error is rethrown) or shutdown is requested (Aborted).
-template <typename F>
-auto with_redis(redis::LazyConnection& conn, std::chrono::milliseconds max_wait,
-                std::stop_token stop, F&& f) {
-  const auto deadline = Clock::now() + max_wait;
-  std::chrono::milliseconds backoff{100};
-  for (;;) {
-    try {
-      return f(conn.get());
-    } catch (const redis::IoError& e) {
-      conn.reset();
-      if (Clock::now() + backoff > deadline) throw;
-      log::warn("redis unavailable, retrying",
-                {{"error", e.what()}, {"retry_in_ms", backoff.count()}});
-      if (!sleep_for(backoff, stop)) throw;
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-    }
-  }
 }
 
 }  // namespace
@@ -125,7 +97,7 @@ bool Relay::wait_for_inference() {
                   {"health_timeout", format_duration(cfg_.health_timeout)}});
       return false;
     }
-    sleep_for(cfg_.health_interval, shutdown_.get_token());
+    sleep_unless_stopped(cfg_.health_interval, shutdown_.get_token());
   }
   return false;
 }
@@ -175,7 +147,7 @@ int Relay::run() {
     try {
       // Busy path: a job is waiting; move, lease and mark it in one step.
       auto taken =
-          with_redis(main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
+          redis::with_retry(main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
             return redis::JobStore(c, keys).take(cfg_.model, token, cfg_.lease_ttl);
           });
       if (taken) {
@@ -184,7 +156,7 @@ int Relay::run() {
         continue;
       }
       // Idle path: the seed's BLMOVE, then the lease.
-      auto id = with_redis(
+      auto id = redis::with_retry(
           main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
             {
               std::lock_guard lock(mu_);
@@ -208,7 +180,7 @@ int Relay::run() {
                      {"queue_pop_timeout", format_duration(cfg_.queue_pop_timeout)}});
         break;
       }
-      auto begun = with_redis(main_conn, retry_for, {}, [&](redis::Connection& c) {
+      auto begun = redis::with_retry(main_conn, retry_for, {}, [&](redis::Connection& c) {
         return redis::JobStore(c, keys).begin(cfg_.model, *id, token, cfg_.lease_ttl);
       });
       if (begun.outcome != redis::BeginOutcome::ok) {
@@ -272,7 +244,7 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   const std::string finished_at = format_rfc3339(wall_now());
   std::string outcome;
   if (result.disposition == Disposition::given_back) {
-    bool ok = with_redis(conn, retry_for, {}, [&](redis::Connection& c) {
+    bool ok = redis::with_retry(conn, retry_for, {}, [&](redis::Connection& c) {
       return redis::JobStore(c, keys).give_back(cfg_.model, job_id, token);
     });
     outcome = ok ? "given_back" : "lease_lost";
@@ -298,7 +270,7 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
       fields.emplace_back(field::error_message, result.error_message.substr(0, 2048));
       payload["error_code"] = result.error_code;
     }
-    auto fin = with_redis(conn, retry_for, {}, [&](redis::Connection& c) {
+    auto fin = redis::with_retry(conn, retry_for, {}, [&](redis::Connection& c) {
       return redis::JobStore(c, keys).finish(cfg_.model, job_id, token, status, fields,
                                              boost::json::serialize(payload));
     });

@@ -161,17 +161,27 @@ std::string Process::log() const {
   return ss.str();
 }
 
-RedisServer::RedisServer(bool persistent) : port_(free_port()), persistent_(persistent) {
+RedisServer::RedisServer(bool persistent, std::vector<std::string> extra_args)
+    : port_(free_port()), persistent_(persistent), extra_args_(std::move(extra_args)) {
   start();
 }
 
 void RedisServer::start() {
-  proc_ = std::make_unique<Process>(
-      std::vector<std::string>{"/usr/bin/redis-server", "--port", std::to_string(port_), "--bind",
-                               "127.0.0.1", "--save", "", "--appendonly",
-                               persistent_ ? "yes" : "no", "--appendfsync", "always", "--dir",
-                               dir_.path()},
-      Env{}, dir_.path() + "/redis.log");
+  std::vector<std::string> argv{"/usr/bin/redis-server",
+                                "--port",
+                                std::to_string(port_),
+                                "--bind",
+                                "127.0.0.1",
+                                "--save",
+                                "",
+                                "--appendonly",
+                                persistent_ ? "yes" : "no",
+                                "--appendfsync",
+                                "always",
+                                "--dir",
+                                dir_.path()};
+  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  proc_ = std::make_unique<Process>(argv, Env{}, dir_.path() + "/redis.log");
   if (!wait_until([&] { return port_open(port_); }, 10s))
     throw std::runtime_error("redis-server did not start");
 }

@@ -69,7 +69,8 @@ class Process {
 class RedisServer {
  public:
   // persistent: AOF with fsync on every write, so that a SIGKILL loses nothing (as in production).
-  explicit RedisServer(bool persistent = false);
+  // extra_args: more redis-server options, e.g. {"--busy-reply-threshold", "100"}.
+  explicit RedisServer(bool persistent = false, std::vector<std::string> extra_args = {});
   int port() const { return port_; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
   redis::Connection connect() const;
@@ -80,6 +81,7 @@ class RedisServer {
   TempDir dir_;
   int port_;
   bool persistent_;
+  std::vector<std::string> extra_args_;
   std::unique_ptr<Process> proc_;
 };
 

@@ -1,0 +1,51 @@
+#pragma once
+// The one retry rule for Redis steps. A step that fails because Redis is restarting, loading,
+// busy or failing over (TransientError), or because the connection broke (IoError), is run
+// again with jittered backoff until it succeeds, `max_wait` passes (the last error is rethrown)
+// or stop is requested (relay::Aborted). After an I/O error the connection is replaced; after a
+// transient reply it is kept (it works; Redis said "not now").
+//
+// A step retried after an I/O error may already have run: the reply, not the command, was lost.
+// So only steps that are safe to repeat go through here — reads, and the Lua steps whose
+// repetition is harmless by design (fenced by the lease token, refusing an existing job id,
+// no-ops on terminal jobs). `on_retry(attempt)` lets a caller note that an earlier attempt may
+// have run (the gateway's submit reads "id exists" then as its own success).
+
+#include <chrono>
+#include <functional>
+#include <stop_token>
+
+#include "common/backoff.hpp"
+#include "common/errors.hpp"
+#include "common/log.hpp"
+#include "redis/connection.hpp"
+
+namespace relay::redis {
+
+template <typename F>
+auto with_retry(LazyConnection& conn, std::chrono::milliseconds max_wait, std::stop_token stop,
+                F&& step, const std::function<void(int attempt)>& on_retry = {}) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + max_wait;
+  Backoff backoff;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      if (attempt > 1 && on_retry) on_retry(attempt);
+      return step(conn.get());
+    } catch (const TransientError& e) {
+      auto delay = backoff.next();
+      if (clock::now() + delay > deadline) throw;
+      log::warn("redis not ready, retrying", {{"error", e.what()}, {"retry_in_ms", delay.count()}});
+      if (!sleep_unless_stopped(delay, stop)) throw Aborted();
+    } catch (const IoError& e) {
+      conn.reset();
+      auto delay = backoff.next();
+      if (clock::now() + delay > deadline) throw;
+      log::warn("redis unavailable, retrying",
+                {{"error", e.what()}, {"retry_in_ms", delay.count()}});
+      if (!sleep_unless_stopped(delay, stop)) throw Aborted();
+    }
+  }
+}
+
+}  // namespace relay::redis
