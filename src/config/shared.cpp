@@ -8,7 +8,7 @@ namespace relay::config {
 
 void bind_redis(Schema& s, RedisConfig& c) {
   s.string("redis.url", &c.url, "redis://127.0.0.1:6379",
-           "Redis address, `redis://[user:password@]host:port[/db]`.");
+           "Redis address, `redis://[user:password@]host:port[/db]`; `rediss://` for TLS.");
   s.string("redis.username", &c.username, "", "Redis ACL user (overrides the URL's).");
   s.string("redis.password", &c.password, "",
            "Redis password (overrides the URL's). Prefer the environment variable.");
@@ -18,6 +18,16 @@ void bind_redis(Schema& s, RedisConfig& c) {
             "Wrap the model in `{}` in keys so each model's keys share a Redis Cluster slot.");
   s.duration("redis.connect_timeout", &c.connect_timeout, "5s",
              "Timeout of one connection attempt.");
+  s.string("redis.tls_ca_file", &c.tls_ca_file, "",
+           "TLS (`rediss://`): CA certificates (PEM) that signed Redis's certificate; empty = the "
+           "system's CAs (managed services).");
+  s.string("redis.tls_cert_file", &c.tls_cert_file, "",
+           "TLS: client certificate (PEM), for servers that require one; with `tls_key_file`.");
+  s.string("redis.tls_key_file", &c.tls_key_file, "", "TLS: the client certificate's key (PEM).");
+  s.string("redis.tls_server_name", &c.tls_server_name, "",
+           "TLS: the name Redis's certificate must carry (and SNI); default: the URL's host.");
+  s.boolean("redis.tls_verify", &c.tls_verify, true,
+            "TLS: verify Redis's certificate and name. Turn off only for testing.");
 }
 
 void bind_storage(Schema& s, storage::Config& c) {
@@ -62,6 +72,11 @@ redis::Endpoint RedisConfig::endpoint() const {
   if (!username.empty()) ep.username = username;
   if (!password.empty()) ep.password = password;
   ep.connect_timeout = connect_timeout;
+  ep.tls_ca_file = tls_ca_file;
+  ep.tls_cert_file = tls_cert_file;
+  ep.tls_key_file = tls_key_file;
+  ep.tls_server_name = tls_server_name;
+  ep.tls_verify = tls_verify;
   return ep;
 }
 
@@ -72,11 +87,26 @@ namespace {
 }  // namespace
 
 void validate_redis(const RedisConfig& c) {
+  redis::Endpoint ep;
   try {
-    (void)c.endpoint();
+    ep = c.endpoint();
   } catch (const std::invalid_argument& e) {
     bad("redis.url", e.what());
   }
+  const std::pair<const char*, const std::string*> files[] = {
+      {"redis.tls_ca_file", &c.tls_ca_file},
+      {"redis.tls_cert_file", &c.tls_cert_file},
+      {"redis.tls_key_file", &c.tls_key_file}};
+  for (const auto& [key, path] : files) {
+    if (path->empty()) continue;
+    if (!ep.tls) bad(key, "set, but redis.url is not rediss:// (TLS)");
+    if (::access(path->c_str(), R_OK) != 0) bad(key, "cannot read " + *path);
+  }
+  if (!c.tls_server_name.empty() && !ep.tls)
+    bad("redis.tls_server_name", "set, but redis.url is not rediss:// (TLS)");
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty())
+    bad(c.tls_cert_file.empty() ? "redis.tls_cert_file" : "redis.tls_key_file",
+        "a client certificate needs both tls_cert_file and tls_key_file");
 }
 
 void validate_storage(const storage::Config& c) {

@@ -14,12 +14,14 @@
 namespace relay::config {
 
 struct RedisConfig {
-  std::string url;         // redis://[user:password@]host:port[/db]
+  std::string url;         // redis[s]://[user:password@]host:port[/db]
   std::string username;    // ACL user; overrides the URL's
   std::string password;    // overrides the URL's; prefer RELAY_REDIS_PASSWORD
   std::string key_prefix;  // prepended to every key and channel
   bool hash_tag = false;   // relay:{model}:... for Redis Cluster
   std::chrono::milliseconds connect_timeout{};
+  std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;  // rediss:// only
+  bool tls_verify = true;
 
   redis::Endpoint endpoint() const;  // throws std::invalid_argument
   redis::Keys keys() const { return {key_prefix, hash_tag}; }

@@ -1,10 +1,24 @@
 #include "redis/connection.hpp"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/url/parse.hpp>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <map>
+#include <mutex>
 
 #include "common/backoff.hpp"
 #include "common/log.hpp"
@@ -39,9 +53,10 @@ std::optional<std::string> as_optional_string(const redisReply* r) {
 
 Endpoint parse_url(std::string_view url) {
   auto parsed = boost::urls::parse_uri(url);
-  if (!parsed || parsed->scheme() != "redis")
-    throw std::invalid_argument("expected redis://[user:password@]host:port[/db]");
+  if (!parsed || (parsed->scheme() != "redis" && parsed->scheme() != "rediss"))
+    throw std::invalid_argument("expected redis[s]://[user:password@]host:port[/db]");
   Endpoint ep;
+  ep.tls = parsed->scheme() == "rediss";
   if (!parsed->host().empty()) ep.host = parsed->host();
   if (parsed->has_port()) {
     ep.port = parsed->port_number();
@@ -70,14 +85,221 @@ timeval to_timeval(std::chrono::milliseconds ms) {
   return tv;
 }
 
+std::string ssl_errors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "TLS error" : out;
+}
+
+struct SslCtxDeleter {
+  void operator()(SSL_CTX* c) const noexcept { SSL_CTX_free(c); }
+};
+
+// One SSL_CTX per distinct TLS configuration, for the life of the process: loading a CA bundle
+// costs milliseconds, a connection should not pay it.
+std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<SSL_CTX>> cache;
+  // TLS writes may raise SIGPIPE on a connection the server closed (OpenSSL writes with
+  // write(2)); every Relay process ignores it already, this makes it true for any caller.
+  static std::once_flag sigpipe;
+  std::call_once(sigpipe, [] { ::signal(SIGPIPE, SIG_IGN); });
+  std::string id = ep.tls_ca_file + '\n' + ep.tls_cert_file + '\n' + ep.tls_key_file + '\n' +
+                   (ep.tls_verify ? "1" : "0");
+  std::lock_guard lock(mu);
+  if (auto it = cache.find(id); it != cache.end()) return it->second;
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_client_method()), SslCtxDeleter{});
+  if (!ctx) throw IoError("redis: TLS: " + ssl_errors());
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  if (ep.tls_verify) {
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+    bool ok = ep.tls_ca_file.empty()
+                  ? SSL_CTX_set_default_verify_paths(ctx.get()) == 1
+                  : SSL_CTX_load_verify_locations(ctx.get(), ep.tls_ca_file.c_str(), nullptr) == 1;
+    if (!ok) throw IoError("redis: TLS: cannot load CA certificates: " + ssl_errors());
+  } else {
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
+  }
+  if (!ep.tls_cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx.get(), ep.tls_cert_file.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx.get(), ep.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+      throw IoError("redis: TLS: cannot load the client certificate: " + ssl_errors());
+  }
+  cache.emplace(id, ctx);
+  return ctx;
+}
+
+bool is_ip_address(const std::string& host) {
+  in6_addr a6;
+  in_addr a4;
+  return ::inet_pton(AF_INET, host.c_str(), &a4) == 1 ||
+         ::inet_pton(AF_INET6, host.c_str(), &a6) == 1;
+}
+
+// A TCP connection to host:port within timeout; returns a blocking socket.
+int tcp_connect(const Endpoint& ep) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string where = ep.host + ":" + std::to_string(ep.port);
+  if (int rc = ::getaddrinfo(ep.host.c_str(), std::to_string(ep.port).c_str(), &hints, &res);
+      rc != 0)
+    throw IoError("redis: cannot resolve " + ep.host + ": " + ::gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(res, &::freeaddrinfo);
+  std::string last = "no address";
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) {
+      last = std::strerror(errno);
+      continue;
+    }
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = ::poll(&p, 1, static_cast<int>(ep.connect_timeout.count()));
+      if (rc == 0) {
+        errno = ETIMEDOUT;
+        rc = -1;
+      } else if (rc > 0) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        errno = err;
+        rc = err == 0 ? 0 : -1;
+      }
+    }
+    if (rc == 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+      return fd;
+    }
+    last = std::strerror(errno);
+    ::close(fd);
+  }
+  throw IoError("redis: cannot connect to " + where + ": " + last);
+}
+
 }  // namespace
 
-// The one place where hiredis's error state becomes an exception.
-Reply Connection::checked(redisReply* r) {
-  if (r == nullptr) {
-    std::string why = ctx_->errstr[0] ? ctx_->errstr : "connection lost";
-    throw IoError("redis: " + why);
+struct Connection::Transport {
+  int fd = -1;
+  std::shared_ptr<SSL_CTX> ctx;  // kept alive while ssl uses it
+  SSL* ssl = nullptr;
+  redisReader* reader = redisReaderCreate();
+
+  ~Transport() {
+    if (ssl) SSL_free(ssl);
+    if (fd >= 0) ::close(fd);
+    if (reader) redisReaderFree(reader);
   }
+
+  void set_timeouts(std::chrono::milliseconds read, std::chrono::milliseconds write) {
+    timeval r = to_timeval(read), w = to_timeval(write);
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, sizeof r) != 0 ||
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &w, sizeof w) != 0)
+      throw IoError("redis: cannot set a timeout");
+  }
+
+  [[noreturn]] void fail(const std::string& what, int err) {
+    if (err == EAGAIN || err == EWOULDBLOCK) throw IoError("redis: " + what + ": timed out");
+    throw IoError("redis: " + what + ": " + (err ? std::strerror(err) : "connection closed"));
+  }
+
+  void handshake(const Endpoint& ep) {
+    ctx = tls_context(ep);
+    ssl = SSL_new(ctx.get());
+    if (!ssl || SSL_set_fd(ssl, fd) != 1) throw IoError("redis: TLS: " + ssl_errors());
+    const std::string& name = ep.tls_server_name.empty() ? ep.host : ep.tls_server_name;
+    if (!is_ip_address(name)) SSL_set_tlsext_host_name(ssl, name.c_str());
+    if (ep.tls_verify) {
+      X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+      bool ok = is_ip_address(name) ? X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str()) == 1
+                                    : X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0) == 1;
+      if (!ok) throw IoError("redis: TLS: bad server name " + name);
+    }
+    ERR_clear_error();
+    if (SSL_connect(ssl) != 1) {
+      long verify = SSL_get_verify_result(ssl);
+      std::string why = verify != X509_V_OK ? std::string("certificate verify failed: ") +
+                                                  X509_verify_cert_error_string(verify)
+                                            : ssl_errors();
+      throw IoError("redis: TLS handshake with " + ep.host + ":" + std::to_string(ep.port) +
+                    " failed: " + why);
+    }
+  }
+
+  void write_all(const char* p, size_t n) {
+    while (n > 0) {
+      ssize_t w;
+      if (ssl) {
+        ERR_clear_error();
+        int rc = SSL_write(ssl, p, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+        if (rc <= 0) fail("write", SSL_get_error(ssl, rc) == SSL_ERROR_SYSCALL ? errno : 0);
+        w = rc;
+      } else {
+        w = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          fail("write", errno);
+        }
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+
+  // Reads what is there (at least one byte) into the reply reader.
+  void read_more() {
+    char buf[16384];
+    for (;;) {
+      ssize_t n;
+      if (ssl) {
+        ERR_clear_error();
+        int rc = SSL_read(ssl, buf, sizeof buf);
+        if (rc <= 0) {
+          int e = SSL_get_error(ssl, rc);
+          if (e == SSL_ERROR_WANT_READ) fail("read", EAGAIN);
+          fail("read", e == SSL_ERROR_SYSCALL ? errno : 0);
+        }
+        n = rc;
+      } else {
+        n = ::recv(fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) fail("read", n < 0 ? errno : 0);
+      }
+      if (redisReaderFeed(reader, buf, static_cast<size_t>(n)) != REDIS_OK)
+        throw IoError("redis: protocol error: " + std::string(reader->errstr));
+      return;
+    }
+  }
+
+  redisReply* next_reply() {
+    for (;;) {
+      void* reply = nullptr;
+      if (redisReaderGetReply(reader, &reply) != REDIS_OK)
+        throw IoError("redis: protocol error: " + std::string(reader->errstr));
+      if (reply) return static_cast<redisReply*>(reply);
+      read_more();
+    }
+  }
+};
+
+Connection::Connection(std::unique_ptr<Transport> t) : t_(std::move(t)) {}
+Connection::~Connection() = default;
+Connection::Connection(Connection&&) noexcept = default;
+Connection& Connection::operator=(Connection&&) noexcept = default;
+
+// The one place where a reply becomes a value or an exception.
+Reply Connection::checked(redisReply* r) {
   Reply reply(r);
   if (reply->type == REDIS_REPLY_ERROR) {
     std::string message(reply->str, reply->len);
@@ -95,20 +317,20 @@ bool is_transient_error(std::string_view message) {
 }
 
 bool Connection::stale() const noexcept {
-  if (!ctx_ || ctx_->fd < 0) return true;
-  if (ctx_->reader && ctx_->reader->pos < ctx_->reader->len) return true;  // unread buffered bytes
-  pollfd p{ctx_->fd, POLLIN | POLLRDHUP, 0};
+  if (!t_ || t_->fd < 0) return true;
+  if (t_->reader->pos < t_->reader->len) return true;  // unread buffered bytes
+  if (t_->ssl && SSL_pending(t_->ssl) > 0) return true;
+  pollfd p{t_->fd, POLLIN | POLLRDHUP, 0};
   return ::poll(&p, 1, 0) != 0;
 }
 
 Connection Connection::open(const Endpoint& ep) {
-  redisContext* c =
-      redisConnectWithTimeout(ep.host.c_str(), ep.port, to_timeval(ep.connect_timeout));
-  if (c == nullptr) throw IoError("redis: cannot allocate a context");
-  Connection conn(c);
-  if (c->err)
-    throw IoError("redis: cannot connect to " + ep.host + ":" + std::to_string(ep.port) + ": " +
-                  c->errstr);
+  auto t = std::make_unique<Transport>();
+  if (!t->reader) throw IoError("redis: cannot allocate a reader");
+  t->fd = tcp_connect(ep);
+  t->set_timeouts(ep.connect_timeout, ep.connect_timeout);
+  if (ep.tls) t->handshake(ep);
+  Connection conn(std::move(t));
   // A dead server must not hang a command for ever; blocking commands lift this themselves.
   conn.set_read_timeout(std::chrono::milliseconds(30'000));
   if (!ep.password.empty()) {
@@ -123,16 +345,8 @@ Connection Connection::open(const Endpoint& ep) {
 }
 
 Reply Connection::command(const std::vector<std::string>& argv) {
-  std::vector<const char*> ptrs;
-  std::vector<size_t> lens;
-  ptrs.reserve(argv.size());
-  lens.reserve(argv.size());
-  for (const auto& a : argv) {
-    ptrs.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  return checked(static_cast<redisReply*>(
-      redisCommandArgv(ctx_.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data())));
+  append(argv);
+  return read_reply();
 }
 
 Reply Connection::command(std::initializer_list<std::string_view> argv) {
@@ -158,31 +372,29 @@ Reply Connection::eval(const Script& script, const std::vector<std::string>& key
 void Connection::append(const std::vector<std::string>& argv) {
   std::vector<const char*> ptrs;
   std::vector<size_t> lens;
+  ptrs.reserve(argv.size());
+  lens.reserve(argv.size());
   for (const auto& a : argv) {
     ptrs.push_back(a.data());
     lens.push_back(a.size());
   }
-  if (redisAppendCommandArgv(ctx_.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data()) !=
-      REDIS_OK)
-    throw IoError("redis: cannot queue a command");
+  char* cmd = nullptr;
+  int len = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), ptrs.data(), lens.data());
+  if (len < 0) throw IoError("redis: cannot format a command");
+  std::unique_ptr<char, decltype(&redisFreeCommand)> owned(cmd, &redisFreeCommand);
+  t_->write_all(cmd, static_cast<size_t>(len));
 }
 
 Reply Connection::read_reply() {
-  void* r = nullptr;
-  if (redisGetReply(ctx_.get(), &r) != REDIS_OK) {
-    std::string why = ctx_->errstr[0] ? ctx_->errstr : "connection lost";
-    throw IoError("redis: " + why);
-  }
-  return checked(static_cast<redisReply*>(r));
+  return checked(t_->next_reply());
 }
 
 void Connection::set_read_timeout(std::chrono::milliseconds timeout) {
-  if (redisSetTimeout(ctx_.get(), to_timeval(timeout)) != REDIS_OK)
-    throw IoError("redis: cannot set a timeout");
+  t_->set_timeouts(timeout, std::chrono::milliseconds(30'000));
 }
 
 void Connection::interrupt() noexcept {
-  if (ctx_ && ctx_->fd >= 0) ::shutdown(ctx_->fd, SHUT_RDWR);
+  if (t_ && t_->fd >= 0) ::shutdown(t_->fd, SHUT_RDWR);
 }
 
 Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_wait,

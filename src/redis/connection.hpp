@@ -50,7 +50,7 @@ std::string as_string(const redisReply* r);
 long long as_integer(const redisReply* r);
 std::optional<std::string> as_optional_string(const redisReply* r);
 
-// redis://[user:password@]host:port[/db]; a password in the URL may be overridden by config.
+// redis[s]://[user:password@]host:port[/db]; a password in the URL may be overridden by config.
 struct Endpoint {
   std::string host = "127.0.0.1";
   int port = 6379;
@@ -58,14 +58,26 @@ struct Endpoint {
   std::string password;
   int db = 0;
   std::chrono::milliseconds connect_timeout{5000};
+  // TLS (rediss://): the server's certificate is verified against ca_file (else the system's
+  // CAs) and the host name (or server_name); cert/key for servers that require client
+  // certificates. verify = false only when set explicitly.
+  bool tls = false;
+  std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;
+  bool tls_verify = true;
 };
 // Throws std::invalid_argument with a message fit for a config error.
 Endpoint parse_url(std::string_view url);
 
+// One connection to Redis: a socket, TLS when the endpoint asks for it (OpenSSL), commands
+// formatted and replies parsed by hiredis's I/O-free formatter and reader. Blocking I/O with a
+// read timeout; another thread may interrupt() a blocked read.
 class Connection {
  public:
   // Connects, authenticates and selects the database; throws IoError or ReplyError.
   static Connection open(const Endpoint& ep);
+  ~Connection();
+  Connection(Connection&&) noexcept;
+  Connection& operator=(Connection&&) noexcept;
 
   Reply command(const std::vector<std::string>& argv);
   Reply command(std::initializer_list<std::string_view> argv);
@@ -86,13 +98,11 @@ class Connection {
   bool stale() const noexcept;
 
  private:
-  struct ContextDeleter {
-    void operator()(redisContext* c) const noexcept { redisFree(c); }
-  };
-  explicit Connection(redisContext* c) : ctx_(c) {}
+  struct Transport;  // socket, TLS session, reply reader (connection.cpp)
+  explicit Connection(std::unique_ptr<Transport> t);
   Reply checked(redisReply* r);
 
-  std::unique_ptr<redisContext, ContextDeleter> ctx_;
+  std::unique_ptr<Transport> t_;
   long long client_id_ = 0;
 };
 

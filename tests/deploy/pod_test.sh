@@ -77,6 +77,7 @@ wait_for 30 in_pod curl -sf http://127.0.0.1:8080/readyz || {
 wait_for 60 in_pod curl -sf http://127.0.0.1:9000/health || { fail "OCR model not healthy"; exit 1; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print(d$1)"; }
 status_of() { gw "http://127.0.0.1:8080/jobs/$1/$2" | json "['status']"; }
+job_is() { [ "$(status_of "$1" "$2")" = "$3" ]; }  # for wait_for: evaluated at each poll
 
 # Runs the relay image in the pod; extra args go to podman run before the image.
 relay_run() { podman run --name "$run_id-relay-$1" "${join[@]}" "${common_env[@]}" -e RELAY_MODEL="$1" \
@@ -118,14 +119,17 @@ podman run -d --name "$run_id-slow" "${join[@]}" --entrypoint /usr/bin/relay-inf
 wait_for 20 in_pod curl -sf http://127.0.0.1:9002/health || fail "slow model not healthy"
 id=$(gw --data-binary 'slow' -H 'Content-Type: text/plain' http://127.0.0.1:8080/jobs/slow | json "['id']")
 relay_run slow -d -e RELAY_INFERENCE_URL=http://127.0.0.1:9002 "${spool[@]}" >/dev/null
-wait_for 30 test "$(status_of slow "$id")" = processing || fail "slow job never started"
-podman kill --signal TERM "$run_id-relay-slow" >/dev/null
-code=$(podman wait "$run_id-relay-slow")
-[ "$code" = 0 ] && pass "relay exited 0 on SIGTERM mid-job" || fail "relay exit $code on SIGTERM"
-st=$(status_of slow "$id")
-queued=$(in_pod redis-cli -p 6379 lrange relay:slow:pending 0 -1)
-[ "$st" = pending ] && grep -qx "$id" <<<"$queued" && pass "the job is back in pending" ||
-  fail "after SIGTERM the job is $st, pending list: $queued"
+if wait_for 60 job_is slow "$id" processing; then
+  podman kill --signal TERM "$run_id-relay-slow" >/dev/null
+  code=$(podman wait "$run_id-relay-slow")
+  [ "$code" = 0 ] && pass "relay exited 0 on SIGTERM mid-job" || fail "relay exit $code on SIGTERM"
+  st=$(status_of slow "$id")
+  queued=$(in_pod redis-cli -p 6379 lrange relay:slow:pending 0 -1)
+  [ "$st" = pending ] && grep -qx "$id" <<<"$queued" && pass "the job is back in pending" ||
+    fail "after SIGTERM the job is $st, pending list: $queued"
+else
+  fail "slow job never started: $(status_of slow "$id"); relay: $(podman logs "$run_id-relay-slow" 2>&1 | tail -3)"
+fi
 
 # 4. The model server stops on SIGTERM by itself.
 start=$(date +%s%N)

@@ -86,6 +86,7 @@ class GatewayTest : public ::testing::Test {
             {"RELAY_EVENTS_CLAIM_IDLE", "1s"},
             {"RELAY_WEBHOOKS_ALLOW_PRIVATE", "false"},
             {"RELAY_LOG_LEVEL", "debug"}};
+    for (auto& [k, v] : redis_.env()) env[k] = v;
     for (auto& [k, v] : extra) env[k] = v;
     return env;
   }
@@ -102,6 +103,7 @@ class GatewayTest : public ::testing::Test {
             {"RELAY_INFERENCE_URL", inference.url()},
             {"RELAY_RELAY_HEALTH_INTERVAL", "50ms"},
             {"RELAY_QUEUE_POP_TIMEOUT", "2s"}};
+    for (auto& [k, v] : redis_.env()) env[k] = v;
     for (auto& [k, v] : extra) env[k] = v;
     std::vector<std::string> argv{relay_binary()};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -1064,9 +1066,7 @@ TEST_F(RedisTroubleTest, BusyRedisIsWaitedOutMidJobAndAtSubmit) {
   auto id = submit_id("a job whose heartbeats meet a busy Redis");
   ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "processing"; }, 20s));
   // A script that keeps Redis busy for 2 s: everyone else gets BUSY after 100 ms.
-  auto busy = std::async(std::launch::async, [port = redis_.port()] {
-    redis::Endpoint ep;
-    ep.port = port;
+  auto busy = std::async(std::launch::async, [ep = redis_.endpoint()] {
     auto c = redis::Connection::open(ep);
     c.command({"EVAL",
                "local t = redis.call('TIME') local s = t[1] + t[2] / 1e6 "
@@ -1116,9 +1116,7 @@ TEST_F(RedisTroubleTest, LostSubmitReplyIsAnsweredByWhatHappened) {
 }
 
 TEST_F(RedisTroubleTest, PooledConnectionOfARestartedRedisIsReplacedBeforeUse) {
-  redis::Endpoint ep;
-  ep.port = redis_.port();
-  redis::LazyConnection lazy(ep);
+  redis::LazyConnection lazy(redis_.endpoint());
   lazy.get().command({"SET", "k", "v"});
   redis_.stop();
   redis_.start();

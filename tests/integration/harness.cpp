@@ -161,15 +161,44 @@ std::string Process::log() const {
   return ss.str();
 }
 
-RedisServer::RedisServer(bool persistent, std::vector<std::string> extra_args)
-    : port_(free_port()), persistent_(persistent), extra_args_(std::move(extra_args)) {
+namespace {
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+}  // namespace
+
+void make_test_pki(const std::string& dir) {
+  // EC keys: quick to make. The server certificate names localhost and 127.0.0.1.
+  std::string script =
+      "set -e; mkdir -p '" + dir + "'; cd '" + dir + "'; " +
+      R"(key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+key ca.key; openssl req -x509 -new -key ca.key -out ca.crt -days 3 -subj /CN=relay-test-ca
+key other-ca.key; openssl req -x509 -new -key other-ca.key -out other-ca.crt -days 3 -subj /CN=not-the-ca
+for who in server client; do
+  key $who.key; openssl req -new -key $who.key -out $who.csr -subj /CN=$who
+done
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1
+' > server.ext
+printf 'extendedKeyUsage=clientAuth
+' > client.ext
+for who in server client; do
+  openssl x509 -req -in $who.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out $who.crt -days 3 -extfile $who.ext 2>/dev/null
+done
+chmod 644 *.key)";
+  if (std::system(("bash -c " + shell_quote(script)).c_str()) != 0)
+    throw std::runtime_error("cannot make the test PKI with openssl");
+}
+
+RedisServer::RedisServer(bool persistent, std::vector<std::string> extra_args, bool tls)
+    : port_(free_port()), persistent_(persistent), extra_args_(std::move(extra_args)), tls_(tls) {
+  if (tls_) make_test_pki(tls_dir());
   start();
 }
 
 void RedisServer::start() {
   std::vector<std::string> argv{"/usr/bin/redis-server",
-                                "--port",
-                                std::to_string(port_),
                                 "--bind",
                                 "127.0.0.1",
                                 "--save",
@@ -180,6 +209,15 @@ void RedisServer::start() {
                                 "always",
                                 "--dir",
                                 dir_.path()};
+  if (tls_) {
+    // TLS only: no plain port. Client certificates are optional (required by extra_args).
+    const std::string d = tls_dir() + "/";
+    argv.insert(argv.end(), {"--port", "0", "--tls-port", std::to_string(port_), "--tls-cert-file",
+                             d + "server.crt", "--tls-key-file", d + "server.key",
+                             "--tls-ca-cert-file", d + "ca.crt", "--tls-auth-clients", "optional"});
+  } else {
+    argv.insert(argv.end(), {"--port", std::to_string(port_)});
+  }
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   proc_ = std::make_unique<Process>(argv, Env{}, dir_.path() + "/redis.log");
   if (!wait_until([&] { return port_open(port_); }, 10s))
@@ -191,10 +229,25 @@ void RedisServer::stop() {
   proc_->wait_exit(5s);
 }
 
+bool RedisServer::tls_by_default() {
+  const char* v = std::getenv("RELAY_TEST_REDIS_TLS");
+  return v && std::string(v) == "1";
+}
+
+Env RedisServer::env() const {
+  Env e{{"RELAY_REDIS_URL", url()}};
+  if (tls_) e["RELAY_REDIS_TLS_CA_FILE"] = tls_dir() + "/ca.crt";
+  return e;
+}
+
+redis::Endpoint RedisServer::endpoint() const {
+  redis::Endpoint ep = redis::parse_url(url());
+  if (tls_) ep.tls_ca_file = tls_dir() + "/ca.crt";
+  return ep;
+}
+
 redis::Connection RedisServer::connect() const {
-  redis::Endpoint ep;
-  ep.port = port_;
-  return redis::Connection::open(ep);
+  return redis::Connection::open(endpoint());
 }
 
 S3Server::S3Server(const std::string& credentials_file) : port_(free_port()) {

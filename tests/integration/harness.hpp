@@ -24,6 +24,9 @@ using Env = std::map<std::string, std::string>;
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 10s);
 
 int free_port();
+// Makes a test PKI in dir (ca, server for localhost/127.0.0.1, client, an unrelated other-ca)
+// with the openssl command; throws on failure.
+void make_test_pki(const std::string& dir);
 bool port_open(int port);
 
 class TempDir {
@@ -70,9 +73,22 @@ class RedisServer {
  public:
   // persistent: AOF with fsync on every write, so that a SIGKILL loses nothing (as in production).
   // extra_args: more redis-server options, e.g. {"--busy-reply-threshold", "100"}.
-  explicit RedisServer(bool persistent = false, std::vector<std::string> extra_args = {});
+  // tls: TLS only (no plain port), with a test CA made for this server (tls_dir(): ca.crt,
+  // server.crt/key for localhost and 127.0.0.1, client.crt/key, other-ca.crt unrelated).
+  // By default TLS is on when RELAY_TEST_REDIS_TLS=1: ctest runs the gateway and relay suites
+  // once more that way (tests/CMakeLists.txt).
+  explicit RedisServer(bool persistent = false, std::vector<std::string> extra_args = {},
+                       bool tls = tls_by_default());
+  static bool tls_by_default();
   int port() const { return port_; }
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    return (tls_ ? "rediss://127.0.0.1:" : "redis://127.0.0.1:") + std::to_string(port_);
+  }
+  std::string tls_dir() const { return dir_.path() + "/tls"; }
+  // An endpoint for this server (TLS: trusting the test CA).
+  redis::Endpoint endpoint() const;
+  // RELAY_REDIS_URL, and RELAY_REDIS_TLS_CA_FILE under TLS: what a relay or gateway needs.
+  Env env() const;
   redis::Connection connect() const;
   void stop();   // SIGKILL
   void start();  // again on the same port, with the same data directory
@@ -82,6 +98,7 @@ class RedisServer {
   int port_;
   bool persistent_;
   std::vector<std::string> extra_args_;
+  bool tls_;
   std::unique_ptr<Process> proc_;
 };
 

@@ -40,13 +40,14 @@ class RelayTest : public ::testing::Test {
   }
 
   Env base_env(const InferenceServer& inference) const {
-    return {{"RELAY_MODEL", model_},
-            {"RELAY_REDIS_URL", redis_.url()},
+    Env env{{"RELAY_MODEL", model_},
             {"RELAY_STORAGE_URL", "file://" + files_.path()},
             {"RELAY_INFERENCE_URL", inference.url()},
             {"RELAY_RELAY_HEALTH_INTERVAL", "50ms"},
             {"RELAY_QUEUE_POP_TIMEOUT", "2s"},
             {"RELAY_LOG_LEVEL", "debug"}};
+    for (auto& [k, v] : redis_.env()) env[k] = v;
+    return env;
   }
 
   // The same, with storage on the S3 test server.

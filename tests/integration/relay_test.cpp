@@ -581,7 +581,7 @@ TEST_F(RelayTest, RedisRestartMidJobIsSurvived) {
   redis::JobStore store(conn, keys_);
   InferenceServer inference({.delay_ms = 2500});
   auto env = base_env(inference);
-  env["RELAY_REDIS_URL"] = durable.url();
+  for (auto& [k, v] : durable.env()) env[k] = v;
   env["RELAY_LEASE_TTL"] = "3s";
   auto st = storage_for(env);
   JobRecord r;
