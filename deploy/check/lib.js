@@ -160,10 +160,9 @@ const secretLooks = [
 ];
 
 // The environment variables each binary reads: its own config reference (--print-config-
-// reference), from the build in $RELAY_BIN_DIR (default build/bin). Keys SPEC §12.1 fixes for
-// production Redis are rendered by the chart ahead of the binaries' support for them.
-const specFixedRedisEnv = ['RELAY_REDIS_MODE', 'RELAY_REDIS_SENTINEL_MASTER', 'RELAY_REDIS_TLS_CA_FILE',
-  'RELAY_REDIS_TLS_CERT_FILE', 'RELAY_REDIS_TLS_KEY_FILE', 'RELAY_REDIS_TLS_SERVER_NAME'];
+// reference), from the build in $RELAY_BIN_DIR (default build/bin). The keys SPEC §12.1 fixes for
+// Redis Cluster and Sentinel are rendered by the chart ahead of the binaries' support for them.
+const specFixedRedisEnv = ['RELAY_REDIS_MODE', 'RELAY_REDIS_SENTINEL_MASTER'];
 const knownEnvCache = new Map();
 export function knownEnv(binary) {
   if (!knownEnvCache.has(binary)) {

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "common/time.hpp"
+#include "config/shared.hpp"
 #include "crypto/keyring.hpp"
 #include "redis/job_store.hpp"
 #include "relayctl/http.hpp"
@@ -130,7 +131,8 @@ int main(int argc, char** argv) {
   sc.s3_path_style = env_or("RELAY_STORAGE_S3_PATH_STYLE", "false") == "true";
   app.add_option("--gateway", gateway, "gateway URL");
   app.add_option("--redis-url", redis_url,
-                 "redis://[user:password@]host:port[/db] (operator commands)");
+                 "redis[s]://[user:password@]host:port[/db] (operator commands); TLS files and "
+                 "the password from RELAY_REDIS_* as for the relay");
   app.add_option("--storage-url", sc.url, "file:///path or s3://bucket/prefix (enqueue)");
   app.add_flag("--json", as_json, "print JSON instead of a table");
   std::string model, service_type = "default", file, operation, id, ref, out_file, callback,
@@ -348,7 +350,17 @@ int main(int argc, char** argv) {
     }
 
     // Operator commands: Redis directly.
-    auto conn = relay::redis::Connection::open(relay::redis::parse_url(redis_url));
+    // The redis.* keys from the environment as every binary reads them (password, TLS files,
+    // server name...), with --redis-url winning over RELAY_REDIS_URL.
+    relay::config::RedisConfig rc;
+    {
+      relay::config::Schema s;
+      relay::config::bind_redis(s, rc);
+      s.load_file("", relay::config::process_env());
+      rc.url = redis_url;
+      relay::config::validate_redis(rc);
+    }
+    auto conn = relay::redis::Connection::open(rc.endpoint());
     relay::redis::Keys keys(key_prefix, hash_tag);
     relay::redis::JobStore store(conn, keys);
     if (*queues) {

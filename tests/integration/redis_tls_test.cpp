@@ -108,6 +108,18 @@ TEST(RedisTls, VerificationIsOffOnlyWhenAskedAndPlainTcpIsRefused) {
   EXPECT_THROW(redis::Connection::open(plain), redis::IoError);
 }
 
+TEST(RedisTls, RelayctlReadsTheSameTlsSettings) {
+  RedisServer redis(false, {}, true);
+  TempDir logs;
+  Env env = redis.env();
+  Process ok({RELAY_TEST_RELAYCTL_BIN, "--json", "queues"}, env, logs.path() + "/ok.log");
+  EXPECT_EQ(ok.wait_exit(20s), 0) << ok.log();
+  env["RELAY_REDIS_TLS_CA_FILE"] = redis.tls_dir() + "/other-ca.crt";
+  Process refused({RELAY_TEST_RELAYCTL_BIN, "queues"}, env, logs.path() + "/refused.log");
+  EXPECT_NE(refused.wait_exit(20s), 0);
+  EXPECT_NE(refused.log().find("certificate verify failed"), std::string::npos) << refused.log();
+}
+
 TEST(RedisTls, TlsSettingsWithoutRedissAreAConfigError) {
   TempDir logs;
   RedisServer redis(false, {}, true);
