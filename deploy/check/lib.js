@@ -160,9 +160,8 @@ const secretLooks = [
 ];
 
 // The environment variables each binary reads: its own config reference (--print-config-
-// reference), from the build in $RELAY_BIN_DIR (default build/bin). The keys SPEC §12.1 fixes for
-// Redis Cluster and Sentinel are rendered by the chart ahead of the binaries' support for them.
-const specFixedRedisEnv = ['RELAY_REDIS_MODE', 'RELAY_REDIS_SENTINEL_MASTER'];
+// reference), from the build in $RELAY_BIN_DIR (default build/bin).
+const specFixedRedisEnv = [];
 const knownEnvCache = new Map();
 export function knownEnv(binary) {
   if (!knownEnvCache.has(binary)) {

@@ -28,6 +28,13 @@ void bind_redis(Schema& s, RedisConfig& c) {
            "TLS: the name Redis's certificate must carry (and SNI); default: the URL's host.");
   s.boolean("redis.tls_verify", &c.tls_verify, true,
             "TLS: verify Redis's certificate and name. Turn off only for testing.");
+  s.string("redis.mode", &c.mode, "standalone",
+           "`standalone`, or `sentinel`: then `redis.url` lists the sentinels "
+           "(`redis://[user:password@]host:port[/db],host:port,...`, the credentials and database "
+           "being the master's) and each connection asks them for the master. `cluster` is not "
+           "supported yet.");
+  s.string("redis.sentinel_master", &c.sentinel_master, "",
+           "Sentinel mode: the name the sentinels monitor the master by.");
 }
 
 void bind_storage(Schema& s, storage::Config& c) {
@@ -68,7 +75,8 @@ void bind_log(Schema& s, LogConfig& c) {
 }
 
 redis::Endpoint RedisConfig::endpoint() const {
-  redis::Endpoint ep = redis::parse_url(url);
+  redis::Endpoint ep =
+      mode == "sentinel" ? redis::parse_sentinel_urls(url, sentinel_master) : redis::parse_url(url);
   if (!username.empty()) ep.username = username;
   if (!password.empty()) ep.password = password;
   ep.connect_timeout = connect_timeout;
@@ -87,6 +95,14 @@ namespace {
 }  // namespace
 
 void validate_redis(const RedisConfig& c) {
+  if (c.mode == "cluster")
+    bad("redis.mode", "cluster is not supported yet; use standalone or sentinel");
+  if (c.mode != "standalone" && c.mode != "sentinel")
+    bad("redis.mode", "expected standalone or sentinel");
+  if (c.mode == "sentinel" && c.sentinel_master.empty())
+    bad("redis.sentinel_master", "required in sentinel mode (the name the sentinels monitor)");
+  if (c.mode != "sentinel" && !c.sentinel_master.empty())
+    bad("redis.sentinel_master", "set, but redis.mode is not sentinel");
   redis::Endpoint ep;
   try {
     ep = c.endpoint();

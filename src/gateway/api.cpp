@@ -446,7 +446,20 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
     // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
     bool retried = false;
     bool created = step(
-        ctx, [&](redis::JobStore& store, redis::Connection&) { return store.submit(r, priority); },
+        ctx,
+        [&](redis::JobStore& store, redis::Connection& c) {
+          bool ok = store.submit(r, priority);
+          // Not acknowledged before replicas have it: a failover must not drop it. Too few
+          // acks is an unknown outcome, retried (on the new master once the sentinels say so).
+          if (cfg_.redis_wait_replicas > 0) {
+            auto acks = redis::as_integer(
+                c.command({"WAIT", std::to_string(cfg_.redis_wait_replicas), "1000"}).get());
+            if (acks < cfg_.redis_wait_replicas)
+              throw redis::IoError("redis: the submission reached " + std::to_string(acks) +
+                                   " of " + std::to_string(cfg_.redis_wait_replicas) + " replicas");
+          }
+          return ok;
+        },
         [&](int) { retried = true; });
     if (!created && !retried) throw std::runtime_error("job id collision");
   } catch (...) {

@@ -30,10 +30,14 @@ void Notifier::wake_all() {
 }
 
 void Notifier::run(std::stop_token stop) {
-  std::stop_callback on_stop(stop, [this] {
+  auto interrupt = [this] {
     std::lock_guard lock(mu_);
     if (conn_) conn_->interrupt();
-  });
+  };
+  std::stop_callback on_stop(stop, interrupt);
+  // Sentinel mode: after a failover the subscription must move to the new master (PUBLISH on
+  // it never reaches subscribers of the old one): dropping the connection resubscribes.
+  redis::MasterChangeHook on_failover(interrupt);
   // Channel names are "<prefix>job:<id>:done".
   const std::string head = keys_.job_done_channel("");
   const std::string prefix = head.substr(0, head.size() - std::string(":done").size());

@@ -13,17 +13,38 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/url/parse.hpp>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <thread>
 
 #include "common/backoff.hpp"
 #include "common/log.hpp"
 
 namespace relay::redis {
+
+namespace {
+
+// Master generations in sentinel mode: bumped when a sentinel announces +switch-master, or when
+// the watch lost its sentinel (an announcement may have been missed). Connections opened in an
+// older generation are stale.
+std::atomic<std::uint64_t> g_master_epoch{0};
+std::mutex g_hooks_mu;
+std::map<std::uint64_t, std::function<void()>> g_hooks;
+std::uint64_t g_next_hook = 0;
+
+void master_changed() {
+  ++g_master_epoch;
+  std::lock_guard lock(g_hooks_mu);
+  for (auto& [id, f] : g_hooks) f();
+}
+
+}  // namespace
 
 bool is_nil(const redisReply* r) {
   return r == nullptr || r->type == REDIS_REPLY_NIL;
@@ -51,6 +72,13 @@ std::optional<std::string> as_optional_string(const redisReply* r) {
   return as_string(r);
 }
 
+namespace {
+bool parse_uri_has_port(const std::string& url) {
+  auto parsed = boost::urls::parse_uri(url);
+  return parsed && parsed->has_port();
+}
+}  // namespace
+
 Endpoint parse_url(std::string_view url) {
   auto parsed = boost::urls::parse_uri(url);
   if (!parsed || (parsed->scheme() != "redis" && parsed->scheme() != "rediss"))
@@ -73,6 +101,34 @@ Endpoint parse_url(std::string_view url) {
     if (ec != std::errc{} || p != db.data() + db.size() || ep.db < 0)
       throw std::invalid_argument("the path must be a database number");
   }
+  return ep;
+}
+
+Endpoint parse_sentinel_urls(std::string_view urls, const std::string& master_name) {
+  if (master_name.empty()) throw std::invalid_argument("sentinel mode needs redis.sentinel_master");
+  Endpoint ep;
+  bool first = true;
+  size_t start = 0;
+  while (start <= urls.size()) {
+    size_t comma = urls.find(',', start);
+    std::string item(urls.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
+    start = comma == std::string_view::npos ? urls.size() + 1 : comma + 1;
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (item.empty()) throw std::invalid_argument("empty sentinel address in the list");
+    if (item.find("://") == std::string::npos)
+      item = std::string(first ? "redis://" : (ep.tls ? "rediss://" : "redis://")) + item;
+    Endpoint one = parse_url(item);
+    if (!parse_uri_has_port(item)) one.port = 26379;
+    if (first) {
+      ep = one;
+      ep.host.clear();
+    }
+    ep.sentinels.emplace_back(one.host, one.port);
+    first = false;
+  }
+  ep.sentinel_master = master_name;
   return ep;
 }
 
@@ -310,21 +366,135 @@ Reply Connection::checked(redisReply* r) {
 }
 
 bool is_transient_error(std::string_view message) {
-  // The error code is the first word. BUSYGROUP, BUSYKEY are not BUSY.
+  // The error code is the first word. BUSYGROUP, BUSYKEY are not BUSY. UNBLOCKED: a blocked
+  // command (BLMOVE) released because the server stopped being a master (failover).
   auto code = message.substr(0, message.find(' '));
   return code == "LOADING" || code == "BUSY" || code == "TRYAGAIN" || code == "CLUSTERDOWN" ||
-         code == "MASTERDOWN" || code == "READONLY";
+         code == "MASTERDOWN" || code == "READONLY" || code == "UNBLOCKED";
+}
+
+bool needs_new_connection(std::string_view message) {
+  auto code = message.substr(0, message.find(' '));
+  return code == "READONLY" || code == "MASTERDOWN" || code == "UNBLOCKED";
+}
+
+MasterChangeHook::MasterChangeHook(std::function<void()> f) {
+  std::lock_guard lock(g_hooks_mu);
+  id_ = ++g_next_hook;
+  g_hooks.emplace(id_, std::move(f));
+}
+
+MasterChangeHook::~MasterChangeHook() {
+  std::lock_guard lock(g_hooks_mu);
+  g_hooks.erase(id_);
 }
 
 bool Connection::stale() const noexcept {
   if (!t_ || t_->fd < 0) return true;
+  if (via_sentinel_ && g_master_epoch != master_epoch_) return true;
   if (t_->reader->pos < t_->reader->len) return true;  // unread buffered bytes
   if (t_->ssl && SSL_pending(t_->ssl) > 0) return true;
   pollfd p{t_->fd, POLLIN | POLLRDHUP, 0};
   return ::poll(&p, 1, 0) != 0;
 }
 
+namespace {
+
+Endpoint sentinel_endpoint(const Endpoint& ep, size_t i) {
+  Endpoint sentinel;  // sentinels: no database, no auth; the same TLS settings
+  sentinel.host = ep.sentinels[i].first;
+  sentinel.port = ep.sentinels[i].second;
+  sentinel.connect_timeout = ep.connect_timeout;
+  sentinel.tls = ep.tls;
+  sentinel.tls_ca_file = ep.tls_ca_file;
+  sentinel.tls_cert_file = ep.tls_cert_file;
+  sentinel.tls_key_file = ep.tls_key_file;
+  sentinel.tls_verify = ep.tls_verify;
+  return sentinel;
+}
+
+// One thread per process and master name, subscribed to +switch-master on a sentinel.
+void start_sentinel_watch(const Endpoint& ep) {
+  static std::mutex mu;
+  static std::set<std::string> watched;
+  {
+    std::lock_guard lock(mu);
+    if (!watched.insert(ep.sentinel_master).second) return;
+  }
+  std::thread([ep] {
+    Backoff backoff;
+    for (size_t turn = 0;; ++turn) {
+      try {
+        auto c = Connection::open(sentinel_endpoint(ep, turn % ep.sentinels.size()));
+        c.set_read_timeout(std::chrono::milliseconds(0));
+        c.append({"SUBSCRIBE", "+switch-master"});
+        c.read_reply();
+        backoff.reset();
+        for (;;) {
+          auto m =
+              c.read_reply();  // "message" "+switch-master" "<name> <old ip> <old port> <new...>"
+          if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+              as_string(m->element[2]).starts_with(ep.sentinel_master + " "))
+            master_changed();
+        }
+      } catch (const std::exception& e) {
+        master_changed();  // an announcement may have been missed meanwhile
+        log::warn("sentinel watch lost; reconnecting", {{"error", e.what()}});
+        std::this_thread::sleep_for(backoff.next());
+      }
+    }
+  }).detach();
+}
+
+// Asks the sentinels, in turn, for the master's address. The turn starts where the last
+// successful one was, so a dead first sentinel costs one timeout, not one per connect.
+std::pair<std::string, int> resolve_master(const Endpoint& ep) {
+  static std::atomic<size_t> next{0};
+  std::string errors;
+  for (size_t i = 0; i < ep.sentinels.size(); ++i) {
+    size_t at = (next.load() + i) % ep.sentinels.size();
+    Endpoint sentinel = sentinel_endpoint(ep, at);
+    try {
+      auto c = Connection::open(sentinel);
+      auto r = c.command({"SENTINEL", "get-master-addr-by-name", ep.sentinel_master});
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        errors += " " + sentinel.host + ":" + std::to_string(sentinel.port) + " knows no master " +
+                  ep.sentinel_master + ";";
+        continue;
+      }
+      next = at;
+      return {as_string(r->element[0]), static_cast<int>(as_integer(r->element[1]))};
+    } catch (const std::exception& e) {
+      errors += std::string(" ") + e.what() + ";";
+    }
+  }
+  throw IoError("redis: no sentinel gave the address of master " + ep.sentinel_master + ":" +
+                errors);
+}
+
+}  // namespace
+
 Connection Connection::open(const Endpoint& ep) {
+  if (!ep.sentinel_master.empty()) {
+    start_sentinel_watch(ep);
+    const std::uint64_t epoch = g_master_epoch;  // before resolving: a switch meanwhile is seen
+    auto [host, port] = resolve_master(ep);
+    Endpoint master = ep;
+    master.sentinel_master.clear();
+    master.sentinels.clear();
+    master.host = host;
+    master.port = port;
+    Connection conn = open(master);
+    // A sentinel may answer with a master that has just been demoted: never write to a replica.
+    auto role = conn.command({"ROLE"});
+    if (role->type != REDIS_REPLY_ARRAY || role->elements == 0 ||
+        as_string(role->element[0]) != "master")
+      throw IoError("redis: " + host + ":" + std::to_string(port) +
+                    " is not a master (a failover is in progress)");
+    conn.via_sentinel_ = true;
+    conn.master_epoch_ = epoch;
+    return conn;
+  }
   auto t = std::make_unique<Transport>();
   if (!t->reader) throw IoError("redis: cannot allocate a reader");
   t->fd = tcp_connect(ep);

@@ -10,6 +10,8 @@
 #include <hiredis/hiredis.h>
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -38,6 +40,8 @@ class ReplyError : public std::runtime_error {
 // True for the error replies of a Redis that is restarting, busy or failing over (the command
 // was not executed). Pure; exposed for tests.
 bool is_transient_error(std::string_view message);
+// True for the transient errors after which this connection's server is no longer the master.
+bool needs_new_connection(std::string_view message);
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
@@ -64,9 +68,17 @@ struct Endpoint {
   bool tls = false;
   std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;
   bool tls_verify = true;
+  // Sentinel mode: when sentinel_master is set, host/port are not used; the master's address is
+  // asked from these sentinels (in turn) at every connect, and checked with ROLE, so that a
+  // reconnect after a failover finds the new master and never writes to a replica.
+  std::string sentinel_master;
+  std::vector<std::pair<std::string, int>> sentinels;
 };
 // Throws std::invalid_argument with a message fit for a config error.
 Endpoint parse_url(std::string_view url);
+// Sentinel mode: a comma-separated list of sentinels, each a URL or host:port; the first item's
+// user, password, database and scheme (rediss: TLS) are the master's. Throws like parse_url.
+Endpoint parse_sentinel_urls(std::string_view urls, const std::string& master_name);
 
 // One connection to Redis: a socket, TLS when the endpoint asks for it (OpenSSL), commands
 // formatted and replies parsed by hiredis's I/O-free formatter and reader. Blocking I/O with a
@@ -94,7 +106,9 @@ class Connection {
   // Makes a blocked read in another thread fail at once with IoError. Thread-safe.
   void interrupt() noexcept;
   // True when an idle connection has something to read: the server closed it (a restart,
-  // a failover, an idle timeout) or sent what nobody asked for. Such a connection is not used.
+  // a failover, an idle timeout) or sent what nobody asked for; and in sentinel mode when the
+  // sentinels have named another master since it was opened (it may now be a replica, whose
+  // reads are stale). Such a connection is not used.
   bool stale() const noexcept;
 
  private:
@@ -104,6 +118,22 @@ class Connection {
 
   std::unique_ptr<Transport> t_;
   long long client_id_ = 0;
+  bool via_sentinel_ = false;
+  std::uint64_t master_epoch_ = 0;  // sentinel mode: the master generation it was opened in
+};
+
+// Sentinel mode: runs f (from a background thread) each time the sentinels announce a new master
+// (+switch-master) or their announcements may have been missed. Subscribers use it to interrupt
+// their blocked read, so that they resubscribe on the new master. Unregisters when destroyed.
+class MasterChangeHook {
+ public:
+  explicit MasterChangeHook(std::function<void()> f);
+  ~MasterChangeHook();
+  MasterChangeHook(const MasterChangeHook&) = delete;
+  MasterChangeHook& operator=(const MasterChangeHook&) = delete;
+
+ private:
+  std::uint64_t id_;
 };
 
 // Connects with exponential backoff and jitter until it succeeds, the deadline passes or stop is

@@ -3,7 +3,8 @@
 // busy or failing over (TransientError), or because the connection broke (IoError), is run
 // again with jittered backoff until it succeeds, `max_wait` passes (the last error is rethrown)
 // or stop is requested (relay::Aborted). After an I/O error the connection is replaced; after a
-// transient reply it is kept (it works; Redis said "not now").
+// transient reply it is kept (it works; Redis said "not now") — unless the server stopped being
+// the master (READONLY, MASTERDOWN, UNBLOCKED): then a new connection finds the new one.
 //
 // A step retried after an I/O error may already have run: the reply, not the command, was lost.
 // So only steps that are safe to repeat go through here — reads, and the Lua steps whose
@@ -33,6 +34,8 @@ auto with_retry(LazyConnection& conn, std::chrono::milliseconds max_wait, std::s
       if (attempt > 1 && on_retry) on_retry(attempt);
       return step(conn.get());
     } catch (const TransientError& e) {
+      // A demoted master (READONLY...) stays a replica: reconnect (sentinel mode re-resolves).
+      if (needs_new_connection(e.what() + 7)) conn.reset();  // after "redis: "
       auto delay = backoff.next();
       if (clock::now() + delay > deadline) throw;
       log::warn("redis not ready, retrying", {{"error", e.what()}, {"retry_in_ms", delay.count()}});

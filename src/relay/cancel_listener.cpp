@@ -21,10 +21,14 @@ void CancelListener::subscribe() {
 
 void CancelListener::run(std::stop_token stop) {
   // Stopping closes the socket under the blocked read.
-  std::stop_callback on_stop(stop, [this] {
+  auto interrupt = [this] {
     std::lock_guard lock(mu_);
     if (conn_) conn_->interrupt();
-  });
+  };
+  std::stop_callback on_stop(stop, interrupt);
+  // Sentinel mode: after a failover the subscription must move to the new master (PUBLISH on
+  // it never reaches subscribers of the old one): dropping the connection resubscribes.
+  redis::MasterChangeHook on_failover(interrupt);
   Backoff backoff;
   while (!stop.stop_requested()) {
     try {

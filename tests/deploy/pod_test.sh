@@ -57,9 +57,12 @@ pod_pid=$(podman inspect -f '{{.State.Pid}}' "$run_id-model")
 in_pod() { nsenter -t "$pod_pid" -n "$@"; }
 join=(--network "container:$run_id-model" --read-only --read-only-tmpfs=false)
 
-in_pod redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no >"$tmp/redis.log" 2>&1 &
+# nsenter execs the program, so $! is the server itself (a shell function here would leave it
+# running after the kill at cleanup).
+nsenter -t "$pod_pid" -n redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no \
+  >"$tmp/redis.log" 2>&1 &
 pids+=($!)
-in_pod node tests/s3/server.js --port 9100 --dir "$tmp/s3" >"$tmp/s3.log" 2>&1 &
+nsenter -t "$pod_pid" -n node tests/s3/server.js --port 9100 --dir "$tmp/s3" >"$tmp/s3.log" 2>&1 &
 pids+=($!)
 common_env=(-e RELAY_REDIS_URL=redis://127.0.0.1:6379 -e RELAY_STORAGE_URL=s3://relay-test/jobs
   -e RELAY_STORAGE_S3_ENDPOINT=http://127.0.0.1:9100 -e RELAY_STORAGE_S3_PATH_STYLE=true

@@ -102,6 +102,27 @@ class RedisServer {
   std::unique_ptr<Process> proc_;
 };
 
+// Redis with Sentinel: a master, one replica and three sentinels (quorum 2) on free ports,
+// monitoring the master as "relaytest". Plain TCP.
+class SentinelRedis {
+ public:
+  SentinelRedis();
+  ~SentinelRedis();
+  // RELAY_REDIS_MODE=sentinel, RELAY_REDIS_SENTINEL_MASTER, RELAY_REDIS_URL listing the sentinels.
+  Env env() const;
+  redis::Endpoint endpoint() const;  // resolves through the sentinels, like the binaries
+  int master_port() const;           // as the sentinels see it now
+  // SENTINEL FAILOVER; returns once the sentinels name the other node and it says it is master.
+  void failover();
+  RedisServer& node(int i) { return *nodes_[i]; }
+
+ private:
+  TempDir dir_;
+  std::unique_ptr<RedisServer> nodes_[2];
+  std::vector<int> sentinel_ports_;
+  std::vector<std::unique_ptr<Process>> sentinels_;
+};
+
 class S3Server {
  public:
   // credentials_file: accept the temporary credentials listed there (tests/s3/server.js)

@@ -1,0 +1,141 @@
+// Redis with Sentinel (a master, a replica, three sentinels from Debian's redis-server): the
+// gateway and a relay find the master through the sentinels, and ride out a failover with
+// submissions in flight — every submission accepted, every job completed once, no relay exit.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "harness.hpp"
+#include "http_client.hpp"
+
+namespace relay::testing {
+namespace {
+
+std::string field(const HttpResult& r, const char* key) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(r.body, ec);
+  if (ec || !v.is_object()) return "";
+  auto* f = v.as_object().if_contains(key);
+  return f && f->is_string() ? std::string(f->as_string()) : "";
+}
+
+TEST(RedisSentinel, FailoverWithJobsInFlightLosesNothing) {
+  SentinelRedis redis;
+  TempDir files, logs;
+  InferenceServer inference;
+  Env env = redis.env();
+  env["RELAY_STORAGE_URL"] = "file://" + files.path();
+  Env gw_env = env;
+  gw_env["RELAY_SERVICE_TYPES"] = "echo=m1";
+  gw_env["RELAY_AUTH_ENABLED"] = "false";
+  gw_env["RELAY_REDIS_WAIT_REPLICAS"] = "1";  // acknowledged = on the replica too
+  gw_env["RELAY_REDIS_RETRY_TIMEOUT"] = "30s";
+  GatewayServer gateway(gw_env);
+  ASSERT_TRUE(wait_until([&] { return http("GET", gateway.url() + "/readyz").status == 200; }))
+      << gateway.log();
+  Env relay_env = env;
+  relay_env["RELAY_MODEL"] = "m1";
+  relay_env["RELAY_INFERENCE_URL"] = inference.url();
+  relay_env["RELAY_QUEUE_POP_TIMEOUT"] = "120s";
+  relay_env["RELAY_LEASE_TTL"] = "5s";
+  Process relay({relay_binary(), "--max-jobs", "0"}, relay_env, logs.path() + "/relay.log");
+
+  auto submit = [&](int i) {
+    return http("POST", gateway.url() + "/jobs/echo", {}, {},
+                {{"file", "job " + std::to_string(i), "in.txt", "text/plain"}});
+  };
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto r = submit(i);
+    ASSERT_EQ(r.status, 202) << r.body;
+    ids.push_back(field(r, "id"));
+  }
+
+  // Submissions keep coming while the master changes.
+  std::atomic<bool> failed_over{false};
+  auto during = std::async(std::launch::async, [&] {
+    std::vector<HttpResult> out;
+    // Paced (a steady client, not a flood): the relay must be able to finish them all.
+    for (int i = 100; out.size() < 10 || !failed_over; ++i) {
+      out.push_back(submit(i));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return out;
+  });
+  int before = redis.master_port();
+  {
+    struct Done {  // the submitter stops even if the failover throws
+      std::atomic<bool>& flag;
+      ~Done() { flag = true; }
+    } done{failed_over};
+    redis.failover();
+  }
+  for (const auto& r : during.get()) {
+    EXPECT_EQ(r.status, 202) << r.body;  // a failover is waited out, never a 4xx
+    if (r.status == 202) ids.push_back(field(r, "id"));
+  }
+  EXPECT_NE(redis.master_port(), before);
+  for (int i = 200; i < 203; ++i) {
+    auto r = submit(i);
+    EXPECT_EQ(r.status, 202) << r.body;
+    ids.push_back(field(r, "id"));
+  }
+
+  // Every accepted job completes, once, on the new master.
+  size_t completed = 0;
+  wait_until(
+      [&] {
+        completed = 0;
+        for (const auto& id : ids)
+          if (field(http("GET", gateway.url() + "/jobs/echo/" + id), "status") == "completed")
+            ++completed;
+        return completed == ids.size();
+      },
+      60s);
+  if (completed != ids.size()) {
+    for (int n = 0; n < 2; ++n) {
+      auto c = redis.node(n).connect();
+      std::cerr << "node " << n << " port " << redis.node(n).port() << " role "
+                << redis::as_string(c.command({"ROLE"})->element[0]) << " jobs "
+                << c.command({"KEYS", "job:*"})->elements << "\n";
+    }
+    std::cerr << "master now " << redis.master_port() << " was " << before << "\n";
+  }
+  ASSERT_EQ(completed, ids.size())
+      << "relay:\n"
+      << relay.log().substr(relay.log().size() > 6000 ? relay.log().size() - 6000 : 0)
+      << "\ngateway:\n"
+      << gateway.log().substr(gateway.log().size() > 6000 ? gateway.log().size() - 6000 : 0);
+  auto master = redis::Connection::open(redis.endpoint());
+  EXPECT_EQ(redis::as_integer(master.command({"XLEN", "jobs:m1:events"}).get()),
+            static_cast<long long>(ids.size()))
+      << "one terminal event per job";
+  EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size());
+  EXPECT_TRUE(relay.running()) << "the relay exited because of the failover\n" << relay.log();
+  relay.signal(SIGTERM);
+  EXPECT_EQ(relay.wait_exit(10s), 0);
+}
+
+TEST(RedisSentinel, ConfigNamesTheMasterAndRefusesCluster) {
+  TempDir logs;
+  Process no_master({relay_binary()},
+                    {{"RELAY_MODEL", "m1"},
+                     {"RELAY_REDIS_MODE", "sentinel"},
+                     {"RELAY_REDIS_URL", "redis://127.0.0.1:26379"}},
+                    logs.path() + "/a.log");
+  EXPECT_EQ(no_master.wait_exit(10s), 2);
+  EXPECT_NE(no_master.log().find("redis.sentinel_master"), std::string::npos) << no_master.log();
+  Process cluster({relay_binary()}, {{"RELAY_MODEL", "m1"}, {"RELAY_REDIS_MODE", "cluster"}},
+                  logs.path() + "/b.log");
+  EXPECT_EQ(cluster.wait_exit(10s), 2);
+  EXPECT_NE(cluster.log().find("redis.mode"), std::string::npos) << cluster.log();
+}
+
+}  // namespace
+}  // namespace relay::testing
