@@ -1,7 +1,8 @@
 // relay-bench — the relay's benchmark (issue 2). Prints, in one run on this machine:
 //   * one-shot mode (a new relay process per job, as under a KEDA ScaledJob): median and p99
 //     wall time from process start to exit, with the stage breakdown; target median <= 5 ms;
-//   * --max-jobs 0 with one relay: jobs per second; target >= 2,000 jobs/s;
+//   * --max-jobs 0 with one relay: jobs per second; target >= 2,000 jobs/s; and the same over
+//     TLS to Redis beside plain TCP (target: within 15%);
 //   * beside them, the floor: `redis-cli --latency` round-trip time x the Redis round trips the
 //     relay makes per job.
 // 1 KiB inputs, the no-op inference server (C++), filesystem storage, Redis on loopback.
@@ -136,7 +137,8 @@ int main(int argc, char** argv) {
       stages[std::string(kv.key())].push_back(kv.value().to_number<double>());
   }
 
-  // One relay, --max-jobs N (it exits when the last job is done), on two storage roots.
+  // One relay, --max-jobs N (it exits when the last job is done): on two storage roots with
+  // plain TCP, and on tmpfs again with Redis over TLS (issue 9: TLS within 15% of plain).
   struct Run {
     std::string where;
     double jobs_per_s = 0;
@@ -145,26 +147,39 @@ int main(int argc, char** argv) {
   std::vector<Run> runs;
   std::string shm = "/dev/shm/relay-bench-" + std::to_string(::getpid());
   std::filesystem::create_directories(shm);
-  for (const auto& [where, root] : std::vector<std::pair<std::string, std::string>>{
-           {"disk (" + files.path() + ")", files.path()}, {"tmpfs (/dev/shm)", shm}}) {
-    storage::FileStorage rst(root, false);
+  RedisServer tls_server(false, {}, true);
+  auto tls_conn = tls_server.connect();
+  redis::JobStore tls_store(tls_conn, redis::Keys{});
+  struct Setup {
+    std::string where, root;
+    RedisServer* server;
+    redis::Connection* conn;
+    redis::JobStore* store;
+  };
+  for (const auto& setup : std::vector<Setup>{
+           {"disk (" + files.path() + ")", files.path(), &redis_server, &conn, &store},
+           {"tmpfs (/dev/shm)", shm, &redis_server, &conn, &store},
+           {"tmpfs+TLS (Redis over TLS)", shm, &tls_server, &tls_conn, &tls_store}}) {
+    storage::FileStorage rst(setup.root, false);
     Env renv = env;
-    renv["RELAY_STORAGE_URL"] = "file://" + root;
-    for (int i = 0; i < throughput_jobs; ++i) submit(store, rst, model, input);
-    conn.command({"DEL", redis::Keys{}.events(model)});
+    renv["RELAY_STORAGE_URL"] = "file://" + setup.root;
+    for (auto& [k, v] : setup.server->env()) renv[k] = v;
+    for (int i = 0; i < throughput_jobs; ++i) submit(*setup.store, rst, model, input);
+    setup.conn->command({"DEL", redis::Keys{}.events(model)});
     auto t0 = Clock::now();
     Process relay({relay_binary(), "--max-jobs", std::to_string(throughput_jobs)}, renv,
                   logs.path() + "/throughput.log");
     int code = relay.wait_blocking();
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    long long done = redis::as_integer(conn.command({"XLEN", redis::Keys{}.events(model)}).get());
+    long long done =
+        redis::as_integer(setup.conn->command({"XLEN", redis::Keys{}.events(model)}).get());
     if (code != 0 || done != throughput_jobs) {
       std::cerr << "throughput run: exit " << code << ", " << done << " of " << throughput_jobs
                 << " done\n"
                 << relay.log();
       return 1;
     }
-    runs.push_back({where, throughput_jobs / secs, create_cost_us(root)});
+    runs.push_back({setup.where, throughput_jobs / secs, create_cost_us(setup.root)});
   }
   std::filesystem::remove_all(shm);
 
@@ -189,6 +204,8 @@ int main(int argc, char** argv) {
       "on tmpfs\n"
       " on this machine, measured in this run: the storage floor per job)\n",
       throughput_jobs, runs[0].create_us, runs[1].create_us);
+  std::printf("Redis over TLS / plain TCP (tmpfs runs): %.2f (target >= 0.85)\n",
+              runs[2].jobs_per_s / runs[1].jobs_per_s);
   std::printf("\none-shot stage breakdown (median / p99 ms, from the job records):\n");
   for (const char* s : {"download", "inference", "upload", "total"}) {
     auto it = stages.find(s);
