@@ -331,6 +331,22 @@ void SentinelRedis::failover() {
   redis::Endpoint ep;
   ep.port = sentinel_ports_[0];
   redis::Connection::open(ep).command({"SENTINEL", "FAILOVER", "relaytest"});
+  wait_for_new_master(before);
+}
+
+void SentinelRedis::kill_master() {
+  int before = master_port();
+  RedisServer* killed = nullptr;
+  for (auto& n : nodes_)
+    if (n->port() == before) killed = n.get();
+  killed->stop();
+  wait_for_new_master(before);
+  // Back as a replica of the new master, as an orchestrator would restart it: the sentinels
+  // reconfigure it (until then the new master has no replica to acknowledge writes).
+  killed->start();
+}
+
+void SentinelRedis::wait_for_new_master(int before) {
   bool done = wait_until(
       [&] {
         int now = master_port();

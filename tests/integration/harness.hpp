@@ -114,6 +114,9 @@ class SentinelRedis {
   int master_port() const;           // as the sentinels see it now
   // SENTINEL FAILOVER; returns once the sentinels name the other node and it says it is master.
   void failover();
+  // SIGKILL to the master; returns once the sentinels have promoted the replica, after starting
+  // the killed node again (the sentinels make it a replica of the new master).
+  void kill_master();
   RedisServer& node(int i) { return *nodes_[i]; }
 
  private:
@@ -121,6 +124,7 @@ class SentinelRedis {
   std::unique_ptr<RedisServer> nodes_[2];
   std::vector<int> sentinel_ports_;
   std::vector<std::unique_ptr<Process>> sentinels_;
+  void wait_for_new_master(int before);
 };
 
 class S3Server {
