@@ -116,6 +116,28 @@ def main():
     wait_port(shm_port)
     shm_rps, shm_p99, shm_errors = wrk(f"http://127.0.0.1:{shm_port}/jobs/echo", lua, seconds=seconds)
     gshm.kill()
+    # The same again with Redis over TLS (issue 9: within 15% of plain), a test CA made here.
+    pki = os.path.join(work, "tls")
+    os.makedirs(pki)
+    subprocess.run(["bash", "-c", "set -e; cd '%s'; "
+                    "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key 2>/dev/null; "
+                    "openssl req -x509 -new -key ca.key -out ca.crt -days 2 -subj /CN=bench-ca; "
+                    "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out server.key 2>/dev/null; "
+                    "openssl req -new -key server.key -out server.csr -subj /CN=localhost; "
+                    "printf 'subjectAltName=IP:127.0.0.1\\n' > ext; "
+                    "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile ext 2>/dev/null" % pki],
+                   check=True)
+    tls_redis, tls_gw = free_port(), free_port()
+    start(["redis-server", "--port", "0", "--tls-port", str(tls_redis), "--tls-cert-file", f"{pki}/server.crt",
+           "--tls-key-file", f"{pki}/server.key", "--tls-ca-cert-file", f"{pki}/ca.crt", "--tls-auth-clients", "no",
+           "--save", "", "--appendonly", "no", "--dir", work])
+    wait_port(tls_redis)
+    gtls = start([f"{BIN}/relay-gateway"], {**genv, "RELAY_SERVER_LISTEN": f"127.0.0.1:{tls_gw}", "RELAY_STORAGE_URL": f"file://{shm}",
+                                            "RELAY_REDIS_URL": f"rediss://127.0.0.1:{tls_redis}",
+                                            "RELAY_REDIS_TLS_CA_FILE": f"{pki}/ca.crt"})
+    wait_port(tls_gw)
+    tls_rps, tls_p99, tls_errors = wrk(f"http://127.0.0.1:{tls_gw}/jobs/echo", lua, seconds=seconds)
+    gtls.kill()
     create_us = {}
     for name, root in (("disk", work), ("tmpfs", shm)):
         t0 = time.time()
@@ -214,6 +236,8 @@ def main():
     print(f"{'  its p99 latency; non-2xx answers':56} {sub_p99:>13.2f} ms {sub_errors:>30}")
     print(f"{'POST /jobs/echo as above, storage on tmpfs':56} {shm_rps:>10.0f} req/s "
           f"{'%.0f%% of ceiling; p99 %.1f ms' % (100 * shm_rps / ceil_rps, shm_p99):>30}")
+    print(f"{'POST /jobs/echo on tmpfs, Redis over TLS':56} {tls_rps:>10.0f} req/s "
+          f"{'%.2f x plain (target >= 0.85); %d non-2xx' % (tls_rps / shm_rps, tls_errors):>30}")
     print(f"{'  folder + file create + rename, disk / tmpfs (Python)':56} "
           f"{'%.0f / %.0f us' % (create_us['disk'], create_us['tmpfs']):>16} {'per submission, storage floor':>30}")
     print(f"{'long-polls held (GET ?wait=60)':56} {loop_result['held']:>16} {n_polls:>30}")
