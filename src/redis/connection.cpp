@@ -359,7 +359,8 @@ Reply Connection::checked(redisReply* r) {
   Reply reply(r);
   if (reply->type == REDIS_REPLY_ERROR) {
     std::string message(reply->str, reply->len);
-    if (is_transient_error(message)) throw TransientError("redis: " + message);
+    if (is_transient_error(message))
+      throw TransientError("redis: " + message, needs_new_connection(message));
     throw ReplyError("redis: " + message);
   }
   return reply;

@@ -1,9 +1,11 @@
 #pragma once
-// RAII over hiredis's synchronous API. hiredis's error codes become our exception types in
-// exactly one place (connection.cpp):
+// Connections to Redis: our own socket (TCP or TLS), hiredis's I/O-free command formatter and
+// reply reader. Failures become our exception types in exactly one place (connection.cpp):
 //   IoError       the connection failed; a command sent on it may or may not have run.
 //   TransientError  (an IoError) Redis refused the command for a passing state — LOADING, BUSY,
-//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY: it did not run; retry it later.
+//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, UNBLOCKED: it did not run; retry
+//                 it later (on a new connection when new_connection(): the server is no longer
+//                 the master).
 //   ReplyError    Redis answered with any other error: a bug or a misconfiguration, not retried.
 // Retrying is the caller's decision, made once in redis/retry.hpp.
 
@@ -30,7 +32,12 @@ class IoError : public std::runtime_error {
 };
 class TransientError : public IoError {
  public:
-  using IoError::IoError;
+  TransientError(const std::string& what, bool new_connection)
+      : IoError(what), new_connection_(new_connection) {}
+  bool new_connection() const { return new_connection_; }
+
+ private:
+  bool new_connection_;
 };
 class ReplyError : public std::runtime_error {
  public:

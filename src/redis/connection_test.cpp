@@ -18,6 +18,7 @@ TEST(RedisErrors, TransientStatesAreRetryableOthersAreNot) {
       {"CLUSTERDOWN The cluster is down", true},
       {"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", true},
       {"READONLY You can't write against a read only replica.", true},
+      {"UNBLOCKED force unblock from blocking operation, instance state changed", true},
       {"LOADING", true},
       // Real errors: a bug or a misconfiguration, never retried.
       {"BUSYGROUP Consumer Group name already exists", false},
@@ -31,6 +32,14 @@ TEST(RedisErrors, TransientStatesAreRetryableOthersAreNot) {
       {"", false},
   };
   for (const auto& c : cases) EXPECT_EQ(is_transient_error(c.reply), c.transient) << c.reply;
+}
+
+TEST(RedisErrors, ADemotedMasterNeedsANewConnectionABusyOneDoesNot) {
+  for (const char* r : {"READONLY You can't write against a read only replica.",
+                        "MASTERDOWN Link with MASTER is down", "UNBLOCKED force unblock"})
+    EXPECT_TRUE(needs_new_connection(r)) << r;
+  for (const char* r : {"LOADING Redis is loading", "BUSY Redis is busy", "TRYAGAIN slot"})
+    EXPECT_FALSE(needs_new_connection(r)) << r;
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ auto with_retry(LazyConnection& conn, std::chrono::milliseconds max_wait, std::s
       return step(conn.get());
     } catch (const TransientError& e) {
       // A demoted master (READONLY...) stays a replica: reconnect (sentinel mode re-resolves).
-      if (needs_new_connection(e.what() + 7)) conn.reset();  // after "redis: "
+      if (e.new_connection()) conn.reset();
       auto delay = backoff.next();
       if (clock::now() + delay > deadline) throw;
       log::warn("redis not ready, retrying", {{"error", e.what()}, {"retry_in_ms", delay.count()}});
