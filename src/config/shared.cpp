@@ -15,7 +15,8 @@ void bind_redis(Schema& s, RedisConfig& c) {
   s.string("redis.key_prefix", &c.key_prefix, "",
            "Prefix for every key and channel, e.g. `prod:`.");
   s.boolean("redis.hash_tag", &c.hash_tag, false,
-            "Wrap the model in `{}` in keys so each model's keys share a Redis Cluster slot.");
+            "Wrap the model in `{}` in keys so each model's keys share a Redis Cluster slot "
+            "(always on in cluster mode).");
   s.duration("redis.connect_timeout", &c.connect_timeout, "5s",
              "Timeout of one connection attempt.");
   s.string("redis.tls_ca_file", &c.tls_ca_file, "",
@@ -29,10 +30,11 @@ void bind_redis(Schema& s, RedisConfig& c) {
   s.boolean("redis.tls_verify", &c.tls_verify, true,
             "TLS: verify Redis's certificate and name. Turn off only for testing.");
   s.string("redis.mode", &c.mode, "standalone",
-           "`standalone`, or `sentinel`: then `redis.url` lists the sentinels "
+           "`standalone`; `cluster`: then `redis.url` lists one or more seed nodes "
+           "(`redis://[user:password@]host:port,host:port,...`) and each command goes to the "
+           "master of its slot; or `sentinel`: then `redis.url` lists the sentinels "
            "(`redis://[user:password@]host:port[/db],host:port,...`, the credentials and database "
-           "being the master's) and each connection asks them for the master. `cluster` is not "
-           "supported yet.");
+           "being the master's) and each connection asks them for the master.");
   s.string("redis.sentinel_master", &c.sentinel_master, "",
            "Sentinel mode: the name the sentinels monitor the master by.");
 }
@@ -75,8 +77,9 @@ void bind_log(Schema& s, LogConfig& c) {
 }
 
 redis::Endpoint RedisConfig::endpoint() const {
-  redis::Endpoint ep =
-      mode == "sentinel" ? redis::parse_sentinel_urls(url, sentinel_master) : redis::parse_url(url);
+  redis::Endpoint ep = mode == "sentinel"  ? redis::parse_sentinel_urls(url, sentinel_master)
+                       : mode == "cluster" ? redis::parse_cluster_urls(url)
+                                           : redis::parse_url(url);
   if (!username.empty()) ep.username = username;
   if (!password.empty()) ep.password = password;
   ep.connect_timeout = connect_timeout;
@@ -95,10 +98,8 @@ namespace {
 }  // namespace
 
 void validate_redis(const RedisConfig& c) {
-  if (c.mode == "cluster")
-    bad("redis.mode", "cluster is not supported yet; use standalone or sentinel");
-  if (c.mode != "standalone" && c.mode != "sentinel")
-    bad("redis.mode", "expected standalone or sentinel");
+  if (c.mode != "standalone" && c.mode != "sentinel" && c.mode != "cluster")
+    bad("redis.mode", "expected standalone, cluster or sentinel");
   if (c.mode == "sentinel" && c.sentinel_master.empty())
     bad("redis.sentinel_master", "required in sentinel mode (the name the sentinels monitor)");
   if (c.mode != "sentinel" && !c.sentinel_master.empty())

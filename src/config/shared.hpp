@@ -22,11 +22,12 @@ struct RedisConfig {
   std::chrono::milliseconds connect_timeout{};
   std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;  // rediss:// only
   bool tls_verify = true;
-  std::string mode;             // standalone | sentinel (cluster: not yet)
+  std::string mode;             // standalone | cluster | sentinel
   std::string sentinel_master;  // sentinel mode: the monitored master's name
 
   redis::Endpoint endpoint() const;  // throws std::invalid_argument
-  redis::Keys keys() const { return {key_prefix, hash_tag}; }
+  // Cluster mode tags keys whatever hash_tag says: its Lua steps need one slot per model.
+  redis::Keys keys() const { return {key_prefix, hash_tag || mode == "cluster"}; }
 };
 
 struct LogConfig {

@@ -299,17 +299,10 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
     if (k.size() > 256)
       return refuse(400, "invalid_idempotency_key",
                     "Idempotency-Key is longer than 256 characters");
-    idem_key = keys_.idempotency(ctx.tenant, sha256_hex(k));
-    // SET NX then GET: if a retried SET finds the key, the GET tells whether it holds this
-    // request's own id (the first SET ran but its reply was lost) or another request's.
-    auto existing =
-        step(ctx, [&](redis::JobStore&, redis::Connection& c) -> std::optional<std::string> {
-          auto set = c.command(
-              {"SET", idem_key, job_id, "NX", "PX", std::to_string(cfg_.job_retention.count())});
-          if (!redis::is_nil(set.get())) return std::optional<std::string>();
-          return redis::as_optional_string(c.command({"GET", idem_key}).get())
-              .value_or(std::string());
-        });
+    idem_key = keys_.idempotency(st.model, ctx.tenant, sha256_hex(k));
+    auto existing = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+      return store.reserve_idempotency(idem_key, job_id, cfg_.job_retention);
+    });
     if (existing && *existing != job_id) {
       drain(req.body);
       if (!existing->empty()) {
@@ -332,7 +325,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   auto release_idem = [&] {
     if (!idem_key.empty()) {
       try {
-        ctx.conn.get().command({"DEL", idem_key});
+        redis::JobStore(ctx.conn.get(), keys_).release_idempotency(idem_key);
       } catch (...) {
       }
     }
@@ -447,13 +440,12 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
     bool retried = false;
     bool created = step(
         ctx,
-        [&](redis::JobStore& store, redis::Connection& c) {
+        [&](redis::JobStore& store, redis::Connection&) {
           bool ok = store.submit(r, priority);
           // Not acknowledged before replicas have it: a failover must not drop it. Too few
           // acks is an unknown outcome, retried (on the new master once the sentinels say so).
           if (cfg_.redis_wait_replicas > 0) {
-            auto acks = redis::as_integer(
-                c.command({"WAIT", std::to_string(cfg_.redis_wait_replicas), "1000"}).get());
+            auto acks = store.wait_replicas(cfg_.redis_wait_replicas, std::chrono::seconds(1));
             if (acks < cfg_.redis_wait_replicas)
               throw redis::IoError("redis: the submission reached " + std::to_string(acks) +
                                    " of " + std::to_string(cfg_.redis_wait_replicas) + " replicas");
@@ -576,7 +568,7 @@ Response Api::ready() {
   json::object checks;
   bool ok = true;
   try {
-    thread_redis(endpoint_).get().command({"PING"});
+    redis::JobStore(thread_redis(endpoint_).get(), keys_).ping();
     checks["redis"] = "ok";
   } catch (const std::exception& e) {
     thread_redis(endpoint_).reset();
@@ -617,20 +609,15 @@ Response Api::metrics_text() {
   // Queue gauges, read now.
   std::map<std::vector<std::string>, double> depth, oldest;
   try {
-    auto& conn = thread_redis(endpoint_).get();
-    redis::JobStore store(conn, keys_);
+    redis::JobStore store(thread_redis(endpoint_).get(), keys_);
     for (const auto& model : cfg_.models()) {
-      depth[{model, "pending"}] = static_cast<double>(
-          redis::as_integer(conn.command({"LLEN", keys_.pending(model)}).get()));
-      depth[{model, "processing"}] = static_cast<double>(
-          redis::as_integer(conn.command({"LLEN", keys_.processing(model)}).get()));
-      depth[{model, "deadletter"}] = static_cast<double>(
-          redis::as_integer(conn.command({"LLEN", keys_.deadletter(model)}).get()));
+      auto q = store.queue_depth(model);
+      depth[{model, "pending"}] = static_cast<double>(q.pending);
+      depth[{model, "processing"}] = static_cast<double>(q.processing);
+      depth[{model, "deadletter"}] = static_cast<double>(q.deadletter);
       double age = 0;
-      // The oldest waiting job is at the right end (priority jobs jump in at the left).
-      if (auto id = redis::as_optional_string(
-              conn.command({"LINDEX", keys_.pending(model), "-1"}).get())) {
-        if (auto rec = store.get(model, *id))
+      if (q.oldest_pending) {
+        if (auto rec = store.get(model, *q.oldest_pending))
           if (auto created = parse_rfc3339(rec->created_at))
             age = std::chrono::duration<double>(wall_now() - *created).count();
       }

@@ -5,6 +5,8 @@
 // metrics counted — and acknowledged after. Entries left pending by a dead replica are claimed
 // (XAUTOCLAIM) after events.claim_idle. Handling is idempotent (a webhook is scheduled at most
 // once per transition), so a claimed entry that had in fact been handled costs nothing.
+// One consumer reads its models' streams with one XREADGROUP; in cluster mode, where streams
+// live on different nodes, the gateway runs one consumer per model.
 
 #include <chrono>
 #include <functional>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "redis/connection.hpp"
+#include "redis/events.hpp"
 #include "redis/keys.hpp"
 
 namespace relay::gateway {
@@ -42,9 +45,8 @@ class CompletionConsumer {
   void run(std::stop_token stop);
 
  private:
-  void ensure_groups(redis::Connection& c);
-  int handle_entries(redis::Connection& c, const std::string& model, const std::string& stream,
-                     const redisReply* entries);
+  void ensure_groups(redis::EventLog& events);
+  int handle(redis::Connection& c, redis::EventLog& events, const std::vector<redis::Event>& batch);
 
   CompletionConsumerParams p_;
   redis::LazyConnection conn_;

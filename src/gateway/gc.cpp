@@ -5,38 +5,31 @@
 
 #include "common/log.hpp"
 #include "redis/job_record.hpp"
-#include "redis/job_store.hpp"
+#include "redis/schedules.hpp"
 
 namespace relay::gateway {
 
 int Gc::pass() {
-  auto& c = conn_.get();
-  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::system_clock::now().time_since_epoch());
-  auto due = c.command({"ZRANGEBYSCORE", p_.keys.gc_due(), "-inf", std::to_string(now.count()),
-                        "LIMIT", "0", "100"});
+  redis::Schedules schedules(conn_.get(), p_.keys);
+  const long long now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
   int n = 0;
-  for (size_t i = 0; due->type == REDIS_REPLY_ARRAY && i < due->elements; ++i) {
-    std::string member = redis::as_string(due->element[i]);
-    auto a = member.find('/'), b = member.rfind('/');
-    if (a == std::string::npos || a == b) {
-      c.command({"ZREM", p_.keys.gc_due(), member});
-      continue;
-    }
-    std::string svc = member.substr(a + 1, b - a - 1), id = member.substr(b + 1);
-    if (!p_.keep_objects) {
-      try {
-        p_.storage->remove(input_object_key(svc, id));
-        p_.storage->remove(result_object_key(svc, id));
-      } catch (const std::exception& e) {
-        log::warn("gc: cannot delete objects; retrying later",
-                  {{"job_id", id}, {"error", e.what()}});
-        continue;  // stays due
+  for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
+    for (const auto& item : schedules.gc_due(model, now, kBatch)) {
+      if (!p_.keep_objects) {
+        try {
+          p_.storage->remove(input_object_key(item.service_type, item.job_id));
+          p_.storage->remove(result_object_key(item.service_type, item.job_id));
+        } catch (const std::exception& e) {
+          log::warn("gc: cannot delete objects; retrying later",
+                    {{"job_id", item.job_id}, {"error", e.what()}});
+          continue;  // stays due
+        }
       }
+      schedules.gc_done(item);
+      ++n;
     }
-    c.command({"DEL", p_.keys.webhook(redis::JobStore::webhook_id(id))});
-    c.command({"ZREM", p_.keys.gc_due(), member});
-    ++n;
   }
   return n;
 }
@@ -46,10 +39,10 @@ void Gc::run(std::stop_token stop) {
   std::condition_variable_any cv;
   while (!stop.stop_requested()) {
     try {
-      if (pass() == 100) continue;  // a backlog: keep going
+      if (pass() >= kBatch) continue;  // a backlog: keep going
     } catch (const std::exception& e) {
       conn_.reset();
-      log::debug("gc pass failed", {{"error", e.what()}});
+      log::warn("gc pass failed; retrying", {{"error", e.what()}});
     }
     std::unique_lock lock(mu);
     cv.wait_for(lock, stop, p_.interval, [] { return false; });

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <stop_token>
+#include <string>
+#include <vector>
 
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"
@@ -15,6 +17,7 @@ namespace relay::gateway {
 struct GcParams {
   redis::Endpoint endpoint;
   redis::Keys keys;
+  std::vector<std::string> models;
   storage::Storage* storage;
   bool keep_objects = false;
   std::chrono::milliseconds interval;
@@ -27,6 +30,7 @@ class Gc {
   void run(std::stop_token stop);
 
  private:
+  static constexpr int kBatch = 100;  // per model and pass
   GcParams p_;
   redis::LazyConnection conn_;
 };

@@ -67,21 +67,30 @@ int main(int argc, char** argv) {
   gateway::Notifier notifier(endpoint, keys);
   gateway::Reaper reaper(
       {endpoint, keys, models, cfg.reap_interval, cfg.reap_grace, cfg.max_reap_attempts});
-  gateway::CompletionConsumer consumer(
-      {endpoint, keys, models, cfg.consumer, cfg.claim_idle,
-       [&](redis::Connection& c, const gateway::CompletionEvent& ev) {
-         // Long-polls first: they are waiting right now.
-         c.command({"PUBLISH", keys.job_done_channel(ev.job_id), ev.status});
-         redis::JobStore(c, keys).schedule_webhook(ev.model, ev.job_id, ev.status);
-         redis::JobStore(c, keys).schedule_gc(ev.model, ev.job_id, cfg.job_retention);
-         gateway::metrics().jobs_finished.add({ev.model, ev.status});
-         log::info("job finished",
-                   {{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}});
-       }});
-  gateway::WebhookSender webhooks({endpoint, keys, webhook_key, cfg.webhook_allow_private,
+  auto on_completion = [&](redis::Connection& c, const gateway::CompletionEvent& ev) {
+    redis::JobStore store(c, keys);
+    store.publish_job_done(ev.job_id, ev.status);  // long-polls first: they are waiting now
+    store.schedule_webhook(ev.model, ev.job_id, ev.status);
+    store.schedule_gc(ev.model, ev.job_id, cfg.job_retention);
+    gateway::metrics().jobs_finished.add({ev.model, ev.status});
+    log::info("job finished", {{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}});
+  };
+  // One XREADGROUP reads every model's stream; in cluster mode they live on different nodes,
+  // so each model gets its own consumer (and thread).
+  std::vector<std::vector<std::string>> consumer_models;
+  if (endpoint.cluster_seeds.empty())
+    consumer_models.push_back(models);
+  else
+    for (const auto& m : models) consumer_models.push_back({m});
+  std::vector<std::unique_ptr<gateway::CompletionConsumer>> consumers;
+  for (auto& ms : consumer_models)
+    consumers.push_back(
+        std::make_unique<gateway::CompletionConsumer>(gateway::CompletionConsumerParams{
+            endpoint, keys, ms, cfg.consumer, cfg.claim_idle, on_completion}));
+  gateway::WebhookSender webhooks({endpoint, keys, models, webhook_key, cfg.webhook_allow_private,
                                    cfg.webhook_timeout, cfg.webhook_max_age,
                                    cfg.webhook_initial_backoff});
-  gateway::Gc gc({endpoint, keys, storage.get(), cfg.keep_objects, cfg.gc_interval});
+  gateway::Gc gc({endpoint, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval});
   gateway::Api api(cfg, *storage, encryption);
   gateway::HttpServer server(cfg, api, notifier);
   try {
@@ -95,7 +104,9 @@ int main(int argc, char** argv) {
   // beside it. Stop order is the reverse, and matters: the server stops taking requests and
   // drains first; then the loops, the notifier last because draining long-polls rely on it.
   std::jthread notifier_thread([&](std::stop_token st) { notifier.run(st); });
-  std::jthread consumer_thread([&](std::stop_token st) { consumer.run(st); });
+  std::vector<std::jthread> consumer_threads;
+  for (auto& c : consumers)
+    consumer_threads.emplace_back([&c = *c](std::stop_token st) { c.run(st); });
   std::jthread reaper_thread([&](std::stop_token st) { reaper.run(st); });
   std::jthread webhook_thread([&](std::stop_token st) { webhooks.run(st); });
   std::jthread gc_thread([&](std::stop_token st) { gc.run(st); });
@@ -117,8 +128,8 @@ int main(int argc, char** argv) {
   webhook_thread.join();
   reaper_thread.request_stop();
   reaper_thread.join();
-  consumer_thread.request_stop();
-  consumer_thread.join();
+  for (auto& t : consumer_threads) t.request_stop();
+  consumer_threads.clear();  // joins
   notifier_thread.request_stop();
   notifier_thread.join();
   pthread_kill(signals.native_handle(), SIGUSR1);

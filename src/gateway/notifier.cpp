@@ -32,7 +32,7 @@ void Notifier::wake_all() {
 void Notifier::run(std::stop_token stop) {
   auto interrupt = [this] {
     std::lock_guard lock(mu_);
-    if (conn_) conn_->interrupt();
+    if (sub_) sub_->interrupt();
   };
   std::stop_callback on_stop(stop, interrupt);
   // Sentinel mode: after a failover the subscription must move to the new master (PUBLISH on
@@ -45,23 +45,17 @@ void Notifier::run(std::stop_token stop) {
   bool was_connected = false;
   while (!stop.stop_requested()) {
     try {
-      auto conn = redis::Connection::open(ep_);
-      conn.set_read_timeout(std::chrono::milliseconds(0));
-      conn.append({"PSUBSCRIBE", keys_.job_done_channel("*")});
-      conn.read_reply();
+      auto sub = redis::Subscription::open(ep_, keys_.job_done_channel("*"), true);
       {
         std::lock_guard lock(mu_);
-        conn_.emplace(std::move(conn));
+        sub_.emplace(std::move(sub));
       }
       if (stop.stop_requested()) break;
       if (was_connected) wake_all();  // notices may have been missed while disconnected
       was_connected = true;
       backoff.reset();
       for (;;) {
-        auto msg = conn_->read_reply();
-        if (msg->type != REDIS_REPLY_ARRAY || msg->elements != 4)
-          continue;  // pmessage pattern channel payload
-        std::string channel = redis::as_string(msg->element[2]);
+        std::string channel = sub_->next().channel;
         if (channel.size() <= prefix.size() + 5) continue;
         std::string id = channel.substr(prefix.size(), channel.size() - prefix.size() - 5);
         std::lock_guard lock(mu_);
@@ -71,7 +65,7 @@ void Notifier::run(std::stop_token stop) {
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(mu_);
-        conn_.reset();
+        sub_.reset();
       }
       if (stop.stop_requested()) break;
       auto delay = backoff.next();

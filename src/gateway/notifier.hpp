@@ -14,6 +14,7 @@
 
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"
+#include "redis/subscription.hpp"
 
 namespace relay::gateway {
 
@@ -48,7 +49,7 @@ class Notifier {
   mutable std::mutex mu_;
   std::multimap<std::string, std::pair<std::uint64_t, Wake>> waiters_;
   std::uint64_t next_token_ = 0;
-  std::optional<redis::Connection> conn_;  // guarded by mu_ for interrupt()
+  std::optional<redis::Subscription> sub_;  // guarded by mu_ for interrupt()
 };
 
 }  // namespace relay::gateway

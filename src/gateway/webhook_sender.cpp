@@ -14,7 +14,6 @@
 #include "gateway/metrics.hpp"
 #include "gateway/webhook_signature.hpp"
 #include "http/curl.hpp"
-#include "redis/lua_scripts.hpp"
 
 namespace relay::gateway {
 namespace {
@@ -23,12 +22,6 @@ std::int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::int64_t to_int(const std::string& s) {
-  std::int64_t v = 0;
-  std::from_chars(s.data(), s.data() + s.size(), v);
-  return v;
 }
 
 struct Attempt {
@@ -117,23 +110,13 @@ std::chrono::milliseconds webhook_backoff(int failed_attempts, std::chrono::mill
   return std::max(jittered, retry_after);
 }
 
-void WebhookSender::deliver(redis::Connection& c, const std::string& id) {
-  auto d = c.command({"HGETALL", p_.keys.webhook(id)});
-  std::map<std::string, std::string> f;
-  for (size_t i = 0; d->type == REDIS_REPLY_ARRAY && i + 1 < d->elements; i += 2)
-    f[redis::as_string(d->element[i])] = redis::as_string(d->element[i + 1]);
-  if (f.empty()) {  // vanished (expired with its job): forget it
-    c.command({"ZREM", p_.keys.webhooks_due(), id});
-    return;
-  }
-  const std::string& job_key = f["job_key"];
-  auto rec = c.command({"HGETALL", job_key});
-  Fields fields;
-  for (size_t i = 0; rec->type == REDIS_REPLY_ARRAY && i + 1 < rec->elements; i += 2)
-    fields.emplace_back(redis::as_string(rec->element[i]), redis::as_string(rec->element[i + 1]));
-  JobRecord job = JobRecord::from_fields(fields);
-  const int attempts = static_cast<int>(to_int(f["attempts"])) + 1;
-  const std::string url = f["url"];
+void WebhookSender::deliver(redis::Schedules& schedules, const std::string& model,
+                            const std::string& id) {
+  auto d = schedules.delivery(model, id);
+  if (!d) return;  // vanished (expired with its job)
+  const JobRecord& job = d->job;
+  const int attempts = static_cast<int>(d->attempts) + 1;
+  const std::string& url = d->url;
   const std::string body = job_json(job);
 
   std::string outcome;
@@ -164,13 +147,12 @@ void WebhookSender::deliver(redis::Connection& c, const std::string& id) {
         last["error"] = a.error;
       metrics().webhook_attempts.add({a.status ? "http_error" : "network_error"});
       auto delay = webhook_backoff(attempts, p_.initial_backoff, a.retry_after, rng_);
-      const bool expired = now_ms() + delay.count() - to_int(f["created_ms"]) > p_.max_age.count();
+      const bool expired = now_ms() + delay.count() - d->created_ms > p_.max_age.count();
       // 410 Gone: the receiver says the endpoint is gone for good (Standard Webhooks).
       outcome = (a.status == 410 || expired) ? "failed" : "retrying";
       if (outcome == "retrying") last["next_attempt_in_ms"] = delay.count();
-      c.eval(redis::lua::webhook_outcome, {p_.keys.webhooks_due(), p_.keys.webhook(id), job_key},
-             {id, outcome, std::to_string(now_ms() + delay.count()), std::to_string(attempts),
-              boost::json::serialize(last)});
+      schedules.webhook_outcome(*d, outcome, now_ms() + delay.count(), attempts,
+                                boost::json::serialize(last));
       log::warn("webhook attempt failed", {{"job_id", job.id},
                                            {"webhook_id", id},
                                            {"attempt", attempts},
@@ -179,22 +161,21 @@ void WebhookSender::deliver(redis::Connection& c, const std::string& id) {
       return;
     }
   }
-  c.eval(redis::lua::webhook_outcome, {p_.keys.webhooks_due(), p_.keys.webhook(id), job_key},
-         {id, outcome, "0", std::to_string(attempts), boost::json::serialize(last)});
+  schedules.webhook_outcome(*d, outcome, 0, attempts, boost::json::serialize(last));
   log::info(outcome == "delivered" ? "webhook delivered" : "webhook refused",
             {{"job_id", job.id}, {"webhook_id", id}, {"attempt", attempts}, {"last", last}});
 }
 
 int WebhookSender::pass() {
-  auto& c = conn_.get();
+  redis::Schedules schedules(conn_.get(), p_.keys);
   // Claimed for the attempt's timeout plus a margin: if this replica dies, another retries.
   auto lock = p_.timeout + std::chrono::seconds(30);
-  auto r = c.eval(redis::lua::claim_webhooks, {p_.keys.webhooks_due()},
-                  {std::to_string(now_ms()), std::to_string(lock.count()), "16"});
   int n = 0;
-  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
-    deliver(c, redis::as_string(r->element[i]));
-    ++n;
+  for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
+    for (const auto& id : schedules.claim_webhooks(model, now_ms(), lock, 16)) {
+      deliver(schedules, model, id);
+      ++n;
+    }
   }
   return n;
 }

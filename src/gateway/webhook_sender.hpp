@@ -9,15 +9,18 @@
 #include <random>
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"
+#include "redis/schedules.hpp"
 
 namespace relay::gateway {
 
 struct WebhookSenderParams {
   redis::Endpoint endpoint;
   redis::Keys keys;
+  std::vector<std::string> models;
   std::string key;  // the decoded webhooks.secret
   bool allow_private = false;
   std::chrono::milliseconds timeout, max_age, initial_backoff;
@@ -32,7 +35,7 @@ class WebhookSender {
   void run(std::stop_token stop);
 
  private:
-  void deliver(redis::Connection& c, const std::string& id);
+  void deliver(redis::Schedules& schedules, const std::string& model, const std::string& id);
 
   WebhookSenderParams p_;
   redis::LazyConnection conn_;

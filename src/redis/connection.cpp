@@ -21,10 +21,12 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 
 #include "common/backoff.hpp"
 #include "common/log.hpp"
+#include "redis/slot.hpp"
 
 namespace relay::redis {
 
@@ -104,9 +106,13 @@ Endpoint parse_url(std::string_view url) {
   return ep;
 }
 
-Endpoint parse_sentinel_urls(std::string_view urls, const std::string& master_name) {
-  if (master_name.empty()) throw std::invalid_argument("sentinel mode needs redis.sentinel_master");
+namespace {
+// "url,host:port,..." -> the first item's endpoint (scheme, user, password, database) and every
+// item's host and port.
+std::pair<Endpoint, std::vector<std::pair<std::string, int>>> parse_url_list(std::string_view urls,
+                                                                             int default_port) {
   Endpoint ep;
+  std::vector<std::pair<std::string, int>> nodes;
   bool first = true;
   size_t start = 0;
   while (start <= urls.size()) {
@@ -120,16 +126,58 @@ Endpoint parse_sentinel_urls(std::string_view urls, const std::string& master_na
     if (item.find("://") == std::string::npos)
       item = std::string(first ? "redis://" : (ep.tls ? "rediss://" : "redis://")) + item;
     Endpoint one = parse_url(item);
-    if (!parse_uri_has_port(item)) one.port = 26379;
+    if (!parse_uri_has_port(item)) one.port = default_port;
     if (first) {
       ep = one;
       ep.host.clear();
     }
-    ep.sentinels.emplace_back(one.host, one.port);
+    nodes.emplace_back(one.host, one.port);
     first = false;
   }
+  return {ep, nodes};
+}
+}  // namespace
+
+Endpoint parse_sentinel_urls(std::string_view urls, const std::string& master_name) {
+  if (master_name.empty()) throw std::invalid_argument("sentinel mode needs redis.sentinel_master");
+  auto [ep, nodes] = parse_url_list(urls, 26379);
+  ep.sentinels = std::move(nodes);
   ep.sentinel_master = master_name;
   return ep;
+}
+
+Endpoint parse_cluster_urls(std::string_view urls) {
+  auto [ep, nodes] = parse_url_list(urls, 6379);
+  if (ep.db != 0) throw std::invalid_argument("Redis Cluster has database 0 only");
+  ep.cluster_seeds = std::move(nodes);
+  return ep;
+}
+
+std::optional<std::string_view> routing_key(const std::vector<std::string>& argv) {
+  if (argv.size() < 2) return std::nullopt;
+  std::string cmd = argv[0];
+  for (auto& ch : cmd) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  static const std::set<std::string, std::less<>> keyless{
+      "PING",     "PUBLISH", "SUBSCRIBE", "PSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "CLIENT",
+      "WAIT",     "INFO",    "ROLE",      "SCAN",       "DBSIZE",      "CLUSTER",      "SCRIPT",
+      "FLUSHALL", "FLUSHDB", "CONFIG",    "DEBUG",      "TIME",        "AUTH",         "SELECT",
+      "HELLO",    "ASKING",  "READONLY",  "KEYS",       "COMMAND",     "SENTINEL",     "ECHO"};
+  if (keyless.contains(cmd)) return std::nullopt;
+  if (cmd == "EVAL" || cmd == "EVALSHA") {
+    if (argv.size() < 4 || argv[2] == "0") return std::nullopt;
+    return argv[3];
+  }
+  if (cmd == "XREADGROUP" || cmd == "XREAD") {
+    for (size_t i = 1; i + 1 < argv.size(); ++i) {
+      std::string tok = argv[i];
+      for (auto& ch : tok) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      if (tok == "STREAMS") return argv[i + 1];
+    }
+    return std::nullopt;
+  }
+  if (cmd == "XGROUP" || cmd == "XINFO" || cmd == "OBJECT" || cmd == "MEMORY")
+    return argv.size() > 2 ? std::optional<std::string_view>(argv[2]) : std::nullopt;
+  return argv[1];
 }
 
 namespace {
@@ -349,10 +397,245 @@ struct Connection::Transport {
   }
 };
 
+namespace {
+
+std::string address(const std::string& host, int port) {
+  return host + ":" + std::to_string(port);
+}
+
+// The endpoint of one cluster node: the cluster's settings (auth, TLS) at another address.
+Endpoint node_endpoint(const Endpoint& ep, const std::string& addr) {
+  Endpoint node = ep;
+  node.cluster_seeds.clear();
+  auto colon = addr.rfind(':');
+  node.host = addr.substr(0, colon);
+  node.port = std::stoi(addr.substr(colon + 1));
+  return node;
+}
+
+// Which master serves each slot, shared by every connection of the process to one cluster.
+// Refreshed from CLUSTER SLOTS when marked stale (a MOVED, a lost node, CLUSTERDOWN), at most
+// every 100 ms; a MOVED also corrects its one slot at once.
+class SlotMap {
+ public:
+  static std::shared_ptr<SlotMap> of(const Endpoint& ep) {
+    static std::mutex mu;
+    static std::map<std::string, std::shared_ptr<SlotMap>> maps;
+    std::string id;
+    for (const auto& [h, p] : ep.cluster_seeds) id += address(h, p) + ",";
+    std::lock_guard lock(mu);
+    auto& m = maps[id];
+    if (!m) m = std::make_shared<SlotMap>();
+    return m;
+  }
+
+  // The master serving slot, refreshing first if needed; empty if no node serves it.
+  std::string owner(const Endpoint& ep, int slot) {
+    refresh_if_stale(ep);
+    std::shared_lock lock(mu_);
+    return owners_[static_cast<size_t>(slot)];
+  }
+  std::vector<std::string> masters(const Endpoint& ep) {
+    refresh_if_stale(ep);
+    std::shared_lock lock(mu_);
+    return masters_;
+  }
+  void moved(int slot, const std::string& addr) {
+    std::unique_lock lock(mu_);
+    owners_[static_cast<size_t>(slot)] = addr;
+    stale_ = true;
+  }
+  void mark_stale() {
+    std::unique_lock lock(mu_);
+    stale_ = true;
+  }
+
+  void refresh_if_stale(const Endpoint& ep) {
+    {
+      std::shared_lock lock(mu_);
+      if (!stale_ || (!masters_.empty() && Clock::now() - refreshed_ < kMinInterval)) return;
+    }
+    refresh(ep);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kMinInterval = std::chrono::milliseconds(100);
+
+  // Asks the known masters, then the seeds, until one answers.
+  void refresh(const Endpoint& ep) {
+    std::vector<std::string> candidates;
+    {
+      std::shared_lock lock(mu_);
+      candidates = masters_;
+    }
+    for (const auto& [h, p] : ep.cluster_seeds) candidates.push_back(address(h, p));
+    std::string errors;
+    for (const auto& addr : candidates) {
+      try {
+        auto c = Connection::open(node_endpoint(ep, addr));
+        auto r = c.command({"CLUSTER", "SLOTS"});
+        load(r.get(), node_endpoint(ep, addr).host);
+        return;
+      } catch (const ReplyError& e) {
+        throw ReplyError(std::string(e.what()) + " (from " + addr +
+                         "; is it a Redis Cluster node? redis.mode is cluster)");
+      } catch (const IoError& e) {
+        errors += std::string(" ") + e.what() + ";";
+      }
+    }
+    throw IoError("redis: no cluster node answered CLUSTER SLOTS:" + errors);
+  }
+
+  // CLUSTER SLOTS: [[start, end, [host, port, id...], replicas...]...]. An empty host means
+  // "the address you reached me at".
+  void load(const redisReply* r, const std::string& asked_host) {
+    std::vector<std::string> owners(kClusterSlots);
+    std::set<std::string> masters;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+      const redisReply* range = r->element[i];
+      if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
+      const redisReply* master = range->element[2];
+      if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
+      std::string host = as_string(master->element[0]);
+      if (host.empty() || host == "?") host = asked_host;
+      std::string addr = address(host, static_cast<int>(as_integer(master->element[1])));
+      auto from = as_integer(range->element[0]), to = as_integer(range->element[1]);
+      for (auto slot = from; slot <= to && slot < kClusterSlots; ++slot)
+        owners[static_cast<size_t>(slot)] = addr;
+      masters.insert(addr);
+    }
+    if (masters.empty()) throw IoError("redis: the cluster serves no slots (CLUSTERDOWN)");
+    std::unique_lock lock(mu_);
+    owners_ = std::move(owners);
+    masters_.assign(masters.begin(), masters.end());
+    stale_ = false;
+    refreshed_ = Clock::now();
+  }
+
+  std::shared_mutex mu_;
+  std::vector<std::string> owners_ = std::vector<std::string>(kClusterSlots);
+  std::vector<std::string> masters_;
+  bool stale_ = true;
+  Clock::time_point refreshed_{};
+};
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK ..." (after our "redis: " prefix) -> slot and address.
+struct Redirect {
+  bool ask = false;
+  int slot = 0;
+  std::string addr;
+};
+std::optional<Redirect> parse_redirect(std::string_view what) {
+  if (what.starts_with("redis: ")) what.remove_prefix(7);
+  Redirect r;
+  if (what.starts_with("MOVED "))
+    what.remove_prefix(6);
+  else if (what.starts_with("ASK ")) {
+    what.remove_prefix(4);
+    r.ask = true;
+  } else {
+    return std::nullopt;
+  }
+  auto space = what.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  auto [p, ec] = std::from_chars(what.data(), what.data() + space, r.slot);
+  if (ec != std::errc{} || r.slot < 0 || r.slot >= kClusterSlots) return std::nullopt;
+  r.addr = std::string(what.substr(space + 1));
+  if (r.addr.starts_with(":")) return std::nullopt;  // no host: not ours to guess
+  return r;
+}
+
+}  // namespace
+
+struct Connection::Cluster {
+  Endpoint ep;
+  std::shared_ptr<SlotMap> map;
+  std::mutex mu;  // nodes: interrupt() runs on other threads
+  std::map<std::string, Connection> nodes;
+  Connection* last = nullptr;  // the node of the previous command
+  std::chrono::milliseconds read_timeout{30'000};
+
+  Connection& node(const std::string& addr) {
+    {
+      std::lock_guard lock(mu);
+      auto it = nodes.find(addr);
+      if (it != nodes.end() && !it->second.stale()) return it->second;
+      if (it != nodes.end()) {
+        if (last == &it->second) last = nullptr;
+        nodes.erase(it);
+      }
+    }
+    Connection c = Connection::open(node_endpoint(ep, addr));
+    c.set_read_timeout(read_timeout);
+    std::lock_guard lock(mu);
+    return nodes.insert_or_assign(addr, std::move(c)).first->second;
+  }
+  void drop(Connection* c) {
+    std::lock_guard lock(mu);
+    for (auto it = nodes.begin(); it != nodes.end(); ++it)
+      if (&it->second == c) {
+        nodes.erase(it);
+        break;
+      }
+    if (last == c) last = nullptr;
+    map->mark_stale();
+  }
+  Connection& for_key(std::optional<std::string_view> key) {
+    if (!key) {
+      if (last && !last->stale()) return *last;
+      auto masters = map->masters(ep);
+      return node(
+          masters[std::hash<std::thread::id>{}(std::this_thread::get_id()) % masters.size()]);
+    }
+    int slot = key_slot(*key);
+    std::string addr = map->owner(ep, slot);
+    if (addr.empty()) {
+      map->mark_stale();
+      throw TransientError("redis: CLUSTERDOWN no master serves slot " + std::to_string(slot),
+                           false);
+    }
+    return node(addr);
+  }
+};
+
 Connection::Connection(std::unique_ptr<Transport> t) : t_(std::move(t)) {}
 Connection::~Connection() = default;
 Connection::Connection(Connection&&) noexcept = default;
 Connection& Connection::operator=(Connection&&) noexcept = default;
+
+Reply Connection::cluster_command(const std::vector<std::string>& argv) {
+  auto& cl = *cluster_;
+  const auto key = routing_key(argv);
+  std::optional<std::string> ask;  // the node an ASK sent us to, for one attempt
+  for (int redirects = 0;; ++redirects) {
+    Connection* node = ask ? &cl.node(*ask) : &cl.for_key(key);
+    cl.last = node;
+    try {
+      if (!ask) return node->command(argv);
+      node->append({"ASKING"});
+      node->append(argv);
+      node->read_reply();
+      return node->read_reply();
+    } catch (const TransientError& e) {
+      // CLUSTERDOWN, TRYAGAIN (a multi-key step mid-migration): the caller backs off.
+      cl.map->mark_stale();
+      throw;
+    } catch (const IoError&) {
+      cl.drop(node);  // a failed node: its slots are probably served elsewhere by now
+      throw;
+    } catch (const ReplyError& e) {
+      auto redirect = parse_redirect(e.what());
+      if (!redirect || redirects >= 5) throw;
+      if (redirect->ask) {
+        ask = redirect->addr;
+      } else {
+        ask.reset();
+        cl.map->moved(redirect->slot, redirect->addr);
+      }
+    }
+  }
+}
 
 // The one place where a reply becomes a value or an exception.
 Reply Connection::checked(redisReply* r) {
@@ -391,6 +674,7 @@ MasterChangeHook::~MasterChangeHook() {
 }
 
 bool Connection::stale() const noexcept {
+  if (cluster_) return false;
   if (!t_ || t_->fd < 0) return true;
   if (via_sentinel_ && g_master_epoch != master_epoch_) return true;
   if (t_->reader->pos < t_->reader->len) return true;  // unread buffered bytes
@@ -476,6 +760,15 @@ std::pair<std::string, int> resolve_master(const Endpoint& ep) {
 }  // namespace
 
 Connection Connection::open(const Endpoint& ep) {
+  if (!ep.cluster_seeds.empty()) {
+    Connection conn(nullptr);
+    conn.cluster_ = std::make_unique<Cluster>();
+    conn.cluster_->ep = ep;
+    conn.cluster_->map = SlotMap::of(ep);
+    conn.cluster_->map->refresh_if_stale(ep);  // reachable, and a cluster: or throw now
+    conn.server_ = ep;
+    return conn;
+  }
   if (!ep.sentinel_master.empty()) {
     start_sentinel_watch(ep);
     const std::uint64_t epoch = g_master_epoch;  // before resolving: a switch meanwhile is seen
@@ -502,6 +795,7 @@ Connection Connection::open(const Endpoint& ep) {
   t->set_timeouts(ep.connect_timeout, ep.connect_timeout);
   if (ep.tls) t->handshake(ep);
   Connection conn(std::move(t));
+  conn.server_ = ep;
   // A dead server must not hang a command for ever; blocking commands lift this themselves.
   conn.set_read_timeout(std::chrono::milliseconds(30'000));
   if (!ep.password.empty()) {
@@ -516,6 +810,7 @@ Connection Connection::open(const Endpoint& ep) {
 }
 
 Reply Connection::command(const std::vector<std::string>& argv) {
+  if (cluster_) return cluster_command(argv);
   append(argv);
   return read_reply();
 }
@@ -541,6 +836,10 @@ Reply Connection::eval(const Script& script, const std::vector<std::string>& key
 }
 
 void Connection::append(const std::vector<std::string>& argv) {
+  if (cluster_) {
+    cluster_->last = &cluster_->for_key(routing_key(argv));
+    return cluster_->last->append(argv);
+  }
   std::vector<const char*> ptrs;
   std::vector<size_t> lens;
   ptrs.reserve(argv.size());
@@ -557,15 +856,52 @@ void Connection::append(const std::vector<std::string>& argv) {
 }
 
 Reply Connection::read_reply() {
+  if (cluster_) {
+    if (!cluster_->last) throw IoError("redis: no reply expected");
+    return cluster_->last->read_reply();
+  }
   return checked(t_->next_reply());
 }
 
 void Connection::set_read_timeout(std::chrono::milliseconds timeout) {
+  if (cluster_) {
+    std::lock_guard lock(cluster_->mu);
+    cluster_->read_timeout = timeout;
+    for (auto& [addr, c] : cluster_->nodes) c.set_read_timeout(timeout);
+    return;
+  }
   t_->set_timeouts(timeout, std::chrono::milliseconds(30'000));
 }
 
 void Connection::interrupt() noexcept {
+  if (cluster_) {
+    std::lock_guard lock(cluster_->mu);
+    for (auto& [addr, c] : cluster_->nodes) c.interrupt();
+    return;
+  }
   if (t_ && t_->fd >= 0) ::shutdown(t_->fd, SHUT_RDWR);
+}
+
+long long Connection::client_id() const {
+  if (cluster_) return cluster_->last ? cluster_->last->client_id() : 0;
+  return client_id_;
+}
+
+BlockedClient Connection::blocking_client(std::string_view key) {
+  if (cluster_) return cluster_->for_key(key).blocking_client(key);
+  return {server_, client_id_};
+}
+
+bool unblock(const BlockedClient& client) {
+  auto conn = Connection::open(client.server);
+  return as_integer(conn.command({"CLIENT", "UNBLOCK", std::to_string(client.id)}).get()) == 1;
+}
+
+std::vector<Endpoint> Connection::masters(const Endpoint& ep) {
+  if (ep.cluster_seeds.empty()) return {ep};
+  std::vector<Endpoint> out;
+  for (const auto& addr : SlotMap::of(ep)->masters(ep)) out.push_back(node_endpoint(ep, addr));
+  return out;
 }
 
 Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_wait,

@@ -80,16 +80,41 @@ struct Endpoint {
   // reconnect after a failover finds the new master and never writes to a replica.
   std::string sentinel_master;
   std::vector<std::pair<std::string, int>> sentinels;
+  // Cluster mode: when cluster_seeds is set, host/port are not used; the slot map is asked from
+  // these nodes (or any node learnt since) and each command goes to the master of its key's slot.
+  std::vector<std::pair<std::string, int>> cluster_seeds;
 };
 // Throws std::invalid_argument with a message fit for a config error.
 Endpoint parse_url(std::string_view url);
 // Sentinel mode: a comma-separated list of sentinels, each a URL or host:port; the first item's
 // user, password, database and scheme (rediss: TLS) are the master's. Throws like parse_url.
 Endpoint parse_sentinel_urls(std::string_view urls, const std::string& master_name);
+// Cluster mode: a comma-separated list of seed nodes, like parse_sentinel_urls (default port
+// 6379, database 0 only).
+Endpoint parse_cluster_urls(std::string_view urls);
+
+// Cluster mode: the key a command is routed by (its first key), or nullopt for a command
+// without keys (sent to the node of the previous command, or any master). Pure; for tests.
+std::optional<std::string_view> routing_key(const std::vector<std::string>& argv);
+
+// A client blocked in a command (BLMOVE): where it waits, and its id there.
+struct BlockedClient {
+  Endpoint server;
+  long long id = 0;
+};
+// CLIENT UNBLOCK on that server: the blocked command returns as on timeout. True if it was
+// blocked. Throws IoError.
+bool unblock(const BlockedClient& client);
 
 // One connection to Redis: a socket, TLS when the endpoint asks for it (OpenSSL), commands
 // formatted and replies parsed by hiredis's I/O-free formatter and reader. Blocking I/O with a
 // read timeout; another thread may interrupt() a blocked read.
+//
+// In cluster mode it is one connection per master, opened on first use: each command goes to
+// the master of its key's slot (a process-wide slot map from CLUSTER SLOTS); MOVED updates the
+// map and resends, ASK resends once with ASKING to the importing node; TRYAGAIN and CLUSTERDOWN
+// are TransientErrors like the others. Keyless commands (WAIT, PUBLISH, SUBSCRIBE) go to the
+// node of the previous command — WAIT must — or to any master.
 class Connection {
  public:
   // Connects, authenticates and selects the database; throws IoError or ReplyError.
@@ -109,21 +134,33 @@ class Connection {
 
   // 0 = block for ever (blocking commands and subscriptions rely on this).
   void set_read_timeout(std::chrono::milliseconds timeout);
-  long long client_id() const { return client_id_; }
+  long long client_id() const;
+  // Where a blocking command on key would wait, and as whom (opens the node's connection in
+  // cluster mode), for unblock() from another thread.
+  BlockedClient blocking_client(std::string_view key);
   // Makes a blocked read in another thread fail at once with IoError. Thread-safe.
   void interrupt() noexcept;
   // True when an idle connection has something to read: the server closed it (a restart,
   // a failover, an idle timeout) or sent what nobody asked for; and in sentinel mode when the
   // sentinels have named another master since it was opened (it may now be a replica, whose
-  // reads are stale). Such a connection is not used.
+  // reads are stale). Such a connection is not used. (In cluster mode each node's connection
+  // is checked before it is used instead.)
   bool stale() const noexcept;
+
+  // The masters a command without a key could mean (SCAN, DBSIZE): one endpoint in standalone
+  // and sentinel mode, every master's in cluster mode. Throws IoError.
+  static std::vector<Endpoint> masters(const Endpoint& ep);
 
  private:
   struct Transport;  // socket, TLS session, reply reader (connection.cpp)
+  struct Cluster;    // slot map and per-node connections (connection.cpp)
   explicit Connection(std::unique_ptr<Transport> t);
   Reply checked(redisReply* r);
+  Reply cluster_command(const std::vector<std::string>& argv);
 
   std::unique_ptr<Transport> t_;
+  std::unique_ptr<Cluster> cluster_;
+  Endpoint server_;  // where t_ is connected (the master's address in sentinel mode)
   long long client_id_ = 0;
   bool via_sentinel_ = false;
   std::uint64_t master_epoch_ = 0;  // sentinel mode: the master generation it was opened in

@@ -42,5 +42,33 @@ TEST(RedisErrors, ADemotedMasterNeedsANewConnectionABusyOneDoesNot) {
     EXPECT_FALSE(needs_new_connection(r)) << r;
 }
 
+TEST(ClusterRouting, CommandsAreRoutedByTheirFirstKey) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(routing_key(V{"LLEN", "relay:{m}:pending"}), "relay:{m}:pending");
+  EXPECT_EQ(routing_key(V{"EVALSHA", "abc", "2", "k1", "k2", "a"}), "k1");
+  EXPECT_EQ(routing_key(V{"EVAL", "return 1", "0"}), std::nullopt);
+  EXPECT_EQ(routing_key(V{"XREADGROUP", "GROUP", "g", "c", "COUNT", "100", "BLOCK", "1000",
+                          "STREAMS", "s1", ">"}),
+            "s1");
+  EXPECT_EQ(routing_key(V{"XGROUP", "CREATE", "s1", "g", "0", "MKSTREAM"}), "s1");
+  EXPECT_EQ(routing_key(V{"BLMOVE", "a", "b", "LEFT", "RIGHT", "1.0"}), "a");
+  // Keyless: the previous command's node (WAIT must be) or any master.
+  for (const char* c : {"WAIT", "PUBLISH", "SUBSCRIBE", "PSUBSCRIBE", "CLIENT", "PING", "SCAN"})
+    EXPECT_EQ(routing_key(V{c, "x", "y"}), std::nullopt) << c;
+  EXPECT_EQ(routing_key(V{"ping"}), std::nullopt);
+}
+
+TEST(ClusterRouting, SeedListsParseLikeSentinelLists) {
+  auto ep = parse_cluster_urls("rediss://u:p@10.0.0.1:7000, 10.0.0.2 ,10.0.0.3:7002");
+  EXPECT_TRUE(ep.tls);
+  EXPECT_EQ(ep.username, "u");
+  EXPECT_EQ(ep.password, "p");
+  ASSERT_EQ(ep.cluster_seeds.size(), 3u);
+  EXPECT_EQ(ep.cluster_seeds[0], (std::pair<std::string, int>{"10.0.0.1", 7000}));
+  EXPECT_EQ(ep.cluster_seeds[1], (std::pair<std::string, int>{"10.0.0.2", 6379}));
+  EXPECT_THROW(parse_cluster_urls("redis://a:1/2"), std::invalid_argument);  // db 0 only
+  EXPECT_THROW(parse_cluster_urls("redis://a:1,,b:2"), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace relay::redis

@@ -1,5 +1,7 @@
 #include "redis/job_store.hpp"
 
+#include <set>
+
 #include "common/time.hpp"
 #include "redis/lua_scripts.hpp"
 
@@ -60,12 +62,22 @@ std::optional<std::string> JobStore::pop(const std::string& model,
 
 std::optional<std::pair<std::string, JobRecord>> JobStore::take(
     const std::string& model, const std::string& token, std::chrono::milliseconds lease_ttl) {
-  auto r = conn_.eval(lua::take, {keys_.pending(model), keys_.processing(model)},
-                      {keys_.job_prefix(model), keys_.lease_prefix(model), token,
-                       std::to_string(lease_ttl.count()), format_rfc3339(wall_now())});
-  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("take: unexpected reply");
-  if (as_string(r->element[0]) != "ok") return std::nullopt;
-  return std::make_pair(as_string(r->element[1]), JobRecord::from_fields(pairs_from(r.get(), 2)));
+  // Peek, then take that id: a race with another relay or stale entries cost another look.
+  for (int look = 0; look < 100; ++look) {
+    auto head = as_optional_string(conn_.command({"LINDEX", keys_.pending(model), "0"}).get());
+    if (!head) return std::nullopt;
+    const std::string& id = *head;
+    auto r = conn_.eval(lua::take,
+                        {keys_.pending(model), keys_.processing(model), keys_.job(model, id),
+                         keys_.lease(model, id)},
+                        {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now())});
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+      throw ReplyError("take: unexpected reply");
+    std::string tag = as_string(r->element[0]);
+    if (tag == "ok") return std::make_pair(id, JobRecord::from_fields(pairs_from(r.get(), 1)));
+    if (tag == "empty") return std::nullopt;
+  }
+  return std::nullopt;  // the blocking path takes over
 }
 
 BeginResult JobStore::begin(const std::string& model, const std::string& id,
@@ -145,9 +157,10 @@ bool JobStore::schedule_webhook(const std::string& model, const std::string& id,
   const std::string delivery = webhook_id(id);
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::system_clock::now().time_since_epoch());
-  auto r = conn_.eval(lua::schedule_webhook,
-                      {keys_.job(model, id), keys_.webhooks_due(), keys_.webhook(delivery)},
-                      {delivery, std::to_string(now.count()), status, keys_.job(model, id)});
+  auto r =
+      conn_.eval(lua::schedule_webhook,
+                 {keys_.job(model, id), keys_.webhooks_due(model), keys_.webhook(model, delivery)},
+                 {delivery, std::to_string(now.count()), status, keys_.job(model, id)});
   return as_integer(r.get()) == 1;
 }
 
@@ -155,8 +168,72 @@ void JobStore::schedule_gc(const std::string& model, const std::string& id,
                            std::chrono::milliseconds retention) {
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::system_clock::now().time_since_epoch());
-  conn_.eval(lua::schedule_gc, {keys_.job(model, id), keys_.gc_due()},
+  conn_.eval(lua::schedule_gc, {keys_.job(model, id), keys_.gc_due(model)},
              {std::to_string(retention.count()), std::to_string(now.count()), model, id});
+}
+
+void JobStore::publish_job_done(const std::string& id, const std::string& status) {
+  conn_.command({"PUBLISH", keys_.job_done_channel(id), status});
+}
+
+std::optional<std::string> JobStore::reserve_idempotency(const std::string& key,
+                                                         const std::string& job_id,
+                                                         std::chrono::milliseconds ttl) {
+  // SET NX then GET: if a retried SET finds the key, the GET tells whether it holds this
+  // request's own id (the first SET ran but its reply was lost) or another request's.
+  auto set = conn_.command({"SET", key, job_id, "NX", "PX", std::to_string(ttl.count())});
+  if (!is_nil(set.get())) return std::nullopt;
+  return as_optional_string(conn_.command({"GET", key}).get()).value_or(std::string());
+}
+
+void JobStore::release_idempotency(const std::string& key) {
+  conn_.command({"DEL", key});
+}
+
+long long JobStore::wait_replicas(int replicas, std::chrono::milliseconds timeout) {
+  return as_integer(
+      conn_.command({"WAIT", std::to_string(replicas), std::to_string(timeout.count())}).get());
+}
+
+void JobStore::ping() {
+  conn_.command({"PING"});
+}
+
+QueueDepth JobStore::queue_depth(const std::string& model) {
+  QueueDepth d;
+  d.pending = as_integer(conn_.command({"LLEN", keys_.pending(model)}).get());
+  d.processing = as_integer(conn_.command({"LLEN", keys_.processing(model)}).get());
+  d.deadletter = as_integer(conn_.command({"LLEN", keys_.deadletter(model)}).get());
+  d.oldest_pending =
+      as_optional_string(conn_.command({"LINDEX", keys_.pending(model), "-1"}).get());
+  return d;
+}
+
+std::vector<std::string> JobStore::known_models(const Endpoint& ep, const Keys& keys) {
+  const std::string& prefix = keys.prefix();
+  std::set<std::string> models;
+  for (const auto& master : Connection::masters(ep)) {
+    auto conn = Connection::open(master);
+    for (const std::string& pattern : {prefix + "relay:*", prefix + "jobs:*:events"}) {
+      std::string cursor = "0";
+      do {
+        auto r = conn.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+        cursor = as_string(r->element[0]);
+        for (size_t i = 0; i < r->element[1]->elements; ++i) {
+          std::string k = as_string(r->element[1]->element[i]).substr(prefix.size());
+          k = k.substr(k.starts_with("relay:") ? 6 : 5);
+          for (std::string_view suffix : {":pending", ":processing", ":deadletter", ":events"})
+            if (k.ends_with(suffix)) {
+              std::string m = k.substr(0, k.size() - suffix.size());
+              if (m.size() > 2 && m.front() == '{' && m.back() == '}')
+                m = m.substr(1, m.size() - 2);
+              models.insert(m);
+            }
+        }
+      } while (cursor != "0");
+    }
+  }
+  return {models.begin(), models.end()};
 }
 
 bool JobStore::requeue_deadletter(const std::string& model, const std::string& id) {

@@ -26,6 +26,12 @@ struct HeartbeatResult {
 };
 
 enum class FinishOutcome { ok, terminal, lease_lost, missing };
+
+struct QueueDepth {
+  long long pending = 0, processing = 0, deadletter = 0;
+  // The oldest waiting job (the right end of pending: priority jobs jump in at the left).
+  std::optional<std::string> oldest_pending;
+};
 std::string_view to_string(FinishOutcome o);
 
 // Approximate cap on jobs:<model>:events; consumers read it long before this many accumulate.
@@ -69,6 +75,23 @@ class JobStore {
   void schedule_gc(const std::string& model, const std::string& id,
                    std::chrono::milliseconds retention);
 
+  // Wakes the gateways' long-polls on the job (job:<id>:done).
+  void publish_job_done(const std::string& id, const std::string& status);
+
+  // Idempotency-Key (keys().idempotency()): reserves the key for job_id for ttl. nullopt when
+  // reserved now; otherwise the id it holds — job_id itself when an earlier attempt of this
+  // request reserved it (its reply was lost), "" when it vanished meanwhile.
+  std::optional<std::string> reserve_idempotency(const std::string& key, const std::string& job_id,
+                                                 std::chrono::milliseconds ttl);
+  void release_idempotency(const std::string& key);
+
+  // How many replicas acknowledged this connection's writes so far, waiting up to timeout for
+  // `replicas` of them (WAIT; in cluster mode on the node of the previous command).
+  long long wait_replicas(int replicas, std::chrono::milliseconds timeout);
+  void ping();
+
+  QueueDepth queue_depth(const std::string& model);
+
   // Operators: a dead-lettered job back into pending; false when it is not dead-lettered.
   bool requeue_deadletter(const std::string& model, const std::string& id);
 
@@ -78,6 +101,10 @@ class JobStore {
   std::vector<std::string> list(const std::string& key);
   std::vector<std::string> hash_keys(const std::string& key);
   const Keys& keys() const { return keys_; }
+
+  // Operators: the models that have keys in this Redis (on every master in cluster mode), from
+  // their queues (Redis drops empty lists) and events streams (kept).
+  static std::vector<std::string> known_models(const Endpoint& ep, const Keys& keys);
 
  private:
   Connection& conn_;

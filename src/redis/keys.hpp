@@ -3,10 +3,13 @@
 //
 // With hash_tag on, each model's keys carry "{<model>}" so that all keys one Lua script touches
 // hash to one Redis Cluster slot — the job record included: it becomes "job:{<model>}:<id>",
-// which is why job() takes the model. Channels are not keys and keep their plain names.
+// which is why job() takes the model — and so do the webhook, GC and idempotency keys. Channels
+// are not keys and keep their plain names. Redis Cluster mode turns the tag on (it is what makes
+// each Lua step single-slot); redis/slot.hpp computes the slot, keys_test.cpp checks it.
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace relay::redis {
 
@@ -29,24 +32,37 @@ class Keys {
   std::string job(std::string_view model, std::string_view id) const {
     return job_prefix(model) + std::string(id);
   }
-  // What job() and lease() put before the id; for scripts that build those keys from an id.
-  std::string job_prefix(std::string_view model) const {
-    return hash_tag_ ? prefix_ + "job:" + tagged(model) + ":" : prefix_ + "job:";
-  }
-  std::string lease_prefix(std::string_view model) const { return model_key(model, "lease:"); }
 
   // Reaper bookkeeping (hash id -> first time, Redis clock ms, the id was seen lease-less).
   std::string suspects(std::string_view model) const { return model_key(model, "suspects"); }
   // Webhook deliveries: a sorted set of delivery ids by due time, and one hash per delivery.
-  std::string webhooks_due() const { return prefix_ + "relay:webhooks:due"; }
-  std::string webhook(std::string_view delivery_id) const {
-    return prefix_ + "relay:webhook:" + std::string(delivery_id);
+  // Without the hash tag one set serves every model (the layout before Cluster support, kept
+  // so that deliveries scheduled before an upgrade are still sent); with it, one per model, so
+  // that schedule_webhook.lua's keys share the job's slot. Loops visit distinct_due_sets().
+  std::string webhooks_due(std::string_view model) const {
+    return hash_tag_ ? model_key(model, "webhooks:due") : prefix_ + "relay:webhooks:due";
   }
-  // Finished jobs whose objects are due for deletion ("<model>/<service_type>/<id>" by time).
-  std::string gc_due() const { return prefix_ + "relay:gc:due"; }
+  std::string webhook(std::string_view model, std::string_view delivery_id) const {
+    return (hash_tag_ ? model_key(model, "webhook:") : prefix_ + "relay:webhook:") +
+           std::string(delivery_id);
+  }
+  // The models whose webhooks_due() and gc_due() sets a loop must visit to see them all: every
+  // model with the tag, one (any) without, since then they share one set.
+  std::vector<std::string> one_per_due_set(const std::vector<std::string>& models) const {
+    if (hash_tag_ || models.empty()) return models;
+    return {models.front()};
+  }
+  // Finished jobs whose objects are due for deletion ("<model>/<service_type>/<id>" by time);
+  // per model with the hash tag, like webhooks_due().
+  std::string gc_due(std::string_view model) const {
+    return hash_tag_ ? model_key(model, "gc:due") : prefix_ + "relay:gc:due";
+  }
   // Idempotency-Key -> job id, per tenant (the key is hashed: clients choose its contents).
-  std::string idempotency(std::string_view tenant, std::string_view key_hash) const {
-    return prefix_ + "relay:idem:" + std::string(tenant) + ":" + std::string(key_hash);
+  // A key only ever names a job of the service type it was sent to (its model's, with the tag).
+  std::string idempotency(std::string_view model, std::string_view tenant,
+                          std::string_view key_hash) const {
+    return (hash_tag_ ? model_key(model, "idem:") : prefix_ + "relay:idem:") + std::string(tenant) +
+           ":" + std::string(key_hash);
   }
 
   // Pub/sub channels.
@@ -64,6 +80,10 @@ class Keys {
   bool hash_tag() const { return hash_tag_; }
 
  private:
+  std::string job_prefix(std::string_view model) const {
+    return hash_tag_ ? prefix_ + "job:" + tagged(model) + ":" : prefix_ + "job:";
+  }
+  std::string lease_prefix(std::string_view model) const { return model_key(model, "lease:"); }
   std::string tagged(std::string_view model) const {
     return hash_tag_ ? "{" + std::string(model) + "}" : std::string(model);
   }

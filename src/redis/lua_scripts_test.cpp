@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <openssl/sha.h>
 
+#include <regex>
+#include <string>
+
 #include "common/hex.hpp"
 
 namespace relay::redis {
@@ -25,6 +28,39 @@ TEST(LuaScripts, BuildTimeSha1MatchesTheEmbeddedSource) {
         << s.name << ": documented and using keys";
     EXPECT_TRUE(s.source.starts_with("--"))
         << s.name << ": starts with its KEYS/ARGV/returns comment";
+  }
+}
+
+// Redis Cluster (and managed services) require a script to declare every key it touches in
+// KEYS: so each redis.call's key arguments must be KEYS[n], never a string built from ARGV.
+TEST(LuaScripts, TouchOnlyTheKeysTheyAreGiven) {
+  const std::regex call(R"(redis\.p?call\(\s*'([A-Z]+)'\s*((?:,[^,)]*)*)\))");
+  const std::regex key_arg(R"(^\s*KEYS\[\d+\]\s*$)");
+  for (const auto& s :
+       {lua::submit, lua::take, lua::begin, lua::heartbeat, lua::finish, lua::give_back, lua::reap,
+        lua::cancel, lua::schedule_webhook, lua::claim_webhooks, lua::webhook_outcome,
+        lua::schedule_gc, lua::requeue_deadletter}) {
+    std::string src(s.source);
+    int calls = 0;
+    for (std::sregex_iterator it(src.begin(), src.end(), call), end; it != end; ++it, ++calls) {
+      const std::string cmd = (*it)[1];
+      std::vector<std::string> args;
+      std::string rest = (*it)[2];
+      for (size_t pos = 0; pos < rest.size();) {
+        size_t next = rest.find(',', pos + 1);
+        args.push_back(rest.substr(pos + 1, next == std::string::npos ? next : next - pos - 1));
+        pos = next == std::string::npos ? rest.size() : next;
+      }
+      size_t keys = 1;                                  // the first argument is the key...
+      if (cmd == "PUBLISH" || cmd == "TIME") keys = 0;  // ...none
+      if (cmd == "LMOVE" || cmd == "RPOPLPUSH" || cmd == "SMOVE") keys = 2;  // ...two keys
+      if (cmd == "DEL" || cmd == "EXISTS" || cmd == "UNLINK") keys = args.size();
+      ASSERT_GE(args.size(), keys) << s.name << ": " << it->str();
+      for (size_t i = 0; i < keys; ++i)
+        EXPECT_TRUE(std::regex_match(args[i], key_arg))
+            << s.name << ": " << it->str() << " touches a key not given in KEYS";
+    }
+    EXPECT_GT(calls, 0) << s.name;
   }
 }
 

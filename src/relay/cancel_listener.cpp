@@ -6,13 +6,9 @@
 namespace relay::sidecar {
 
 void CancelListener::open_and_subscribe() {
-  auto conn = redis::Connection::open(p_.endpoint);
-  conn.set_read_timeout(std::chrono::milliseconds(0));  // a subscriber waits for ever
-  conn.append({"SUBSCRIBE", p_.channel});
-  auto confirm = conn.read_reply();
-  if (confirm->type != REDIS_REPLY_ARRAY) throw redis::ReplyError("SUBSCRIBE: unexpected reply");
+  auto sub = redis::Subscription::open(p_.endpoint, p_.channel);
   std::lock_guard lock(mu_);
-  conn_.emplace(std::move(conn));
+  sub_.emplace(std::move(sub));
 }
 
 void CancelListener::subscribe() {
@@ -23,7 +19,7 @@ void CancelListener::run(std::stop_token stop) {
   // Stopping closes the socket under the blocked read.
   auto interrupt = [this] {
     std::lock_guard lock(mu_);
-    if (conn_) conn_->interrupt();
+    if (sub_) sub_->interrupt();
   };
   std::stop_callback on_stop(stop, interrupt);
   // Sentinel mode: after a failover the subscription must move to the new master (PUBLISH on
@@ -34,18 +30,16 @@ void CancelListener::run(std::stop_token stop) {
     try {
       {
         std::lock_guard lock(mu_);
-        if (!conn_) throw redis::IoError("not subscribed");
+        if (!sub_) throw redis::IoError("not subscribed");
       }
-      auto msg = conn_->read_reply();
+      auto msg = sub_->next();
       backoff.reset();
-      if (msg->type == REDIS_REPLY_ARRAY && msg->elements == 3 &&
-          redis::as_string(msg->element[0]) == "message")
-        p_.on_cancel(redis::as_string(msg->element[2]));
+      p_.on_cancel(msg.payload);
     } catch (const redis::IoError& e) {
       if (stop.stop_requested()) break;
       {
         std::lock_guard lock(mu_);
-        conn_.reset();
+        sub_.reset();
       }
       auto delay = backoff.next();
       log::warn("cancel subscription lost, resubscribing",

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "redis/connection.hpp"
+#include "redis/subscription.hpp"
 
 namespace relay::sidecar {
 
@@ -31,8 +32,8 @@ class CancelListener {
   void open_and_subscribe();
 
   CancelListenerParams p_;
-  std::mutex mu_;  // guards conn_ against interrupt() from the stopping thread
-  std::optional<redis::Connection> conn_;
+  std::mutex mu_;  // guards sub_ against interrupt() from the stopping thread
+  std::optional<redis::Subscription> sub_;
 };
 
 }  // namespace relay::sidecar

@@ -54,16 +54,14 @@ void Relay::shutdown() {
 // briefly because the signal may arrive just before the BLMOVE reaches the server.
 void Relay::unblock_pop() {
   for (int attempt = 0; attempt < 100; ++attempt) {
-    long long id = 0;
+    redis::BlockedClient client;
     {
       std::lock_guard lock(mu_);
       if (!popping_) return;
-      id = pop_client_id_;
+      client = pop_client_;
     }
     try {
-      auto conn = redis::Connection::open(cfg_.redis_endpoint());
-      if (redis::as_integer(conn.command({"CLIENT", "UNBLOCK", std::to_string(id)}).get()) == 1)
-        return;
+      if (redis::unblock(client)) return;
     } catch (const std::exception& e) {
       log::warn("cannot unblock the queue wait", {{"error", e.what()}});
     }
@@ -158,10 +156,12 @@ int Relay::run() {
       // Idle path: the seed's BLMOVE, then the lease.
       auto id = redis::with_retry(
           main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
+            // Where the BLMOVE will wait (the slot's master in cluster mode), for unblock_pop.
+            auto client = c.blocking_client(keys.pending(cfg_.model));
             {
               std::lock_guard lock(mu_);
               popping_ = true;
-              pop_client_id_ = c.client_id();
+              pop_client_ = std::move(client);
             }
             struct Clear {
               Relay* r;

@@ -47,7 +47,7 @@ class Relay {
   std::mutex mu_;  // guards current_ and popping_
   JobControl* current_ = nullptr;
   std::string current_id_;
-  long long pop_client_id_ = 0;
+  redis::BlockedClient pop_client_;
   bool popping_ = false;
 };
 

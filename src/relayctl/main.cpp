@@ -361,43 +361,23 @@ int main(int argc, char** argv) {
       relay::config::validate_redis(rc);
     }
     auto conn = relay::redis::Connection::open(rc.endpoint());
-    relay::redis::Keys keys(key_prefix, hash_tag);
+    rc.key_prefix = key_prefix;
+    rc.hash_tag = hash_tag;
+    const relay::redis::Keys keys = rc.keys();  // cluster mode: tagged whatever --hash-tag says
     relay::redis::JobStore store(conn, keys);
     if (*queues) {
-      // Models are found from their keys: relay:<model>:{pending,processing,deadletter} (Redis
-      // drops empty lists) and jobs:<model>:events (a stream, kept).
-      std::set<std::string> models;
-      for (const std::string pattern : {key_prefix + "relay:*", key_prefix + "jobs:*:events"}) {
-        std::string cursor = "0";
-        do {
-          auto r = conn.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-          cursor = relay::redis::as_string(r->element[0]);
-          for (size_t i = 0; i < r->element[1]->elements; ++i) {
-            std::string k =
-                relay::redis::as_string(r->element[1]->element[i]).substr(key_prefix.size());
-            std::string head = k.starts_with("relay:") ? "relay:" : "jobs:";
-            k = k.substr(head.size());
-            for (const char* suffix : {":pending", ":processing", ":deadletter", ":events"})
-              if (k.ends_with(suffix)) models.insert(k.substr(0, k.size() - std::strlen(suffix)));
-          }
-        } while (cursor != "0");
-      }
       boost::json::array out;
-      for (auto m : models) {
-        if (m.size() > 2 && m.front() == '{') m = m.substr(1, m.size() - 2);
-        auto llen = [&](const std::string& k) {
-          return relay::redis::as_integer(conn.command({"LLEN", k}).get());
-        };
+      for (const auto& m : relay::redis::JobStore::known_models(rc.endpoint(), keys)) {
+        auto q = store.queue_depth(m);
         double age = 0;
-        if (auto oldest = relay::redis::as_optional_string(
-                conn.command({"LINDEX", keys.pending(m), "-1"}).get()))
-          if (auto rec = store.get(m, *oldest))
+        if (q.oldest_pending)
+          if (auto rec = store.get(m, *q.oldest_pending))
             if (auto t = relay::parse_rfc3339(rec->created_at))
               age = std::chrono::duration<double>(relay::wall_now() - *t).count();
         out.push_back(boost::json::object{{"model", m},
-                                          {"pending", llen(keys.pending(m))},
-                                          {"processing", llen(keys.processing(m))},
-                                          {"deadletter", llen(keys.deadletter(m))},
+                                          {"pending", q.pending},
+                                          {"processing", q.processing},
+                                          {"deadletter", q.deadletter},
                                           {"oldest_pending_seconds", age}});
       }
       if (as_json) {
@@ -408,8 +388,9 @@ int main(int argc, char** argv) {
         for (auto& v : out) {
           auto& o = v.as_object();
           std::printf("%-24s %9lld %11lld %11lld %13.1fs\n", field(o, "model").c_str(),
-                      o.at("pending").as_int64(), o.at("processing").as_int64(),
-                      o.at("deadletter").as_int64(),
+                      static_cast<long long>(o.at("pending").as_int64()),
+                      static_cast<long long>(o.at("processing").as_int64()),
+                      static_cast<long long>(o.at("deadletter").as_int64()),
                       o.at("oldest_pending_seconds").to_number<double>());
         }
       }

@@ -5,6 +5,8 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "redis/job_store.hpp"
+
 namespace relay::ctl {
 
 int Scaler::running(const std::string& model) const {
@@ -34,7 +36,7 @@ void Scaler::pass() {
         ++it;
       }
     }
-    auto pending = redis::as_integer(c.command({"LLEN", p_.keys.pending(m.model)}).get());
+    auto pending = redis::JobStore(c, p_.keys).queue_depth(m.model).pending;
     if (pending <= 0 || now < st.next_start) continue;
     // One relay per waiting job, up to the maximum; the running ones will take theirs first.
     int want = static_cast<int>(std::min<long long>(pending, m.max_relays)) -

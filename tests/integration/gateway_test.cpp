@@ -140,7 +140,7 @@ class GatewayTest : public ::testing::Test {
   RedisServer redis_;
   TempDir files_, logs_;
   redis::Connection conn_;
-  redis::Keys keys_;
+  redis::Keys keys_{"", RedisServer::cluster_by_default()};  // cluster mode tags keys
   redis::JobStore store_;
   std::unique_ptr<GatewayServer> gateway_;
   int relays_ = 0;
@@ -662,7 +662,7 @@ TEST_F(GatewayTest, KeepObjectsLeavesStorageAlone) {
   ASSERT_TRUE(wait_until([&] { return http("GET", url("/jobs/echo/" + id)).status == 404; }, 20s));
   ASSERT_TRUE(wait_until(
       [&] {
-        return redis::as_integer(conn_.command({"ZCARD", keys_.gc_due()}).get()) == 0;
+        return redis::as_integer(conn_.command({"ZCARD", keys_.gc_due("m1")}).get()) == 0;
       },
       20s));
   EXPECT_EQ(stored_files(), 2u);

@@ -77,13 +77,29 @@ class RedisServer {
   // server.crt/key for localhost and 127.0.0.1, client.crt/key, other-ca.crt unrelated).
   // By default TLS is on when RELAY_TEST_REDIS_TLS=1: ctest runs the gateway and relay suites
   // once more that way (tests/CMakeLists.txt).
+  // cluster: a Redis Cluster of three masters sharing the slots evenly (RELAY_TEST_REDIS_CLUSTER=1
+  // makes it the default: ctest runs the gateway and relay suites that way too). Everything
+  // below then applies to every node; port() is the first node's.
   explicit RedisServer(bool persistent = false, std::vector<std::string> extra_args = {},
-                       bool tls = tls_by_default());
+                       bool tls = tls_by_default(), bool cluster = cluster_by_default());
+  ~RedisServer();
   static bool tls_by_default();
-  int port() const { return port_; }
-  std::string url() const {
-    return (tls_ ? "rediss://127.0.0.1:" : "redis://127.0.0.1:") + std::to_string(port_);
-  }
+  static bool cluster_by_default();
+  int port() const { return ports_[0]; }
+  bool cluster() const { return cluster_; }
+  std::string url() const;
+  // Cluster mode: one node (standalone endpoint), its port, and slot management.
+  int nodes() const { return static_cast<int>(ports_.size()); }
+  redis::Endpoint node_endpoint(int i) const;
+  int node_of_slot(int slot) const;
+  // Moves a slot (with its keys) to node `to` as redis-cli --cluster reshard does: IMPORTING /
+  // MIGRATING, keys MIGRATEd in batches of `batch` with `pause` between them (clients meanwhile
+  // get ASK for moved keys), then SETSLOT NODE everywhere.
+  void migrate_slot(int slot, int to, int batch = 1, std::chrono::milliseconds pause = {});
+  // Adds one replica per master (started and synced), for failover().
+  void add_replicas();
+  // CLUSTER FAILOVER on the replica of node i; returns once the replica serves node i's slots.
+  void failover(int i);
   std::string tls_dir() const { return dir_.path() + "/tls"; }
   // An endpoint for this server (TLS: trusting the test CA).
   redis::Endpoint endpoint() const;
@@ -94,12 +110,17 @@ class RedisServer {
   void start();  // again on the same port, with the same data directory
 
  private:
+  void start_node(size_t i);
+  void wait_cluster_ok();
   TempDir dir_;
-  int port_;
+  std::vector<int> ports_, bus_ports_;
   bool persistent_;
   std::vector<std::string> extra_args_;
   bool tls_;
-  std::unique_ptr<Process> proc_;
+  bool cluster_;
+  std::vector<std::unique_ptr<Process>> procs_;
+  std::vector<int> replica_of_;  // per node: the node it replicates, or -1
+  bool formed_ = false;
 };
 
 // Redis with Sentinel: a master, one replica and three sentinels (quorum 2) on free ports,

@@ -135,7 +135,7 @@ TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Sentinel, SentinelFailover, ::testing::Values("graceful", "crash"));
 
-TEST(RedisSentinel, ConfigNamesTheMasterAndRefusesCluster) {
+TEST(RedisSentinel, ConfigNamesTheMasterAndTheMode) {
   TempDir logs;
   Process no_master({relay_binary()},
                     {{"RELAY_MODEL", "m1"},
@@ -144,10 +144,18 @@ TEST(RedisSentinel, ConfigNamesTheMasterAndRefusesCluster) {
                     logs.path() + "/a.log");
   EXPECT_EQ(no_master.wait_exit(10s), 2);
   EXPECT_NE(no_master.log().find("redis.sentinel_master"), std::string::npos) << no_master.log();
-  Process cluster({relay_binary()}, {{"RELAY_MODEL", "m1"}, {"RELAY_REDIS_MODE", "cluster"}},
-                  logs.path() + "/b.log");
-  EXPECT_EQ(cluster.wait_exit(10s), 2);
-  EXPECT_NE(cluster.log().find("redis.mode"), std::string::npos) << cluster.log();
+  Process typo({relay_binary()}, {{"RELAY_MODEL", "m1"}, {"RELAY_REDIS_MODE", "clustered"}},
+               logs.path() + "/b.log");
+  EXPECT_EQ(typo.wait_exit(10s), 2);
+  EXPECT_NE(typo.log().find("redis.mode"), std::string::npos) << typo.log();
+  // Cluster mode has database 0 only: a database in the URL is a config error, not a surprise.
+  Process db({relay_binary()},
+             {{"RELAY_MODEL", "m1"},
+              {"RELAY_REDIS_MODE", "cluster"},
+              {"RELAY_REDIS_URL", "redis://127.0.0.1:7000/3"}},
+             logs.path() + "/c.log");
+  EXPECT_EQ(db.wait_exit(10s), 2);
+  EXPECT_NE(db.log().find("database 0 only"), std::string::npos) << db.log();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "common/time.hpp"
 #include "harness.hpp"
 #include "redis/job_store.hpp"
+#include "redis/slot.hpp"
 #include "storage/storage.hpp"
 
 namespace relay::testing {
@@ -121,7 +122,13 @@ class RelayTest : public ::testing::Test {
   bool wait_for_blocked_client() {
     return wait_until(
         [&] {
-          auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
+          // The server (cluster: the node serving the model's queue) says so.
+          auto info = redis::as_string(
+              (redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(
+                                      redis_.node_of_slot(redis::key_slot(keys_.pending(model_)))))
+                                : redis_.connect())
+                  .command({"INFO", "clients"})
+                  .get());
           return info.find("blocked_clients:1") != std::string::npos;
         },
         20s);
@@ -135,7 +142,7 @@ class RelayTest : public ::testing::Test {
   RedisServer redis_;
   TempDir files_, logs_;
   redis::Connection conn_;
-  redis::Keys keys_;
+  redis::Keys keys_{"", RedisServer::cluster_by_default()};  // cluster mode tags keys
   redis::JobStore store_;
   std::string model_ = "m1";
   std::vector<std::string> relay_logs_;

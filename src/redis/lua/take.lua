@@ -1,26 +1,26 @@
 -- Take (SPEC §4.2, busy path): when jobs are waiting, LMOVE pending -> processing LEFT RIGHT,
 -- take the lease and mark the record processing in one step — the same move as the seed's
--- BLMOVE, one round trip cheaper, and with no lease-less window. The relay falls back to a
--- blocking BLMOVE + begin.lua only when the queue is empty.
--- Stale entries (record gone, or job already terminal) are dropped from processing and skipped.
--- The job and lease keys are built from the id, as asynq's dequeue does; with redis.hash_tag
--- they share the model's slot with KEYS[1] and KEYS[2].
--- KEYS[1] pending list, KEYS[2] processing list
--- ARGV[1] job key prefix, ARGV[2] lease key prefix, ARGV[3] lease token, ARGV[4] lease TTL in
--- ms, ARGV[5] now (RFC 3339)
--- Returns {'empty'}, or {'ok', id, <HGETALL of the record>...}.
-for _ = 1, 100 do
-  local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
-  if not id then return {'empty'} end
-  local job = ARGV[1] .. id
-  local st = redis.call('HGET', job, 'status')
-  if st and st ~= 'completed' and st ~= 'failed' and st ~= 'cancelled' then
-    redis.call('SET', ARGV[2] .. id, ARGV[3], 'PX', ARGV[4])
-    redis.call('HSET', job, 'status', 'processing', 'started_at', ARGV[5], 'holder', ARGV[3])
-    local out = {'ok', id}
-    for _, v in ipairs(redis.call('HGETALL', job)) do out[#out + 1] = v end
-    return out
-  end
-  redis.call('LREM', KEYS[2], 1, id)
+-- BLMOVE, with no lease-less window. The relay falls back to a blocking BLMOVE + begin.lua only
+-- when the queue is empty.
+-- The caller names the id it expects at the head of pending (LINDEX pending 0), so that the
+-- job and lease keys are declared in KEYS like every other key a step touches (Redis Cluster
+-- and managed services require it); if another relay took that id first, nothing happens and
+-- the caller looks again.
+-- KEYS[1] pending list, KEYS[2] processing list, KEYS[3] job record, KEYS[4] lease
+-- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339)
+-- Returns {'empty'}, {'raced'} (the head is another id: look again), {'stale'} (the id's record
+-- is gone or terminal: dropped from the queue; look again), or {'ok', <HGETALL of the record>...}.
+local head = redis.call('LINDEX', KEYS[1], 0)
+if not head then return {'empty'} end
+if head ~= ARGV[1] then return {'raced'} end
+redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+local st = redis.call('HGET', KEYS[3], 'status')
+if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then
+  redis.call('LREM', KEYS[2], 1, ARGV[1])
+  return {'stale'}
 end
-return {'empty'}
+redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
+redis.call('HSET', KEYS[3], 'status', 'processing', 'started_at', ARGV[4], 'holder', ARGV[2])
+local out = {'ok'}
+for _, v in ipairs(redis.call('HGETALL', KEYS[3])) do out[#out + 1] = v end
+return out

@@ -1,0 +1,82 @@
+#include "redis/events.hpp"
+
+namespace relay::redis {
+namespace {
+
+// [[entry_id, [field, value, ...]], ...] -> events (entries without a job_id are skipped: a
+// trimmed or foreign entry; they are still acknowledged by whoever reads them).
+void parse_entries(const std::string& model, const redisReply* entries, std::vector<Event>& out) {
+  for (size_t i = 0; entries && entries->type == REDIS_REPLY_ARRAY && i < entries->elements; ++i) {
+    const redisReply* entry = entries->element[i];
+    if (entry->type != REDIS_REPLY_ARRAY || entry->elements != 2) continue;
+    Event ev{model, as_string(entry->element[0]), {}, {}};
+    const redisReply* fields = entry->element[1];
+    for (size_t f = 0; fields && fields->type == REDIS_REPLY_ARRAY && f + 1 < fields->elements;
+         f += 2) {
+      std::string k = as_string(fields->element[f]);
+      if (k == "job_id")
+        ev.job_id = as_string(fields->element[f + 1]);
+      else if (k == "status")
+        ev.status = as_string(fields->element[f + 1]);
+    }
+    out.push_back(std::move(ev));
+  }
+}
+
+}  // namespace
+
+void EventLog::ensure_group(const std::string& model) {
+  try {
+    conn_.command({"XGROUP", "CREATE", keys_.events(model), group_, "0", "MKSTREAM"});
+  } catch (const ReplyError& e) {
+    if (std::string_view(e.what()).find("BUSYGROUP") == std::string_view::npos) throw;
+  }
+}
+
+std::vector<Event> EventLog::read(const std::vector<std::string>& models,
+                                  const std::string& consumer, int count,
+                                  std::chrono::milliseconds block) {
+  std::vector<std::string> argv{"XREADGROUP", "GROUP", group_,
+                                consumer,     "COUNT", std::to_string(count)};
+  if (block.count() > 0) {
+    argv.push_back("BLOCK");
+    argv.push_back(std::to_string(block.count()));
+  }
+  argv.push_back("STREAMS");
+  for (const auto& m : models) argv.push_back(keys_.events(m));
+  for (size_t i = 0; i < models.size(); ++i) argv.push_back(">");
+  conn_.set_read_timeout(block + std::chrono::seconds(30));
+  Reply r;
+  try {
+    r = conn_.command(argv);
+  } catch (...) {
+    conn_.set_read_timeout(std::chrono::seconds(30));
+    throw;
+  }
+  conn_.set_read_timeout(std::chrono::seconds(30));
+  std::vector<Event> out;
+  if (r->type != REDIS_REPLY_ARRAY) return out;  // nil: nothing new
+  for (size_t s = 0; s < r->elements; ++s) {
+    const redisReply* per_stream = r->element[s];
+    if (per_stream->type != REDIS_REPLY_ARRAY || per_stream->elements != 2) continue;
+    std::string stream = as_string(per_stream->element[0]);
+    for (const auto& m : models)
+      if (keys_.events(m) == stream) parse_entries(m, per_stream->element[1], out);
+  }
+  return out;
+}
+
+std::vector<Event> EventLog::claim_idle(const std::string& model, const std::string& consumer,
+                                        std::chrono::milliseconds idle, int count) {
+  auto r = conn_.command({"XAUTOCLAIM", keys_.events(model), group_, consumer,
+                          std::to_string(idle.count()), "0-0", "COUNT", std::to_string(count)});
+  std::vector<Event> out;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) parse_entries(model, r->element[1], out);
+  return out;
+}
+
+void EventLog::ack(const Event& e) {
+  conn_.command({"XACK", keys_.events(e.model), group_, e.entry_id});
+}
+
+}  // namespace relay::redis

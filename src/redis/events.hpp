@@ -1,0 +1,41 @@
+#pragma once
+// The durable log of terminal transitions (jobs:<model>:events, a stream written by finish.lua,
+// cancel.lua and reap.lua), read by the gateway's consumer group (SPEC §4.5).
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "redis/connection.hpp"
+#include "redis/keys.hpp"
+
+namespace relay::redis {
+
+struct Event {
+  std::string model, entry_id, job_id, status;
+};
+
+class EventLog {
+ public:
+  EventLog(Connection& conn, Keys keys, std::string group)
+      : conn_(conn), keys_(std::move(keys)), group_(std::move(group)) {}
+
+  // Creates the group at the stream's start ("0": events written while no gateway ran are not
+  // lost), and the stream if needed; an existing group is fine.
+  void ensure_group(const std::string& model);
+  // New entries for this consumer, blocking up to block (0: do not block). The models' streams
+  // must share a node in cluster mode (one model per call there).
+  std::vector<Event> read(const std::vector<std::string>& models, const std::string& consumer,
+                          int count, std::chrono::milliseconds block);
+  // Entries another consumer left unacknowledged for idle or longer, now this consumer's.
+  std::vector<Event> claim_idle(const std::string& model, const std::string& consumer,
+                                std::chrono::milliseconds idle, int count);
+  void ack(const Event& e);
+
+ private:
+  Connection& conn_;
+  Keys keys_;
+  std::string group_;
+};
+
+}  // namespace relay::redis

@@ -1,0 +1,53 @@
+#pragma once
+// The gateway's two schedules in Redis (SPEC §6, §8): webhook deliveries (a sorted set of
+// delivery ids by due time and one hash per delivery) and finished jobs whose objects are due
+// for deletion. Written by schedule_webhook.lua / schedule_gc.lua (JobStore), read here.
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "redis/connection.hpp"
+#include "redis/job_record.hpp"
+#include "redis/keys.hpp"
+
+namespace relay::redis {
+
+struct Delivery {
+  std::string model, id, url, job_key, status;
+  long long created_ms = 0, attempts = 0;  // attempts made so far
+  JobRecord job;                           // as it is now (empty if it expired meanwhile)
+};
+
+struct GcItem {
+  std::string model, service_type, job_id, member;
+};
+
+class Schedules {
+ public:
+  Schedules(Connection& conn, Keys keys) : conn_(conn), keys_(std::move(keys)) {}
+
+  // Up to limit deliveries of model due at now_ms, each claimed (made due again at now + lock)
+  // so that one replica sends it at a time.
+  std::vector<std::string> claim_webhooks(const std::string& model, long long now_ms,
+                                          std::chrono::milliseconds lock, int limit);
+  // nullopt when the delivery vanished (expired with its job); it is then unscheduled.
+  std::optional<Delivery> delivery(const std::string& model, const std::string& id);
+  // Records an attempt on the delivery and the job: "delivered", "refused", "failed" (done) or
+  // "retrying" (due again at next_due_ms). last is the attempt's JSON summary.
+  void webhook_outcome(const Delivery& d, const std::string& outcome, long long next_due_ms,
+                       long long attempts, const std::string& last);
+
+  // Up to limit jobs of model (any model without the hash tag) whose objects are due at now_ms.
+  // Malformed members are dropped.
+  std::vector<GcItem> gc_due(const std::string& model, long long now_ms, int limit);
+  // The job's objects are gone: forget it and its webhook delivery.
+  void gc_done(const GcItem& item);
+
+ private:
+  Connection& conn_;
+  Keys keys_;
+};
+
+}  // namespace relay::redis
