@@ -627,6 +627,9 @@ Reply Connection::cluster_command(const std::vector<std::string>& argv) {
     } catch (const ReplyError& e) {
       auto redirect = parse_redirect(e.what());
       if (!redirect || redirects >= 5) throw;
+      log::debug("redis cluster redirect", {{"kind", redirect->ask ? "ASK" : "MOVED"},
+                                            {"slot", redirect->slot},
+                                            {"to", redirect->addr}});
       if (redirect->ask) {
         ask = redirect->addr;
       } else {

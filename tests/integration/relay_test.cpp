@@ -617,13 +617,7 @@ TEST_F(RelayTest, RedisRestartWhileIdleIsSurvived) {
   redis_.start();
   // The relay reconnects and blocks again; then a job arrives.
   auto conn = redis_.connect();
-  ASSERT_TRUE(wait_until(
-      [&] {
-        auto info = redis::as_string(conn.command({"INFO", "clients"}).get());
-        return info.find("blocked_clients:1") != std::string::npos;
-      },
-      20s))
-      << "relay did not come back to BLMOVE";
+  ASSERT_TRUE(wait_for_blocked_client()) << "relay did not come back to BLMOVE";
   redis::JobStore store(conn, keys_);
   auto st = storage_for(env);
   JobRecord r;

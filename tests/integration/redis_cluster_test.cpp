@@ -1,0 +1,189 @@
+// Redis Cluster (three masters from Debian's redis-server): the gateway and relays route each
+// step to the master of its model's slot, and ride out what a cluster does while it runs — a
+// slot migrating to another master (resharding: ASK, then MOVED) and a CLUSTER FAILOVER — with
+// submissions in flight: every submission accepted, every job completed once, no relay exit.
+// The gateway and relay suites also run whole against a cluster (ctest prefix "cluster:").
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "harness.hpp"
+#include "http_client.hpp"
+#include "redis/keys.hpp"
+#include "redis/slot.hpp"
+
+namespace relay::testing {
+namespace {
+
+std::string field(const HttpResult& r, const char* key) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(r.body, ec);
+  if (ec || !v.is_object()) return "";
+  auto* f = v.as_object().if_contains(key);
+  return f && f->is_string() ? std::string(f->as_string()) : "";
+}
+
+std::string tail(const std::string& log) {
+  return log.substr(log.size() > 6000 ? log.size() - 6000 : 0);
+}
+
+// Two models whose slots live on different masters (so that cross-node routing is exercised);
+// m1's slot is the one that moves.
+class ClusterChange : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
+  RedisServer redis(false, {}, RedisServer::tls_by_default(), true);
+  const redis::Keys keys("", true);
+  const int slot = redis::key_slot(keys.pending("m1"));
+  ASSERT_NE(redis.node_of_slot(slot), redis.node_of_slot(redis::key_slot(keys.pending("m2"))));
+  if (GetParam() == "failover") redis.add_replicas();
+
+  TempDir files, logs;
+  InferenceServer inference;
+  Env env = redis.env();
+  env["RELAY_STORAGE_URL"] = "file://" + files.path();
+  env["RELAY_LOG_LEVEL"] = "debug";  // redirects are logged at debug: the test checks there were
+  Env gw_env = env;
+  gw_env["RELAY_SERVICE_TYPES"] = "echo=m1,other=m2";
+  gw_env["RELAY_AUTH_ENABLED"] = "false";
+  gw_env["RELAY_REDIS_RETRY_TIMEOUT"] = "30s";
+  if (GetParam() == "failover") gw_env["RELAY_REDIS_WAIT_REPLICAS"] = "1";
+  GatewayServer gateway(gw_env);
+  ASSERT_TRUE(wait_until([&] { return http("GET", gateway.url() + "/readyz").status == 200; }))
+      << gateway.log();
+  std::vector<std::unique_ptr<Process>> relays;
+  for (const char* model : {"m1", "m1", "m2"}) {
+    Env relay_env = env;
+    relay_env["RELAY_MODEL"] = model;
+    relay_env["RELAY_INFERENCE_URL"] = inference.url();
+    relay_env["RELAY_QUEUE_POP_TIMEOUT"] = "120s";
+    relay_env["RELAY_LEASE_TTL"] = "5s";
+    relays.push_back(std::make_unique<Process>(
+        std::vector<std::string>{relay_binary(), "--max-jobs", "0"}, relay_env,
+        logs.path() + "/relay-" + std::to_string(relays.size()) + ".log"));
+  }
+
+  struct Submitted {
+    std::string service, id;
+  };
+  std::vector<Submitted> ids;
+  auto submit = [&](int i) {
+    const std::string svc = i % 3 == 2 ? "other" : "echo";
+    auto r = http("POST", gateway.url() + "/jobs/" + svc, {}, {},
+                  {{"file", "job " + std::to_string(i), "in.txt", "text/plain"}});
+    return std::make_pair(svc, r);
+  };
+  for (int i = 0; i < 6; ++i) {
+    auto [svc, r] = submit(i);
+    ASSERT_EQ(r.status, 202) << r.body;
+    ids.push_back({svc, field(r, "id")});
+  }
+
+  // Submissions keep coming (paced, like a steady client) while the cluster changes.
+  std::atomic<bool> changed{false};
+  auto during = std::async(std::launch::async, [&] {
+    std::vector<std::pair<std::string, HttpResult>> out;
+    for (int i = 100; out.size() < 20 || !changed; ++i) {
+      out.push_back(submit(i));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return out;
+  });
+  const int before = redis.node_of_slot(slot);
+  {
+    struct Done {  // the submitter stops even if the change throws
+      std::atomic<bool>& flag;
+      ~Done() { flag = true; }
+    } done{changed};
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (GetParam() == "reshard")
+      // Key by key, slowly: for a while some of m1's keys are on each node (ASK, TRYAGAIN).
+      redis.migrate_slot(slot, (before + 1) % 3, 1, std::chrono::milliseconds(20));
+    else
+      redis.failover(before);
+  }
+  for (const auto& [svc, r] : during.get()) {
+    EXPECT_EQ(r.status, 202) << r.body;  // waited out, never a 4xx
+    if (r.status == 202) ids.push_back({svc, field(r, "id")});
+  }
+  EXPECT_NE(redis.node_of_slot(slot), before);
+  for (int i = 200; i < 203; ++i) {
+    auto [svc, r] = submit(i);
+    EXPECT_EQ(r.status, 202) << r.body;
+    ids.push_back({svc, field(r, "id")});
+  }
+
+  size_t completed = 0;
+  wait_until(
+      [&] {
+        completed = 0;
+        for (const auto& j : ids)
+          if (field(http("GET", gateway.url() + "/jobs/" + j.service + "/" + j.id), "status") ==
+              "completed")
+            ++completed;
+        return completed == ids.size();
+      },
+      90s);
+  std::string relay_logs;
+  for (auto& r : relays) relay_logs += tail(r->log()) + "\n----\n";
+  ASSERT_EQ(completed, ids.size()) << "relays:\n"
+                                   << relay_logs << "\ngateway:\n"
+                                   << tail(gateway.log());
+  // Resharding was seen by the clients mid-way, not only after: they were redirected both
+  // ways. (After a failover they may learn the new master from a refreshed map instead.)
+  if (GetParam() == "reshard") {
+    std::string all_logs = gateway.log();
+    for (auto& r : relays) all_logs += r->log();
+    EXPECT_NE(all_logs.find("\"MOVED\""), std::string::npos);
+    EXPECT_NE(all_logs.find("\"ASK\""), std::string::npos);
+  }
+  std::set<std::string> unique;
+  for (const auto& j : ids) unique.insert(j.id);
+  EXPECT_EQ(unique.size(), ids.size());
+  // One terminal event per job, per model's stream.
+  auto conn = redis.connect();
+  long long events = 0;
+  for (const char* m : {"m1", "m2"})
+    events += redis::as_integer(conn.command({"XLEN", keys.events(m)}).get());
+  EXPECT_EQ(events, static_cast<long long>(ids.size()));
+  for (auto& r : relays) {
+    EXPECT_TRUE(r->running()) << "a relay exited because of the change\n" << tail(r->log());
+    r->signal(SIGTERM);
+    EXPECT_EQ(r->wait_exit(10s), 0) << tail(r->log());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cluster, ClusterChange, ::testing::Values("reshard", "failover"));
+
+// relayctl queues finds every model on every master, and reads each one's queues there.
+TEST(RedisCluster, RelayctlQueuesScansEveryMaster) {
+  RedisServer redis(false, {}, RedisServer::tls_by_default(), true);
+  const redis::Keys keys("", true);
+  auto conn = redis.connect();
+  std::set<int> nodes;
+  const std::vector<std::string> models{"m1", "m2", "asr", "ocr"};
+  for (size_t i = 0; i < models.size(); ++i) {
+    nodes.insert(redis.node_of_slot(redis::key_slot(keys.pending(models[i]))));
+    for (size_t n = 0; n <= i; ++n) conn.command({"RPUSH", keys.pending(models[i]), "id"});
+  }
+  ASSERT_GE(nodes.size(), 2u) << "the models should spread over the masters";
+  TempDir logs;
+  Env env = redis.env();
+  Process ctl({RELAY_TEST_RELAYCTL_BIN, "--json", "queues"}, env, logs.path() + "/ctl.log");
+  ASSERT_EQ(ctl.wait_exit(20s), 0) << ctl.log();
+  auto out = boost::json::parse(ctl.log().substr(ctl.log().find('['))).as_array();
+  std::map<std::string, long long> pending;
+  for (auto& v : out)
+    pending[std::string(v.at("model").as_string())] = v.at("pending").to_number<long long>();
+  for (size_t i = 0; i < models.size(); ++i)
+    EXPECT_EQ(pending[models[i]], static_cast<long long>(i + 1)) << models[i] << ctl.log();
+}
+
+}  // namespace
+}  // namespace relay::testing
