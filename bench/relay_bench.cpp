@@ -167,6 +167,12 @@ int main(int argc, char** argv) {
            {"tmpfs+TLS (Redis over TLS)", shm, &tls_server, &tls_conn, &tls_store},
            {"tmpfs+cluster (3-master Redis Cluster)", shm, &cluster_server, &cluster_conn,
             &cluster_store}}) {
+    // Each tmpfs run starts from an empty folder: the previous run's jobs would make file
+    // creation, not Redis, the difference between runs.
+    if (setup.root == shm) {
+      std::filesystem::remove_all(shm);
+      std::filesystem::create_directories(shm);
+    }
     storage::FileStorage rst(setup.root, false);
     Env renv = env;
     renv["RELAY_STORAGE_URL"] = "file://" + setup.root;

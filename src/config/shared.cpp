@@ -37,6 +37,12 @@ void bind_redis(Schema& s, RedisConfig& c) {
            "being the master's) and each connection asks them for the master.");
   s.string("redis.sentinel_master", &c.sentinel_master, "",
            "Sentinel mode: the name the sentinels monitor the master by.");
+  s.integer("redis.wait_replicas", &c.wait_replicas, 0, 0, 16,
+            "The writes a client is told about — a submission (202), a job's outcome — count as "
+            "done only once this many replicas have them (`WAIT`, up to 1 s per try, retried "
+            "like any unknown outcome). With Sentinel or Cluster replicas set it to 1: Redis "
+            "replicates asynchronously, and a failover otherwise drops what the old master "
+            "accepted last. `0` = off.");
 }
 
 void bind_storage(Schema& s, storage::Config& c) {

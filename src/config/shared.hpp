@@ -24,6 +24,7 @@ struct RedisConfig {
   bool tls_verify = true;
   std::string mode;             // standalone | cluster | sentinel
   std::string sentinel_master;  // sentinel mode: the monitored master's name
+  std::int64_t wait_replicas = 0;  // WAIT after the writes that matter; 0 = off
 
   redis::Endpoint endpoint() const;  // throws std::invalid_argument
   // Cluster mode tags keys whatever hash_tag says: its Lua steps need one slot per model.

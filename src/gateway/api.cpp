@@ -444,12 +444,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
           bool ok = store.submit(r, priority);
           // Not acknowledged before replicas have it: a failover must not drop it. Too few
           // acks is an unknown outcome, retried (on the new master once the sentinels say so).
-          if (cfg_.redis_wait_replicas > 0) {
-            auto acks = store.wait_replicas(cfg_.redis_wait_replicas, std::chrono::seconds(1));
-            if (acks < cfg_.redis_wait_replicas)
-              throw redis::IoError("redis: the submission reached " + std::to_string(acks) +
-                                   " of " + std::to_string(cfg_.redis_wait_replicas) + " replicas");
-          }
+          store.require_replicas(cfg_.redis.wait_replicas);
           return ok;
         },
         [&](int) { retried = true; });

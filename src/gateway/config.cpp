@@ -53,11 +53,6 @@ config::Schema schema(Config& c) {
   s.duration("redis.retry_timeout", &c.redis_retry_timeout, "10s",
              "How long a request waits for a Redis that is restarting, loading, busy or failing "
              "over (retried with jittered backoff) before it is answered 503 with `Retry-After`.");
-  s.integer("redis.wait_replicas", &c.redis_wait_replicas, 0, 0, 16,
-            "A submission is acknowledged (202) only once this many replicas have it (`WAIT`, "
-            "up to 1 s per try, retried within `redis.retry_timeout`). With Sentinel set it to 1: "
-            "Redis replicates asynchronously, and a failover otherwise drops what the old master "
-            "accepted last. `0` = off.");
   config::bind_storage(s, c.storage);
   config::bind_encryption(s, c.encryption);
   s.section(

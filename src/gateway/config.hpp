@@ -27,7 +27,6 @@ struct Config {
   std::chrono::milliseconds max_wait{};             // bound on ?wait=
   std::chrono::milliseconds shutdown_timeout{};     // drain deadline after SIGTERM
   std::chrono::milliseconds redis_retry_timeout{};  // per Redis step of a request
-  std::int64_t redis_wait_replicas = 0;             // WAIT after a submission; 0 = off
   std::int64_t max_connections = 0;
   std::int64_t blocking_threads = 0;  // storage and Redis work
 

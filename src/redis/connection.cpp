@@ -220,6 +220,9 @@ std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep) {
   std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_client_method()), SslCtxDeleter{});
   if (!ctx) throw IoError("redis: TLS: " + ssl_errors());
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  // Read whole TLS records (and what follows) per recv(2), not header then body: one system
+  // call per reply instead of two. Buffered bytes are seen by SSL_has_pending (stale()).
+  SSL_CTX_set_read_ahead(ctx.get(), 1);
   if (ep.tls_verify) {
     SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
     bool ok = ep.tls_ca_file.empty()
@@ -681,7 +684,7 @@ bool Connection::stale() const noexcept {
   if (!t_ || t_->fd < 0) return true;
   if (via_sentinel_ && g_master_epoch != master_epoch_) return true;
   if (t_->reader->pos < t_->reader->len) return true;  // unread buffered bytes
-  if (t_->ssl && SSL_pending(t_->ssl) > 0) return true;
+  if (t_->ssl && SSL_has_pending(t_->ssl) == 1) return true;
   pollfd p{t_->fd, POLLIN | POLLRDHUP, 0};
   return ::poll(&p, 1, 0) != 0;
 }

@@ -60,11 +60,16 @@ std::optional<std::string> JobStore::pop(const std::string& model,
   return as_optional_string(r.get());
 }
 
-std::optional<std::pair<std::string, JobRecord>> JobStore::take(
-    const std::string& model, const std::string& token, std::chrono::milliseconds lease_ttl) {
+std::optional<std::pair<std::string, JobRecord>> JobStore::take(const std::string& model,
+                                                                const std::string& token,
+                                                                std::chrono::milliseconds lease_ttl,
+                                                                std::optional<std::string> hint) {
   // Peek, then take that id: a race with another relay or stale entries cost another look.
   for (int look = 0; look < 100; ++look) {
-    auto head = as_optional_string(conn_.command({"LINDEX", keys_.pending(model), "0"}).get());
+    auto head =
+        look == 0 && hint
+            ? std::move(hint)
+            : as_optional_string(conn_.command({"LINDEX", keys_.pending(model), "0"}).get());
     if (!head) return std::nullopt;
     const std::string& id = *head;
     auto r = conn_.eval(lua::take,
@@ -103,7 +108,8 @@ HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string&
 
 FinishOutcome JobStore::finish(const std::string& model, const std::string& id,
                                const std::string& token, JobStatus status, const Fields& fields,
-                               const std::string& payload) {
+                               const std::string& payload,
+                               std::optional<std::string>* next_pending) {
   std::vector<std::string> args{id,
                                 token,
                                 std::string(to_string(status)),
@@ -114,12 +120,18 @@ FinishOutcome JobStore::finish(const std::string& model, const std::string& id,
     args.push_back(k);
     args.push_back(v);
   }
-  auto r = conn_.eval(
-      lua::finish,
-      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model)},
-      args);
-  std::string s = as_string(r.get());
-  if (s == "ok") return FinishOutcome::ok;
+  auto r = conn_.eval(lua::finish,
+                      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model),
+                       keys_.events(model), keys_.pending(model)},
+                      args);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+    throw ReplyError("finish: unexpected reply");
+  std::string s = as_string(r->element[0]);
+  if (s == "ok") {
+    if (next_pending)
+      *next_pending = r->elements > 1 ? std::optional(as_string(r->element[1])) : std::nullopt;
+    return FinishOutcome::ok;
+  }
   if (s == "terminal") return FinishOutcome::terminal;
   if (s == "lease_lost") return FinishOutcome::lease_lost;
   return FinishOutcome::missing;
@@ -190,9 +202,12 @@ void JobStore::release_idempotency(const std::string& key) {
   conn_.command({"DEL", key});
 }
 
-long long JobStore::wait_replicas(int replicas, std::chrono::milliseconds timeout) {
-  return as_integer(
-      conn_.command({"WAIT", std::to_string(replicas), std::to_string(timeout.count())}).get());
+void JobStore::require_replicas(std::int64_t replicas) {
+  if (replicas <= 0) return;
+  auto acks = as_integer(conn_.command({"WAIT", std::to_string(replicas), "1000"}).get());
+  if (acks < replicas)
+    throw IoError("redis: the write reached " + std::to_string(acks) + " of " +
+                  std::to_string(replicas) + " replicas");
 }
 
 void JobStore::ping() {

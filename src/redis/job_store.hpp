@@ -49,17 +49,21 @@ class JobStore {
   std::optional<std::string> pop(const std::string& model, std::chrono::milliseconds timeout);
 
   // Non-blocking take when jobs wait: move + lease + processing in one step. nullopt when the
-  // queue is empty (then pop() + begin()).
+  // queue is empty (then pop() + begin()). hint: the id finish() saw at the head of pending,
+  // which saves looking (one round trip); a stale hint costs a look.
   std::optional<std::pair<std::string, JobRecord>> take(const std::string& model,
                                                         const std::string& token,
-                                                        std::chrono::milliseconds lease_ttl);
+                                                        std::chrono::milliseconds lease_ttl,
+                                                        std::optional<std::string> hint = {});
 
   BeginResult begin(const std::string& model, const std::string& id, const std::string& token,
                     std::chrono::milliseconds lease_ttl);
   HeartbeatResult heartbeat(const std::string& model, const std::string& id,
                             const std::string& token, std::chrono::milliseconds lease_ttl);
+  // next_pending (when given and ok): the id then at the head of pending, for take()'s hint.
   FinishOutcome finish(const std::string& model, const std::string& id, const std::string& token,
-                       JobStatus status, const Fields& fields, const std::string& payload);
+                       JobStatus status, const Fields& fields, const std::string& payload,
+                       std::optional<std::string>* next_pending = nullptr);
   bool give_back(const std::string& model, const std::string& id, const std::string& token);
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
@@ -85,9 +89,10 @@ class JobStore {
                                                  std::chrono::milliseconds ttl);
   void release_idempotency(const std::string& key);
 
-  // How many replicas acknowledged this connection's writes so far, waiting up to timeout for
-  // `replicas` of them (WAIT; in cluster mode on the node of the previous command).
-  long long wait_replicas(int replicas, std::chrono::milliseconds timeout);
+  // Returns once `replicas` replicas have this connection's writes so far (WAIT, up to 1 s; in
+  // cluster mode on the node of the previous command); 0 = at once. Throws IoError when fewer
+  // acknowledged: the write's fate is unknown (a failover may drop it), to be retried.
+  void require_replicas(std::int64_t replicas);
   void ping();
 
   QueueDepth queue_depth(const std::string& model);

@@ -5,6 +5,7 @@
 #include <boost/json/serialize.hpp>
 #include <condition_variable>
 #include <thread>
+#include <utility>
 
 #include "common/backoff.hpp"
 #include "common/errors.hpp"
@@ -146,7 +147,8 @@ int Relay::run() {
       // Busy path: a job is waiting; move, lease and mark it in one step.
       auto taken =
           redis::with_retry(main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
-            return redis::JobStore(c, keys).take(cfg_.model, token, cfg_.lease_ttl);
+            return redis::JobStore(c, keys).take(cfg_.model, token, cfg_.lease_ttl,
+                                                 std::exchange(next_pending_, std::nullopt));
           });
       if (taken) {
         ++done;
@@ -270,10 +272,22 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
       fields.emplace_back(field::error_message, result.error_message.substr(0, 2048));
       payload["error_code"] = result.error_code;
     }
-    auto fin = redis::with_retry(conn, retry_for, {}, [&](redis::Connection& c) {
-      return redis::JobStore(c, keys).finish(cfg_.model, job_id, token, status, fields,
-                                             boost::json::serialize(payload));
-    });
+    // A retried finish may find the job terminal by its own first attempt (the reply was lost,
+    // or too few replicas acknowledged it in time): the lease was ours until then, so nobody
+    // else could have ended it — that is this outcome, written.
+    bool retried = false;
+    auto fin = redis::with_retry(
+        conn, retry_for, {},
+        [&](redis::Connection& c) {
+          redis::JobStore store(c, keys);
+          auto f = store.finish(cfg_.model, job_id, token, status, fields,
+                                boost::json::serialize(payload), &next_pending_);
+          if (f == redis::FinishOutcome::ok || (retried && f == redis::FinishOutcome::terminal))
+            store.require_replicas(cfg_.redis.wait_replicas);
+          return f;
+        },
+        [&](int) { retried = true; });
+    if (retried && fin == redis::FinishOutcome::terminal) fin = redis::FinishOutcome::ok;
     outcome = fin == redis::FinishOutcome::ok ? std::string(to_string(status))
                                               : std::string(redis::to_string(fin));
   }

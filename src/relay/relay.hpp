@@ -5,7 +5,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
+#include <string>
 
 #include "crypto/keyring.hpp"
 #include "redis/connection.hpp"
@@ -48,6 +50,7 @@ class Relay {
   JobControl* current_ = nullptr;
   std::string current_id_;
   redis::BlockedClient pop_client_;
+  std::optional<std::string> next_pending_;  // finish's hint for the next take (main thread)
   bool popping_ = false;
 };
 

@@ -202,6 +202,7 @@ RedisServer::RedisServer(bool persistent, std::vector<std::string> extra_args, b
     ports_.push_back(free_port());
     bus_ports_.push_back(cluster_ ? free_port() : 0);
     replica_of_.push_back(-1);
+    served_.push_back(false);
     procs_.emplace_back();
   }
   start();
@@ -258,14 +259,44 @@ void RedisServer::start_node(size_t i) {
   }
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   procs_[i] = std::make_unique<Process>(argv, Env{}, dir + "/redis.log");
-  if (!wait_until([&] { return port_open(ports_[i]); }, 10s))
-    throw std::runtime_error("redis-server did not start");
+  // Up when the server on the port is this process: a free port may be taken (by a connection's
+  // local port, or another test's server) before redis-server binds it, and then it exits.
+  auto ours = [&] {
+    try {
+      auto info = redis::as_string(redis::Connection::open(node_endpoint(static_cast<int>(i)))
+                                       .command({"INFO", "server"})
+                                       .get());
+      return info.find("process_id:" + std::to_string(procs_[i]->pid()) + "\r") !=
+             std::string::npos;
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  if (!wait_until([&] { return !procs_[i]->running() || (port_open(ports_[i]) && ours()); }, 10s) ||
+      !procs_[i]->running())
+    throw PortTaken();
 }
 
 void RedisServer::start() {
-  for (size_t i = 0; i < ports_.size(); ++i) start_node(i);
+  for (size_t i = 0; i < ports_.size(); ++i) start_node_anywhere(i);
   // A restarted cluster reloads nodes.conf and rejoins: ready once it is ok again.
   if (formed_) wait_cluster_ok();
+}
+
+void RedisServer::start_node_anywhere(size_t i) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      start_node(i);
+      served_[i] = true;
+      return;
+    } catch (const PortTaken&) {
+      // A server that has served keeps its address (clients know it); a new one may move.
+      if (served_[i]) throw std::runtime_error("redis-server could not restart on its port");
+      if (attempt == 5) throw std::runtime_error("redis-server did not start");
+      ports_[i] = free_port();
+      if (cluster_) bus_ports_[i] = free_port();
+    }
+  }
 }
 
 void RedisServer::wait_cluster_ok() {
@@ -323,7 +354,12 @@ redis::Endpoint RedisServer::node_endpoint(int i) const {
   redis::Endpoint ep;
   ep.port = ports_[static_cast<size_t>(i)];
   ep.tls = tls_;
-  if (tls_) ep.tls_ca_file = tls_dir() + "/ca.crt";
+  if (tls_) {
+    // With the client certificate: servers started with --tls-auth-clients yes accept it too.
+    ep.tls_ca_file = tls_dir() + "/ca.crt";
+    ep.tls_cert_file = tls_dir() + "/client.crt";
+    ep.tls_key_file = tls_dir() + "/client.key";
+  }
   return ep;
 }
 
@@ -381,9 +417,10 @@ void RedisServer::add_replicas() {
     ports_.push_back(free_port());
     bus_ports_.push_back(free_port());
     replica_of_.push_back(m);
+    served_.push_back(false);
     procs_.emplace_back();
     const auto i = ports_.size() - 1;
-    start_node(i);
+    start_node_anywhere(i);
     redis::Connection::open(node_endpoint(0))
         .command({"CLUSTER", "MEET", "127.0.0.1", std::to_string(ports_[i]),
                   std::to_string(bus_ports_[i])});

@@ -90,7 +90,7 @@ class RedisServer {
   std::string url() const;
   // Cluster mode: one node (standalone endpoint), its port, and slot management.
   int nodes() const { return static_cast<int>(ports_.size()); }
-  redis::Endpoint node_endpoint(int i) const;
+  redis::Endpoint node_endpoint(int i) const;  // TLS: with the test client certificate
   int node_of_slot(int slot) const;
   // Moves a slot (with its keys) to node `to` as redis-cli --cluster reshard does: IMPORTING /
   // MIGRATING, keys MIGRATEd in batches of `batch` with `pause` between them (clients meanwhile
@@ -110,7 +110,11 @@ class RedisServer {
   void start();  // again on the same port, with the same data directory
 
  private:
-  void start_node(size_t i);
+  struct PortTaken : std::runtime_error {
+    PortTaken() : std::runtime_error("the port was taken") {}
+  };
+  void start_node(size_t i);           // throws PortTaken if it did not come up on its port
+  void start_node_anywhere(size_t i);  // on another port if needed, until it has served
   void wait_cluster_ok();
   TempDir dir_;
   std::vector<int> ports_, bus_ports_;
@@ -121,6 +125,7 @@ class RedisServer {
   std::vector<std::unique_ptr<Process>> procs_;
   std::vector<int> replica_of_;  // per node: the node it replicates, or -1
   bool formed_ = false;
+  std::vector<bool> served_;  // per node: it has served, so a restart keeps its port
 };
 
 // Redis with Sentinel: a master, one replica and three sentinels (quorum 2) on free ports,

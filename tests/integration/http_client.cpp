@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <boost/json.hpp>
 #include <cctype>
 #include <memory>
 
@@ -60,6 +61,14 @@ HttpResult http(const std::string& method, const std::string& url,
   curl_slist_free_all(list);
   if (mime) curl_mime_free(mime);
   return out;
+}
+
+std::string field(const HttpResult& r, const char* key) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(r.body, ec);
+  if (ec || !v.is_object()) return "";
+  auto* f = v.as_object().if_contains(key);
+  return f && f->is_string() ? std::string(f->as_string()) : "";
 }
 
 }  // namespace relay::testing

@@ -21,4 +21,7 @@ HttpResult http(const std::string& method, const std::string& url,
                 const std::vector<std::string>& headers = {}, const std::string& body = {},
                 const std::vector<FormPart>& form = {}, long timeout_ms = 60'000);
 
+// A string member of a JSON object body ("" when absent or not JSON).
+std::string field(const HttpResult& r, const char* key);
+
 }  // namespace relay::testing

@@ -17,14 +17,6 @@
 namespace relay::testing {
 namespace {
 
-std::string field(const HttpResult& r, const char* key) {
-  boost::system::error_code ec;
-  auto v = boost::json::parse(r.body, ec);
-  if (ec || !v.is_object()) return "";
-  auto* f = v.as_object().if_contains(key);
-  return f && f->is_string() ? std::string(f->as_string()) : "";
-}
-
 // "graceful": SENTINEL FAILOVER; "crash": the master is SIGKILLed and the sentinels promote the
 // replica once they agree it is down.
 class SentinelFailover : public ::testing::TestWithParam<std::string> {};
@@ -48,6 +40,7 @@ TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
   relay_env["RELAY_INFERENCE_URL"] = inference.url();
   relay_env["RELAY_QUEUE_POP_TIMEOUT"] = "120s";
   relay_env["RELAY_LEASE_TTL"] = "5s";
+  relay_env["RELAY_REDIS_WAIT_REPLICAS"] = "1";  // an outcome counts once the replica has it
   Process relay({relay_binary(), "--max-jobs", "0"}, relay_env, logs.path() + "/relay.log");
 
   auto submit = [&](int i) {

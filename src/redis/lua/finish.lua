@@ -1,16 +1,17 @@
 -- The relay's last step: complete, fail or cancel (SPEC §4.4). The record and the events stream
 -- make the completion durable; the PUBLISH (at-most-once) stays for live listeners.
--- KEYS[1] job record, KEYS[2] lease, KEYS[3] processing list, KEYS[4] events stream
+-- KEYS[1] job record, KEYS[2] lease, KEYS[3] processing list, KEYS[4] events stream,
+-- KEYS[5] pending list (read only: its head is returned as a hint for the relay's next take)
 -- ARGV[1] job id, ARGV[2] lease token, ARGV[3] terminal status, ARGV[4] completed channel,
 -- ARGV[5] completion payload (JSON), ARGV[6] events stream max length (approximate),
 -- ARGV[7..] field, value pairs to set on the record
--- Returns 'ok'; 'terminal' if the job had ended already, 'lease_lost' if our lease is gone
--- (the job may belong to another relay now), 'missing' if the record is gone. In all but 'ok'
--- nothing is written: no double completion.
+-- Returns {'ok', <the id at the head of pending, if any>}; {'terminal'} if the job had ended
+-- already, {'lease_lost'} if our lease is gone (the job may belong to another relay now),
+-- {'missing'} if the record is gone. In all but 'ok' nothing is written: no double completion.
 local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return 'missing' end
-if st == 'completed' or st == 'failed' or st == 'cancelled' then return 'terminal' end
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 'lease_lost' end
+if not st then return {'missing'} end
+if st == 'completed' or st == 'failed' or st == 'cancelled' then return {'terminal'} end
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return {'lease_lost'} end
 local fields = {'status', ARGV[3]}
 for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
@@ -18,4 +19,7 @@ redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'job_id', ARGV[1], 'sta
 redis.call('LREM', KEYS[3], 1, ARGV[1])
 redis.call('DEL', KEYS[2])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
-return 'ok'
+local out = {'ok'}
+local head = redis.call('LINDEX', KEYS[5], 0)
+if head then out[2] = head end
+return out

@@ -78,6 +78,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.redis.url | quote }}
 - name: RELAY_REDIS_MODE
   value: {{ .Values.redis.mode | quote }}
+- name: RELAY_REDIS_WAIT_REPLICAS
+  value: {{ .Values.redis.waitReplicas | quote }}
 {{- with .Values.redis.sentinelMaster }}
 - name: RELAY_REDIS_SENTINEL_MASTER
   value: {{ . | quote }}
