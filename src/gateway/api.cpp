@@ -58,6 +58,29 @@ class LimitedSource final : public ByteSource {
   std::uint64_t limit_, count_ = 0;
 };
 
+// Calls renew() every `every` while bytes keep arriving: an Idempotency-Key reservation lives as
+// long as its upload makes progress, no longer (a crashed gateway's key frees itself).
+class RenewingSource final : public ByteSource {
+ public:
+  RenewingSource(ByteSource& inner, std::chrono::milliseconds every, std::function<void()> renew)
+      : inner_(inner), every_(every), renew_(std::move(renew)) {}
+  size_t read(std::span<char> buf) override {
+    size_t n = inner_.read(buf);
+    if (n > 0 && std::chrono::steady_clock::now() - last_ >= every_) {
+      renew_();
+      last_ = std::chrono::steady_clock::now();
+    }
+    return n;
+  }
+  std::optional<std::uint64_t> size() const override { return inner_.size(); }
+
+ private:
+  ByteSource& inner_;
+  std::chrono::milliseconds every_;
+  std::function<void()> renew_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 // Drains what is left of a request body so that the connection can be reused.
 void drain(ByteSource* body) {
   if (!body) return;
@@ -96,8 +119,17 @@ Response error_response(unsigned status, const std::string& code, const std::str
   r.status = status;
   r.body =
       json::serialize(json::object{{"error", json::object{{"code", code}, {"message", message}}}});
+  // Every 503 says when to come back (README, API): a passing state on the server's side.
+  if (status == 503) r.headers.emplace_back("Retry-After", "2");
   return r;
 }
+
+namespace {
+void set_retry_after(Response& r, const std::string& seconds) {
+  for (auto& [k, v] : r.headers)
+    if (k == "Retry-After") v = seconds;
+}
+}  // namespace
 
 Api::Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption)
     : cfg_(config),
@@ -123,6 +155,23 @@ std::optional<std::string> Api::tenant_of(const Request& req) const {
   return it->second;
 }
 
+std::optional<Response> Api::answer_at_once(const Request& req) {
+  if (req.method != "GET" || req.body) return std::nullopt;
+  const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
+  Response r;
+  if (path == "/healthz") {
+    r.body = R"({"status":"ok"})";
+    r.route = "GET /healthz";
+    return r;
+  }
+  if (path == "/openapi.json") {
+    r.body = openapi_json();
+    r.route = "GET /openapi.json";
+    return r;
+  }
+  return std::nullopt;
+}
+
 Response Api::handle(const Request& req, bool deadline_passed) {
   auto& conn = thread_redis(endpoint_);
   Context ctx{conn, {}};
@@ -132,7 +181,7 @@ Response Api::handle(const Request& req, bool deadline_passed) {
     conn.reset();
     log::warn("redis unavailable", {{"error", e.what()}});
     auto r = error_response(503, "redis_unavailable", "the job store is unavailable; retry later");
-    r.headers.emplace_back("Retry-After", "1");
+    set_retry_after(r, "1");
     r.close = req.body != nullptr;
     return r;
   } catch (const redis::ReplyError& e) {
@@ -140,7 +189,7 @@ Response Api::handle(const Request& req, bool deadline_passed) {
     // ACL, a bug): a server-side failure, never the client's 4xx.
     log::error("redis error", {{"error", e.what()}});
     auto r = error_response(503, "redis_error", "the job store refused the request; retry later");
-    r.headers.emplace_back("Retry-After", "5");
+    set_retry_after(r, "5");
     r.close = req.body != nullptr;
     return r;
   } catch (const storage::StorageError& e) {
@@ -301,7 +350,9 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
                     "Idempotency-Key is longer than 256 characters");
     idem_key = keys_.idempotency(st.model, ctx.tenant, sha256_hex(k));
     auto existing = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-      return store.reserve_idempotency(idem_key, job_id, cfg_.job_retention);
+      // Reserved for as long as an upload may stall; renewed while it progresses, given the
+      // job's retention once the job exists.
+      return store.reserve_idempotency(idem_key, job_id, cfg_.idempotency_reservation);
     });
     if (existing && *existing != job_id) {
       drain(req.body);
@@ -331,6 +382,12 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
     }
   };
 
+  RenewingSource renewing(*req.body, cfg_.idempotency_reservation / 3, [&] {
+    if (!idem_key.empty())
+      redis::JobStore(ctx.conn.get(), keys_)
+          .renew_idempotency(idem_key, job_id, cfg_.idempotency_reservation);
+  });
+  ByteSource& body = renewing;
   const std::string input_key = input_object_key(svc, job_id);
   // Inputs are encrypted as they stream to storage, bound to this job ("<id>/input").
   auto store_input = [&](ByteSource& plain) {
@@ -352,7 +409,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   };
   try {
     if (multipart) {
-      MultipartReader reader(*req.body, *boundary);
+      MultipartReader reader(body, *boundary);
       PartInfo part;
       bool have_file = false;
       while (reader.next(part)) {
@@ -375,7 +432,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
         else
           reader.read_all(64 * 1024);  // unknown fields are ignored
       }
-      drain(req.body);  // the epilogue
+      drain(&body);  // the epilogue
       if (!have_file) {
         release_idem();
         return error_response(400, "missing_input", "the multipart body has no 'file' part");
@@ -386,7 +443,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
         return std::move(*bad);
       }
     } else {
-      LimitedSource limited(*req.body, limit);
+      LimitedSource limited(body, limit);
       store_input(limited);
       stored = true;
       size = limited.count();
@@ -449,6 +506,10 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
         },
         [&](int) { retried = true; });
     if (!created && !retried) throw std::runtime_error("job id collision");
+    if (!idem_key.empty())
+      step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+        return store.renew_idempotency(idem_key, job_id, cfg_.job_retention);
+      });
   } catch (...) {
     forget_input();
     release_idem();
@@ -567,18 +628,22 @@ Response Api::ready() {
     checks["redis"] = "ok";
   } catch (const std::exception& e) {
     thread_redis(endpoint_).reset();
-    checks["redis"] = e.what();
+    // /readyz is unauthenticated: the cause (addresses, paths) goes to the log, not the answer.
+    log::warn("not ready: redis", {{"error", e.what()}});
+    checks["redis"] = "unavailable";
     ok = false;
   }
   try {
     storage_.check();
     checks["storage"] = "ok";
   } catch (const std::exception& e) {
-    checks["storage"] = e.what();
+    log::warn("not ready: storage", {{"error", e.what()}});
+    checks["storage"] = "unavailable";
     ok = false;
   }
   Response r;
   r.status = ok ? 200 : 503;
+  if (!ok) r.headers.emplace_back("Retry-After", "2");
   r.body =
       json::serialize(json::object{{"status", ok ? "ready" : "not ready"}, {"checks", checks}});
   return r;

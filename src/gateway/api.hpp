@@ -50,6 +50,9 @@ class Api {
   Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption);
   // Blocking. `deadline_passed` is true when a long-poll's wait ended: answer whatever the state.
   Response handle(const Request& req, bool deadline_passed = false);
+  // The answers that need neither Redis nor storage (liveness, the API document), given at once
+  // on the I/O thread: they never queue behind uploads on the blocking pool. nullopt otherwise.
+  static std::optional<Response> answer_at_once(const Request& req);
 
  private:
   struct Context;

@@ -45,8 +45,19 @@ config::Schema schema(Config& c) {
              "On SIGTERM, how long in-flight requests (uploads, downloads) may take to finish "
              "before their connections are cut. Keep Kubernetes' "
              "`terminationGracePeriodSeconds` above it (the chart does).");
-  s.integer("server.max_connections", &c.max_connections, 20000, 1, 1 << 24,
-            "Open connections beyond this are refused.");
+  s.duration("server.body_idle_timeout", &c.body_idle_timeout, "60s",
+             "An upload or a download that moves no byte for this long is cut.");
+  s.integer("server.min_upload_rate", &c.min_upload_rate, 1024, 0, 1LL << 40,
+            "An upload slower than this many bytes/s, measured over half of "
+            "`body_idle_timeout`, is cut (`0` = no floor): a "
+            "trickling client must not hold the server's resources indefinitely.");
+  s.integer("server.min_download_rate", &c.min_download_rate, 1024, 1, 1LL << 40,
+            "A result download may take as long as it needs while it moves at least this many "
+            "bytes/s (each 64 KiB chunk gets its share of time, at least `body_idle_timeout`).");
+  s.integer("server.max_connections", &c.max_connections, 0, 0, 1 << 24,
+            "Open connections beyond this are refused. `0` = as many as the open-file limit "
+            "allows (raised to its hard limit at start) less a reserve for storage, Redis and "
+            "webhooks; a larger value is lowered to that, with a warning.");
   s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024,
             "Threads for storage and Redis work (uploads hold one each).");
   config::bind_redis(s, c.redis);
@@ -115,6 +126,10 @@ config::Schema schema(Config& c) {
              "(covers the dequeue-to-lease window).");
   s.integer("gc.max_reap_attempts", &c.max_reap_attempts, 3, 1, 1000,
             "After this many crashed runs a job is dead-lettered (`failed`, `dead_lettered`).");
+  s.duration("idempotency.reservation", &c.idempotency_reservation, "2m",
+             "How long an `Idempotency-Key` stays reserved for a submission whose upload has not "
+             "finished: renewed while the upload progresses, so a gateway that crashes mid-upload "
+             "frees the key within this time (a retry meanwhile gets 409).");
   s.duration("gc.job_retention", &c.job_retention, "168h",
              "Terminal job records expire this long after they finish.");
   s.duration("gc.interval", &c.gc_interval, "60s", "How often expired jobs' objects are deleted.");
@@ -130,6 +145,11 @@ config::Schema schema(Config& c) {
   s.boolean("webhooks.allow_private", &c.webhook_allow_private, false,
             "Allow callback URLs that resolve to private, loopback or link-local addresses.");
   s.duration("webhooks.timeout", &c.webhook_timeout, "10s", "Timeout of one delivery attempt.");
+  s.integer("webhooks.concurrency", &c.webhook_concurrency, 16, 1, 1024,
+            "Delivery attempts in flight at once, per gateway replica.");
+  s.integer("webhooks.per_host_concurrency", &c.webhook_per_host, 2, 1, 1024,
+            "Of those, at most this many to one destination (host and port): a slow or hanging "
+            "receiver delays only its own webhooks.");
   s.duration("webhooks.max_age", &c.webhook_max_age, "24h",
              "Retry failed deliveries (exponential backoff, jitter) for this long.");
   s.duration("webhooks.initial_backoff", &c.webhook_initial_backoff, "5s",

@@ -28,6 +28,10 @@ struct Config {
   std::chrono::milliseconds shutdown_timeout{};     // drain deadline after SIGTERM
   std::chrono::milliseconds redis_retry_timeout{};  // per Redis step of a request
   std::int64_t max_connections = 0;
+  std::chrono::milliseconds body_idle_timeout{};
+  std::chrono::milliseconds idempotency_reservation{};
+  std::int64_t min_upload_rate = 0, min_download_rate = 0;  // bytes/s
+  std::int64_t webhook_concurrency = 16, webhook_per_host = 2;
   std::int64_t blocking_threads = 0;  // storage and Redis work
 
   config::RedisConfig redis;

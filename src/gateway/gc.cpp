@@ -34,10 +34,23 @@ int Gc::pass() {
   return n;
 }
 
+void Gc::sweep() {
+  try {
+    if (auto n = p_.storage->sweep(p_.sweep_age))
+      log::info("gc: removed what crashed uploads left in storage", {{"removed", n}});
+  } catch (const std::exception& e) {
+    log::warn("gc: cannot sweep storage", {{"error", e.what()}});
+  }
+}
+
 void Gc::run(std::stop_token stop) {
   std::mutex mu;
   std::condition_variable_any cv;
   while (!stop.stop_requested()) {
+    if (std::chrono::steady_clock::now() >= next_sweep_) {
+      sweep();
+      next_sweep_ = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    }
     try {
       if (pass() >= kBatch) continue;  // a backlog: keep going
     } catch (const std::exception& e) {

@@ -21,18 +21,22 @@ struct GcParams {
   storage::Storage* storage;
   bool keep_objects = false;
   std::chrono::milliseconds interval;
+  // Storage::sweep: at start, then hourly, for leftovers older than this.
+  std::chrono::seconds sweep_age{3600};
 };
 
 class Gc {
  public:
   explicit Gc(GcParams p) : p_(std::move(p)), conn_(p_.endpoint) {}
-  int pass();  // throws redis::IoError
+  int pass();    // throws redis::IoError
+  void sweep();  // never throws
   void run(std::stop_token stop);
 
  private:
   static constexpr int kBatch = 100;  // per model and pass
   GcParams p_;
   redis::LazyConnection conn_;
+  std::chrono::steady_clock::time_point next_sweep_{};
 };
 
 }  // namespace relay::gateway

@@ -12,14 +12,25 @@
 
 namespace relay::gateway {
 
+// The open-file limit is raised to its hard limit; connections get what it leaves after a reserve
+// for the rest of the process: per blocking thread a Redis connection (one per master in cluster
+// mode) and a storage file or socket, plus the background loops and webhook deliveries.
+// `configured` (server.max_connections, 0 = fit) is lowered to that. Returns {budget, limit}.
+std::pair<long, long> connection_budget(long configured, long blocking_threads);
+
 class HttpServer {
  public:
   HttpServer(const Config& config, Api& api, Notifier& notifier);
   ~HttpServer();
   // Binds; throws std::runtime_error naming the address when it cannot.
   void listen();
-  // Serves until stop(); returns after in-flight requests finished or the drain deadline passed.
-  void run();
+  // Serves until stop(); returns after in-flight requests finished or the drain deadline passed:
+  // true then, false if serving failed (the accept loop ended on its own: the process should
+  // exit non-zero).
+  bool run();
+  // Connections this server accepts at most: server.max_connections, or what the open-file
+  // limit leaves (see connection_budget).
+  long max_connections() const;
   // Thread-safe: stop accepting, wake long-polls so they answer now, finish in-flight requests.
   void stop();
 

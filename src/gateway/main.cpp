@@ -1,5 +1,6 @@
 // relay-gateway — the HTTP API, the completion consumer, the reaper. Exit codes: 0 after a
-// signal-initiated shutdown; 1 when it cannot listen; 2 for a bad config or command line.
+// signal-initiated shutdown; 1 when it cannot listen or serving failed; 2 for a bad config or
+// command line.
 
 #include <signal.h>
 
@@ -51,6 +52,10 @@ int main(int argc, char** argv) {
     log::set_level(cfg.log.level);
     log::set_format(cfg.log.format);
     storage = storage::make_storage(cfg.storage);
+  } catch (const storage::StorageError& e) {
+    // Not the config's fault: exit 1 so that the orchestrator restarts it until it is there.
+    log::error("storage unavailable", {{"error", e.what()}});
+    return 1;
   } catch (const std::exception& e) {
     log::error("invalid configuration", {{"error", e.what()}});
     return 2;
@@ -89,8 +94,11 @@ int main(int argc, char** argv) {
             endpoint, keys, ms, cfg.consumer, cfg.claim_idle, on_completion}));
   gateway::WebhookSender webhooks({endpoint, keys, models, webhook_key, cfg.webhook_allow_private,
                                    cfg.webhook_timeout, cfg.webhook_max_age,
-                                   cfg.webhook_initial_backoff});
-  gateway::Gc gc({endpoint, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval});
+                                   cfg.webhook_initial_backoff, cfg.webhook_concurrency,
+                                   cfg.webhook_per_host});
+  // Leftovers of crashed uploads: untouched for twice the longest an upload may stall.
+  gateway::Gc gc({endpoint, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval,
+                  std::chrono::duration_cast<std::chrono::seconds>(2 * cfg.body_idle_timeout)});
   gateway::Api api(cfg, *storage, encryption);
   gateway::HttpServer server(cfg, api, notifier);
   try {
@@ -118,9 +126,10 @@ int main(int argc, char** argv) {
     }
   });
   log::info("gateway listening", {{"listen", cfg.listen},
+                                  {"max_connections", server.max_connections()},
                                   {"models", boost::json::array(models.begin(), models.end())},
                                   {"auth", cfg.auth_enabled}});
-  server.run();
+  const bool served = server.run();
 
   gc_thread.request_stop();
   gc_thread.join();
@@ -134,6 +143,10 @@ int main(int argc, char** argv) {
   notifier_thread.join();
   pthread_kill(signals.native_handle(), SIGUSR1);
   signals.join();
+  if (!served) {
+    log::error("gateway stopped after a failure");
+    return 1;
+  }
   log::info("gateway stopped");
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/errors.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
 #include "gateway/job_json.hpp"
@@ -32,7 +33,7 @@ struct Attempt {
 
 Attempt post(const std::string& url, const std::vector<std::string>& pinned,
              const std::vector<std::string>& headers, const std::string& body,
-             std::chrono::milliseconds timeout) {
+             std::chrono::milliseconds timeout, std::stop_token stop) {
   Attempt a;
   auto easy = http::make_easy();
   http::Headers h;
@@ -79,9 +80,12 @@ Attempt post(const std::string& url, const std::vector<std::string>& pinned,
   };
   curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &retry_after);
-  http::Transfer t(easy.get());
+  struct FreeResolve {
+    curl_slist*& list;
+    ~FreeResolve() { curl_slist_free_all(list); }
+  } free_resolve{resolve};
+  http::Transfer t(easy.get(), stop);  // throws Aborted on stop: the claim then lapses
   CURLcode rc = t.run();
-  if (resolve) curl_slist_free_all(resolve);
   if (rc != CURLE_OK) {
     a.error = http::describe(rc);
     return a;
@@ -110,16 +114,31 @@ std::chrono::milliseconds webhook_backoff(int failed_attempts, std::chrono::mill
   return std::max(jittered, retry_after);
 }
 
-void WebhookSender::deliver(redis::Schedules& schedules, const std::string& model,
-                            const std::string& id) {
-  auto d = schedules.delivery(model, id);
-  if (!d) return;  // vanished (expired with its job)
-  const JobRecord& job = d->job;
-  const int attempts = static_cast<int>(d->attempts) + 1;
-  const std::string& url = d->url;
+std::string webhook_destination(const std::string& url) {
+  auto u = boost::urls::parse_absolute_uri(url);
+  if (!u) return url;
+  std::string host = u->host();
+  for (auto& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string port =
+      u->has_port() ? std::string(u->port()) : (u->scheme() == "https" ? "443" : "80");
+  return host + ":" + port;
+}
+
+WebhookSender::WebhookSender(WebhookSenderParams p) : p_(std::move(p)), conn_(p_.endpoint) {}
+
+WebhookSender::~WebhookSender() = default;
+
+// One attempt, on a worker thread, with the worker's own Redis connection for the outcome.
+void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& conn,
+                            std::mt19937_64& rng, std::stop_token stop) {
+  const JobRecord& job = d.job;
+  const std::string& id = d.id;
+  const int attempts = static_cast<int>(d.attempts) + 1;
+  const std::string& url = d.url;
   const std::string body = job_json(job);
 
   std::string outcome;
+  long long next_due = 0;
   boost::json::object last{{"at", format_rfc3339(wall_now())}, {"attempt", attempts}};
   std::vector<std::string> addresses;
   if (auto why = check_callback_url(url, p_.allow_private, &addresses)) {
@@ -135,7 +154,7 @@ void WebhookSender::deliver(redis::Schedules& schedules, const std::string& mode
                                      "webhook-timestamp: " + std::to_string(ts)};
     if (!p_.key.empty())
       headers.push_back("webhook-signature: " + sign_webhook(p_.key, id, ts, body));
-    Attempt a = post(url, addresses, headers, body, p_.timeout);
+    Attempt a = post(url, addresses, headers, body, p_.timeout, stop);
     if (a.status >= 200 && a.status < 300) {
       outcome = "delivered";
       last["status"] = a.status;
@@ -146,48 +165,100 @@ void WebhookSender::deliver(redis::Schedules& schedules, const std::string& mode
       else
         last["error"] = a.error;
       metrics().webhook_attempts.add({a.status ? "http_error" : "network_error"});
-      auto delay = webhook_backoff(attempts, p_.initial_backoff, a.retry_after, rng_);
-      const bool expired = now_ms() + delay.count() - d->created_ms > p_.max_age.count();
+      auto delay = webhook_backoff(attempts, p_.initial_backoff, a.retry_after, rng);
+      const bool expired = now_ms() + delay.count() - d.created_ms > p_.max_age.count();
       // 410 Gone: the receiver says the endpoint is gone for good (Standard Webhooks).
       outcome = (a.status == 410 || expired) ? "failed" : "retrying";
       if (outcome == "retrying") last["next_attempt_in_ms"] = delay.count();
-      schedules.webhook_outcome(*d, outcome, now_ms() + delay.count(), attempts,
-                                boost::json::serialize(last));
-      log::warn("webhook attempt failed", {{"job_id", job.id},
-                                           {"webhook_id", id},
-                                           {"attempt", attempts},
-                                           {"outcome", outcome},
-                                           {"last", last}});
-      return;
+      next_due = now_ms() + delay.count();
     }
   }
-  schedules.webhook_outcome(*d, outcome, 0, attempts, boost::json::serialize(last));
-  log::info(outcome == "delivered" ? "webhook delivered" : "webhook refused",
-            {{"job_id", job.id}, {"webhook_id", id}, {"attempt", attempts}, {"last", last}});
+  redis::Schedules(conn.get(), p_.keys)
+      .webhook_outcome(d, outcome, next_due, attempts, boost::json::serialize(last));
+  if (outcome == "retrying" || outcome == "failed")
+    log::warn("webhook attempt failed", {{"job_id", job.id},
+                                         {"webhook_id", id},
+                                         {"attempt", attempts},
+                                         {"outcome", outcome},
+                                         {"last", last}});
+  else
+    log::info(outcome == "delivered" ? "webhook delivered" : "webhook refused",
+              {{"job_id", job.id}, {"webhook_id", id}, {"attempt", attempts}, {"last", last}});
 }
 
-int WebhookSender::pass() {
+int WebhookSender::dispatch() {
   redis::Schedules schedules(conn_.get(), p_.keys);
   // Claimed for the attempt's timeout plus a margin: if this replica dies, another retries.
-  auto lock = p_.timeout + std::chrono::seconds(30);
-  int n = 0;
+  const auto lock = p_.timeout + std::chrono::seconds(30);
+  int dispatched = 0;
   for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
-    for (const auto& id : schedules.claim_webhooks(model, now_ms(), lock, 16)) {
-      deliver(schedules, model, id);
-      ++n;
+    int free = 0;
+    {
+      std::lock_guard l(mu_);
+      free = static_cast<int>(p_.concurrency - in_flight_);
+    }
+    if (free <= 0) break;
+    for (const auto& id : schedules.claim_webhooks(model, now_ms(), lock, free)) {
+      auto d = schedules.delivery(model, id);
+      if (!d) continue;  // vanished (expired with its job)
+      const std::string dest = webhook_destination(d->url);
+      {
+        std::lock_guard l(mu_);
+        if (per_host_[dest] < p_.per_host) {
+          ++per_host_[dest];
+          ++in_flight_;
+          queue_.push_back({std::move(*d), dest});
+          ++dispatched;
+          work_cv_.notify_one();
+          continue;
+        }
+      }
+      // That receiver already has its share of deliveries in flight: this one waits its turn
+      // (no attempt counted), and other receivers' deliveries go ahead.
+      schedules.defer_webhook(model, id, now_ms() + kDeferMs);
     }
   }
-  return n;
+  return dispatched;
+}
+
+void WebhookSender::work(std::stop_token stop) {
+  redis::LazyConnection conn(p_.endpoint);
+  std::mt19937_64 rng{std::random_device{}()};
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock l(mu_);
+      if (!work_cv_.wait(l, stop, [&] { return !queue_.empty(); })) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    try {
+      attempt(task.delivery, conn, rng, stop);
+    } catch (const Aborted&) {
+      // Stopping: the claim lapses and another attempt follows (here or on another replica).
+    } catch (const std::exception& e) {
+      conn.reset();
+      log::warn("webhook attempt not recorded; it is retried when its claim lapses",
+                {{"webhook_id", task.delivery.id}, {"error", e.what()}});
+    }
+    {
+      std::lock_guard l(mu_);
+      if (--per_host_[task.destination] == 0) per_host_.erase(task.destination);
+      --in_flight_;
+    }
+    idle_cv_.notify_all();
+  }
 }
 
 void WebhookSender::run(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any cv;
+  std::vector<std::jthread> workers;
+  for (std::int64_t i = 0; i < p_.concurrency; ++i)
+    workers.emplace_back([this](std::stop_token st) { work(st); });
   auto last_error_log = std::chrono::steady_clock::time_point{};
   while (!stop.stop_requested()) {
-    int sent = 0;
+    int dispatched = 0;
     try {
-      sent = pass();
+      dispatched = dispatch();
     } catch (const std::exception& e) {
       conn_.reset();
       auto now = std::chrono::steady_clock::now();
@@ -196,10 +267,15 @@ void WebhookSender::run(std::stop_token stop) {
         last_error_log = now;
       }
     }
-    if (sent > 0) continue;  // more may be due
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, stop, p_.poll_interval, [] { return false; });
+    std::unique_lock l(mu_);
+    if (dispatched > 0 && in_flight_ < p_.concurrency) continue;  // more may be due
+    // Until the next poll, or until a worker frees up when all were busy.
+    const std::int64_t busy = in_flight_;
+    idle_cv_.wait_for(l, stop, p_.poll_interval,
+                      [&] { return busy >= p_.concurrency && in_flight_ < busy; });
   }
+  for (auto& w : workers) w.request_stop();
+  // The workers' destructors join: an attempt in flight is aborted (its claim lapses).
 }
 
 }  // namespace relay::gateway

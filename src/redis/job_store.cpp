@@ -202,6 +202,12 @@ void JobStore::release_idempotency(const std::string& key) {
   conn_.command({"DEL", key});
 }
 
+bool JobStore::renew_idempotency(const std::string& key, const std::string& job_id,
+                                 std::chrono::milliseconds ttl) {
+  return as_integer(conn_.eval(lua::renew_idempotency, {key}, {job_id, std::to_string(ttl.count())})
+                        .get()) == 1;
+}
+
 void JobStore::require_replicas(std::int64_t replicas) {
   if (replicas <= 0) return;
   auto acks = as_integer(conn_.command({"WAIT", std::to_string(replicas), "1000"}).get());

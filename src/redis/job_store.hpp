@@ -88,6 +88,10 @@ class JobStore {
   std::optional<std::string> reserve_idempotency(const std::string& key, const std::string& job_id,
                                                  std::chrono::milliseconds ttl);
   void release_idempotency(const std::string& key);
+  // Sets the reservation's TTL if job_id still holds it; false when it does not (lua/
+  // renew_idempotency.lua).
+  bool renew_idempotency(const std::string& key, const std::string& job_id,
+                         std::chrono::milliseconds ttl);
 
   // Returns once `replicas` replicas have this connection's writes so far (WAIT, up to 1 s; in
   // cluster mode on the node of the previous command); 0 = at once. Throws IoError when fewer

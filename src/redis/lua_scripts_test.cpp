@@ -22,7 +22,7 @@ TEST(LuaScripts, BuildTimeSha1MatchesTheEmbeddedSource) {
   for (const auto& s :
        {lua::submit, lua::take, lua::begin, lua::heartbeat, lua::finish, lua::give_back, lua::reap,
         lua::cancel, lua::schedule_webhook, lua::claim_webhooks, lua::webhook_outcome,
-        lua::schedule_gc, lua::requeue_deadletter}) {
+        lua::schedule_gc, lua::requeue_deadletter, lua::renew_idempotency}) {
     EXPECT_EQ(s.sha1, sha1_hex(s.source)) << s.name;
     EXPECT_NE(s.source.find("KEYS[1]"), std::string_view::npos)
         << s.name << ": documented and using keys";
@@ -39,7 +39,7 @@ TEST(LuaScripts, TouchOnlyTheKeysTheyAreGiven) {
   for (const auto& s :
        {lua::submit, lua::take, lua::begin, lua::heartbeat, lua::finish, lua::give_back, lua::reap,
         lua::cancel, lua::schedule_webhook, lua::claim_webhooks, lua::webhook_outcome,
-        lua::schedule_gc, lua::requeue_deadletter}) {
+        lua::schedule_gc, lua::requeue_deadletter, lua::renew_idempotency}) {
     std::string src(s.source);
     int calls = 0;
     for (std::sregex_iterator it(src.begin(), src.end(), call), end; it != end; ++it, ++calls) {

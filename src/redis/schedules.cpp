@@ -56,6 +56,11 @@ void Schedules::webhook_outcome(const Delivery& d, const std::string& outcome,
              {d.id, outcome, std::to_string(next_due_ms), std::to_string(attempts), last});
 }
 
+void Schedules::defer_webhook(const std::string& model, const std::string& id, long long due_ms) {
+  // XX: a delivery that finished meanwhile (another replica) is not brought back.
+  conn_.command({"ZADD", keys_.webhooks_due(model), "XX", std::to_string(due_ms), id});
+}
+
 std::vector<GcItem> Schedules::gc_due(const std::string& model, long long now_ms, int limit) {
   const std::string due_key = keys_.gc_due(model);
   auto due = conn_.command({"ZRANGEBYSCORE", due_key, "-inf", std::to_string(now_ms), "LIMIT", "0",

@@ -39,6 +39,9 @@ class Schedules {
   void webhook_outcome(const Delivery& d, const std::string& outcome, long long next_due_ms,
                        long long attempts, const std::string& last);
 
+  // A claimed delivery made due again at due_ms without an attempt (its receiver is busy).
+  void defer_webhook(const std::string& model, const std::string& id, long long due_ms);
+
   // Up to limit jobs of model (any model without the hash tag) whose objects are due at now_ms.
   // Malformed members are dropped.
   std::vector<GcItem> gc_due(const std::string& model, long long now_ms, int limit);

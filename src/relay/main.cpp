@@ -4,13 +4,17 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <ctime>
 #include <iostream>
 #include <thread>
 
+#include "common/backoff.hpp"
 #include "common/log.hpp"
 #include "common/signals.hpp"
 #include "relay/config.hpp"
 #include "relay/relay.hpp"
+#include "storage/storage.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"relay: takes inference jobs from Redis, runs them on the local model server"};
@@ -56,7 +60,26 @@ int main(int argc, char** argv) {
   std::unique_ptr<relay::storage::Storage> storage;
   relay::crypto::Encryption encryption;
   try {
-    storage = relay::storage::make_storage(cfg.storage);
+    // Storage that is not there yet (a volume still mounting, a folder not yet created) is
+    // waited for like Redis, up to relay.health_timeout; SIGTERM meanwhile exits 0.
+    const auto deadline = std::chrono::steady_clock::now() + cfg.health_timeout;
+    relay::Backoff backoff;
+    while (!storage) {
+      try {
+        storage = relay::storage::make_storage(cfg.storage);
+      } catch (const relay::storage::StorageError& e) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          relay::log::error("storage never became available; exiting", {{"error", e.what()}});
+          return 1;
+        }
+        auto delay = backoff.next();
+        relay::log::warn("storage not available yet; retrying",
+                         {{"error", e.what()}, {"retry_in_ms", delay.count()}});
+        timespec ts{static_cast<time_t>(delay.count() / 1000),
+                    static_cast<long>(delay.count() % 1000) * 1'000'000};
+        if (sigtimedwait(&set, nullptr, &ts) > 0) return 0;
+      }
+    }
     // Keys are loaded whenever there are any, not only with encryption.enabled: a relay decrypts
     // encrypted jobs whatever its own setting (the record names the key).
     encryption = relay::crypto::Encryption::from(

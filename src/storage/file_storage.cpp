@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <utility>
+#include <vector>
 
 #include "common/errors.hpp"
 
@@ -79,7 +81,8 @@ class FileSource final : public ByteSource {
 FileStorage::FileStorage(std::string root, bool fsync) : root_(std::move(root)), fsync_(fsync) {
   std::error_code ec;
   fs::create_directories(root_, ec);
-  if (ec) throw std::invalid_argument("storage root " + root_ + ": " + ec.message());
+  // Not a config error: a volume may still be mounting. Callers decide whether to wait.
+  if (ec) throw StorageError(ErrorKind::unavailable, "storage root " + root_ + ": " + ec.message());
 }
 
 std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_token stop) {
@@ -133,14 +136,54 @@ void FileStorage::put(const std::string& key, ByteSource& body, std::stop_token 
     if (::rename(tmp.c_str(), path.c_str()) != 0) fail_errno("cannot rename into", key);
   } catch (...) {
     ::unlink(tmp.c_str());
+    ::rmdir(dir.c_str());  // the job's folder, if this was its only object (else: ENOTEMPTY)
     throw;
   }
+}
+
+std::size_t FileStorage::sweep(std::chrono::seconds older_than) {
+  const auto cutoff = fs::file_time_type::clock::now() - older_than;
+  std::size_t removed = 0;
+  std::error_code ec;
+  std::vector<fs::path> folders;
+  std::set<fs::path> emptied;
+  for (fs::recursive_directory_iterator
+           it(root_, fs::directory_options::skip_permission_denied, ec),
+       end;
+       !ec && it != end; it.increment(ec)) {
+    const fs::path& p = it->path();
+    std::error_code e;
+    if (it->is_directory(e)) {
+      folders.push_back(p);
+      continue;
+    }
+    // put()'s temporaries: "<object>.tmp-<pid>-<n>".
+    if (p.filename().string().find(".tmp-") != std::string::npos &&
+        fs::last_write_time(p, e) < cutoff && !e && fs::remove(p, e)) {
+      ++removed;
+      emptied.insert(p.parent_path());
+    }
+  }
+  // Deepest first, so that a folder emptied by its children's removal goes too. (Removing an
+  // entry makes its folder look new: what this sweep emptied goes whatever its time.)
+  for (auto it = folders.rbegin(); it != folders.rend(); ++it) {
+    std::error_code e;
+    if (!fs::is_empty(*it, e) || e) continue;
+    const bool old = emptied.contains(*it) || (fs::last_write_time(*it, e) < cutoff && !e);
+    if (old && ::rmdir(it->c_str()) == 0) {
+      ++removed;
+      emptied.insert(it->parent_path());
+    }
+  }
+  return removed;
 }
 
 void FileStorage::remove(const std::string& key) {
   check_key(key);
   std::string path = root_ + "/" + key;
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail_errno("cannot delete", key);
+  // The job's folder goes with its last object (a refused submission's, or after GC).
+  if (auto slash = path.rfind('/'); slash > root_.size()) ::rmdir(path.substr(0, slash).c_str());
 }
 
 void FileStorage::check() {

@@ -10,6 +10,7 @@ class FileStorage final : public Storage {
   void put(const std::string& key, ByteSource& body, std::stop_token stop) override;
   void remove(const std::string& key) override;
   void check() override;
+  std::size_t sweep(std::chrono::seconds older_than) override;
 
  private:
   std::string root_;

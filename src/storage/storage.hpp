@@ -57,6 +57,11 @@ class Storage {
   virtual void remove(const std::string& key) = 0;
   // Cheap reachability check for readiness probes.
   virtual void check() = 0;
+  // Removes what a crashed writer left behind — temporary objects and empty job folders — not
+  // touched for `older_than` (an upload in progress writes more often than that). Returns how
+  // many it removed. Object stores need nothing here: an unfinished upload is no object (their
+  // incomplete multipart uploads are for a lifecycle rule, see README).
+  virtual std::size_t sweep(std::chrono::seconds /*older_than*/) { return 0; }
 };
 
 // Throws std::invalid_argument (message fit for a config error) for a bad URL or missing

@@ -446,7 +446,13 @@ TEST_F(GatewayTest, RedisOutageIs503ThenRecovery) {
   auto r = submit("during the outage");  // retried for redis.retry_timeout, then refused
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_EQ(error_code(r), "redis_unavailable");
-  EXPECT_EQ(http("GET", url("/readyz")).status, 503);
+  EXPECT_FALSE(r.headers["retry-after"].empty()) << "every 503 says when to retry";
+  auto ready = http("GET", url("/readyz"));
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_FALSE(ready.headers["retry-after"].empty());
+  // Unauthenticated: no address or path in the answer (the log has the cause).
+  EXPECT_EQ(ready.body.find("127.0.0.1"), std::string::npos) << ready.body;
+  EXPECT_EQ(ready.body.find(files_.path()), std::string::npos) << ready.body;
   EXPECT_EQ(http("GET", url("/healthz")).status, 200);
   EXPECT_EQ(stored_files(), 0u) << "the input of a refused submission is removed";
   redis_.start();
@@ -507,6 +513,35 @@ TEST_F(GatewayTest, MetricsExposeQueuesAndCounters) {
 TEST_F(GatewayTest, SigtermStopsCleanly) {
   start_gateway();
   EXPECT_EQ(gateway_->stop(), 0);
+}
+
+// SIGTERM with uploads stalled mid-body: they get server.shutdown_timeout to finish, then are
+// cut, and the process exits 0 within that time and a second (it used to wait for ever on the
+// pool threads blocked reading them).
+TEST_F(GatewayTest, SigtermWithStalledUploadsExitsInTime) {
+  start_gateway({{"RELAY_SERVER_SHUTDOWN_TIMEOUT", "2s"}, {"RELAY_SERVER_BLOCKING_THREADS", "2"}});
+  std::vector<int> stalled;
+  for (int i = 0; i < 2; ++i) {
+    int fd = raw_connect(gateway_->url());
+    std::string head =
+        "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        "Content-Length: 1000000\r\n\r\nsome bytes, then nothing";
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    stalled.push_back(fd);
+  }
+  auto uploading = [&] {  // both handlers are storing their (stalled) bodies
+    int n = 0;
+    for (auto& e : std::filesystem::recursive_directory_iterator(files_.path()))
+      n += e.path().filename().string().find(".tmp-") != std::string::npos;
+    return n == 2;
+  };
+  ASSERT_TRUE(wait_until(uploading, 10s)) << gateway_->log();
+  // Both blocking threads hold a stalled upload: liveness is answered all the same.
+  EXPECT_EQ(http("GET", url("/healthz"), {}, {}, {}, 2000).status, 200);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(gateway_->stop(), 0) << gateway_->log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << gateway_->log();
+  for (int fd : stalled) ::close(fd);
 }
 
 }  // namespace
@@ -709,6 +744,39 @@ TEST_F(GatewayTest, TheDequeueToLeaseWindowIsNeverReaped) {
 
 namespace relay::testing {
 namespace {
+
+// A receiver that accepts connections and never answers (the kernel completes the handshake of
+// a listening socket nobody accepts on) holds five deliveries; another tenant's webhook to a
+// healthy receiver still goes out at once, not after the hanging ones time out.
+TEST_F(WebhookTest, HangingReceiverDelaysOnlyItsOwnWebhooks) {
+  const int hanging_port = free_port();
+  int hanging = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(hanging_port));
+  ASSERT_EQ(::bind(hanging, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(hanging, 64), 0);
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_hanging{hanging};
+  WebhookReceiver healthy;
+  healthy.start();
+  start_gateway(webhook_env({{"RELAY_WEBHOOKS_TIMEOUT", "60s"}}));
+  InferenceServer inference;
+  const std::string hanging_url = "http://127.0.0.1:" + std::to_string(hanging_port) + "/hook";
+  for (int i = 0; i < 5; ++i) submit_with_callback(hanging_url);
+  ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "5"})->wait_exit(30s), 0);
+  // Give the sender time to take up the hanging deliveries (they hold their connections).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto id = submit_with_callback(healthy.url());
+  ASSERT_EQ(start_relay(inference)->wait_exit(20s), 0);
+  // Served promptly: one hanging receiver holds at most webhooks.per_host_concurrency workers.
+  // (Before, one sender thread tried deliveries in turn: this waited for the 60 s timeouts.)
+  EXPECT_TRUE(wait_until([&] { return healthy.lines().size() == 1; }, 3s)) << gateway_->log();
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 10s));
+}
 
 TEST_F(WebhookTest, RetryAfterIsHonoured) {
   WebhookReceiver receiver(/*fail_first=*/1, /*port=*/0, /*retry_after=*/2);
@@ -949,6 +1017,211 @@ TEST_F(EncryptionTest, EnabledWithoutTheActiveKeyRefusesToStart) {
 
 namespace relay::testing {
 namespace {
+
+// With 128 open files allowed (soft and hard) and 200 clients connecting, the gateway fits its
+// connections under the limit, refuses the rest, and serves again once they leave: it neither
+// stops nor exits (the accept loop used to end on EMFILE, and the process then exited 0).
+TEST_F(GatewayTest, ALowOpenFileLimitIsSurvived) {
+  Env env = gateway_env({{"RELAY_SERVER_BLOCKING_THREADS", "2"}});
+  const int port = free_port();
+  env["RELAY_SERVER_LISTEN"] = "127.0.0.1:" + std::to_string(port);
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  TempDir dir;
+  Process gw({"/usr/bin/prlimit", "--nofile=128:128", "--", gateway_binary()}, env,
+             dir.path() + "/gw.log");
+  ASSERT_TRUE(wait_until([&] { return port_open(port); }, 20s)) << gw.log();
+  std::vector<int> clients;
+  for (int i = 0; i < 200; ++i) clients.push_back(raw_connect(base));
+  // Requests on fresh connections are refused (closed) or answered; none hangs the server.
+  for (int i = 0; i < 20; ++i) http("GET", base + "/healthz", {}, {}, {}, 2000);
+  EXPECT_TRUE(gw.running()) << gw.log();
+  for (int c : clients)
+    if (c >= 0) ::close(c);
+  EXPECT_TRUE(wait_until([&] { return http("GET", base + "/healthz").status == 200; }, 20s))
+      << gw.log();
+  // Submissions work too (storage, Redis: the reserve kept descriptors for them).
+  auto r = http("POST", base + "/jobs/echo?filename=a.txt", {"Content-Type: text/plain"}, "x");
+  EXPECT_EQ(r.status, 202) << r.body;
+  EXPECT_NE(gw.log().find("\"max_connections\":48"), std::string::npos)
+      << "128 files less the reserve (64 + 8 per blocking thread)\n"
+      << gw.log();
+  gw.signal(SIGTERM);
+  EXPECT_EQ(gw.wait_exit(20s), 0) << gw.log();
+}
+
+namespace {
+// Sends a raw-body submission of `total` bytes in `step`-byte pieces every `every`; returns the
+// HTTP status line's code, or 0 when the gateway cut the connection.
+int trickle_upload(const std::string& base, size_t total, size_t step,
+                   std::chrono::milliseconds every) {
+  int fd = raw_connect(base);
+  std::string head =
+      "POST /jobs/echo?filename=slow.bin HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/octet-stream\r\nContent-Length: " +
+      std::to_string(total) + "\r\n\r\n";
+  bool cut = ::send(fd, head.data(), head.size(), MSG_NOSIGNAL) < 0;
+  const std::string piece(step, 'x');
+  for (size_t sent = 0; !cut && sent < total; sent += step) {
+    std::this_thread::sleep_for(every);
+    size_t n = std::min(step, total - sent);
+    cut = ::send(fd, piece.data(), n, MSG_NOSIGNAL) < 0;
+  }
+  char buf[512] = {};
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  ::close(fd);
+  if (n <= 12 || std::string_view(buf).substr(0, 9) != "HTTP/1.1 ") return 0;
+  return std::atoi(buf + 9);
+}
+}  // namespace
+
+// Progress is bytes, not filled buffers: a client on a bad link (2 KiB/s here, for more than
+// twice body_idle_timeout) completes its upload; a trickle under min_upload_rate is cut.
+TEST_F(GatewayTest, SlowUploadsCompleteAndTricklesAreCut) {
+  start_gateway(
+      {{"RELAY_SERVER_BODY_IDLE_TIMEOUT", "4s"}, {"RELAY_SERVER_MIN_UPLOAD_RATE", "1024"}});
+  EXPECT_EQ(trickle_upload(gateway_->url(), 20 * 1024, 1024, std::chrono::milliseconds(500)), 202)
+      << gateway_->log();
+  // 64 bytes/s: under the floor once a window (2 s) has been measured.
+  EXPECT_EQ(trickle_upload(gateway_->url(), 4096, 64, std::chrono::milliseconds(1000)), 0);
+  EXPECT_NE(gateway_->log().find("slower than server.min_upload_rate"), std::string::npos)
+      << gateway_->log();
+}
+
+// A download has no total deadline: a reader slower than body_idle_timeout per whole result,
+// but steady, gets all of it.
+TEST_F(GatewayTest, ASlowReaderGetsTheWholeResult) {
+  start_gateway({{"RELAY_SERVER_BODY_IDLE_TIMEOUT", "2s"}});
+  InferenceServer inference({.result_bytes = 3 << 20});
+  auto id = submit_id("big result");
+  ASSERT_EQ(start_relay(inference)->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  int fd = raw_connect(gateway_->url());
+  std::string req =
+      "GET /jobs/echo/" + id + "/result HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_GT(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), 0);
+  int small = 16 * 1024;  // a small receive buffer, read 64 KiB per 100 ms: ~640 KiB/s, ~5 s
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  std::string got;
+  std::vector<char> buf(64 * 1024);
+  const auto started = std::chrono::steady_clock::now();
+  for (;;) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_WAITALL);
+    if (n <= 0) break;
+    got.append(buf.data(), static_cast<size_t>(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::close(fd);
+  const auto took = std::chrono::steady_clock::now() - started;
+  const auto body = got.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_GE(got.size() - body - 4, static_cast<size_t>(3 << 20)) << "the whole result";
+  EXPECT_GT(took, std::chrono::seconds(2)) << "slower than body_idle_timeout in all";
+}
+
+// kill -9 mid-upload with an Idempotency-Key: the reservation lapses by itself (it lived only
+// while the upload progressed), so a retry succeeds within idempotency.reservation, not a
+// week later; and the temporary object the crash left is swept away on the next start.
+TEST_F(GatewayTest, ACrashMidUploadFreesItsIdempotencyKeyAndLeavesNothing) {
+  start_gateway(
+      {{"RELAY_IDEMPOTENCY_RESERVATION", "3s"}, {"RELAY_SERVER_BODY_IDLE_TIMEOUT", "2s"}});
+  auto temporaries = [&] {
+    std::vector<std::filesystem::path> out;
+    for (auto& e : std::filesystem::recursive_directory_iterator(files_.path()))
+      if (e.path().filename().string().find(".tmp-") != std::string::npos) out.push_back(e.path());
+    return out;
+  };
+  int fd = raw_connect(gateway_->url());
+  std::string head =
+      "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Idempotency-Key: crash-1\r\nContent-Length: 10000000\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  const std::string chunk(256 * 1024, 'x');
+  ASSERT_GT(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(wait_until([&] { return !temporaries().empty(); }, 10s)) << "the upload is under way";
+  gateway_->kill();
+  ::close(fd);
+  gateway_->start();
+  HttpResult retry;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        retry = submit("the retry", {"Idempotency-Key: crash-1"});
+        return retry.status == 202;
+      },
+      15s))
+      << retry.status << " " << retry.body;
+  EXPECT_EQ(str(job(str(parse(retry), "id")), "status"), "pending");
+  // Leftovers older than twice body_idle_timeout are swept when the gateway starts.
+  auto left = temporaries();
+  ASSERT_FALSE(left.empty());
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::error_code ec;
+        auto age = std::filesystem::file_time_type::clock::now() -
+                   std::filesystem::last_write_time(left[0], ec);
+        return ec || age > std::chrono::seconds(5);
+      },
+      20s));
+  EXPECT_EQ(gateway_->stop(), 0);
+  gateway_->start();
+  EXPECT_TRUE(wait_until([&] { return temporaries().empty(); }, 10s)) << gateway_->log();
+}
+
+namespace {
+std::string recv_some(int fd, int timeout_s) {
+  char buf[4096];
+  timeval tv{timeout_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+}  // namespace
+
+// Expect: 100-continue gets "100 Continue" once the request is acceptable (then the body is
+// read), and the final answer at once when it is not (no body needed).
+TEST_F(GatewayTest, ExpectContinueIsAnsweredWhenTheRequestIsAcceptable) {
+  start_gateway();
+  int fd = raw_connect(gateway_->url());
+  std::string head =
+      "POST /jobs/echo?filename=a.txt HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n";
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(recv_some(fd, 5).starts_with("HTTP/1.1 100 Continue\r\n"));
+  ::send(fd, "hello", 5, MSG_NOSIGNAL);
+  EXPECT_TRUE(recv_some(fd, 5).starts_with("HTTP/1.1 202"));
+  ::close(fd);
+  fd = raw_connect(gateway_->url());
+  head =
+      "POST /jobs/nosuch HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+      "Content-Length: 5\r\n\r\n";
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(recv_some(fd, 5).starts_with("HTTP/1.1 404"));
+  ::close(fd);
+}
+
+// An early answer to a request whose body is still coming (404 here) reaches the client: the
+// gateway half-closes and drops the rest instead of resetting the connection under it.
+TEST_F(GatewayTest, AnEarlyAnswerReachesAClientStillSending) {
+  start_gateway();
+  // As simple HTTP clients do: send the whole body, then read the answer. A connection reset
+  // while sending (the server closed with unread data) loses the answer.
+  for (int round = 0; round < 3; ++round) {
+    int fd = raw_connect(gateway_->url());
+    const size_t total = 24u << 20;
+    std::string head =
+        "POST /jobs/nosuch HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(total) +
+        "\r\n\r\n";
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    const std::string chunk(64 * 1024, 'x');
+    bool send_failed = false;
+    for (size_t sent = 0; sent < total && !send_failed; sent += chunk.size())
+      send_failed = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0;
+    EXPECT_FALSE(send_failed) << "round " << round << ": " << std::strerror(errno);
+    EXPECT_TRUE(recv_some(fd, 10).starts_with("HTTP/1.1 404")) << "round " << round;
+    ::close(fd);
+  }
+}
 
 TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
   start_gateway({{"RELAY_SERVER_MAX_CONNECTIONS", "2"}});

@@ -634,6 +634,28 @@ TEST_F(RelayTest, RedisRestartWhileIdleIsSurvived) {
   EXPECT_EQ(store.get(model_, r.id)->status, "completed");
 }
 
+// Storage that is not there yet (a volume still mounting) is waited for like Redis, not
+// reported as a configuration error (exit 2).
+TEST_F(RelayTest, StorageNotYetAvailableIsWaitedFor) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  TempDir d;
+  const std::string blocker = d.path() + "/mount";
+  std::ofstream(blocker) << "a file where the folder should be";
+  env["RELAY_STORAGE_URL"] = "file://" + blocker + "/objects";
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until(
+      [&] { return relay->log().find("storage not available yet") != std::string::npos; }, 10s))
+      << relay->log();
+  EXPECT_TRUE(relay->running());
+  std::filesystem::remove(blocker);
+  std::filesystem::create_directories(blocker + "/objects");
+  auto st = storage_for(env);
+  auto id = submit(*st, "once mounted");
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  EXPECT_EQ(record(id).status, "completed");
+}
+
 TEST_F(RelayTest, SigtermDuringTheHealthWaitExitsZero) {
   InferenceServer inference({.health_status = 503});
   auto env = base_env(inference);

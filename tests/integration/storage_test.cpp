@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "common/errors.hpp"
 #include "harness.hpp"
@@ -134,7 +135,34 @@ TEST(FileStorage, AFailedWriteLeavesNothingBehind) {
     int calls_ = 0;
   } body;
   EXPECT_THROW(st->put("svc/f/result.json", body, {}), std::runtime_error);
-  EXPECT_TRUE(std::filesystem::is_empty(dir.path() + "/svc/f")) << "no object, no temporary file";
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/svc/f"))
+      << "no object, no temporary file, and not the job's folder it made";
+}
+
+// What a crashed writer left — temporaries and empty job folders — goes once it is old enough;
+// an upload in progress (a fresh temporary) and stored objects stay.
+TEST(FileStorage, SweepRemovesOldLeftoversOnly) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  storage::Config c;
+  c.url = "file://" + dir.path();
+  auto st = storage::make_storage(c);
+  MemorySource kept("kept");
+  st->put("svc/done/input", kept, {});
+  fs::create_directories(dir.path() + "/svc/crashed");
+  fs::create_directories(dir.path() + "/svc/fresh");
+  fs::create_directories(dir.path() + "/svc/empty");
+  std::ofstream(dir.path() + "/svc/crashed/input.tmp-1-0") << "partial";
+  std::ofstream(dir.path() + "/svc/fresh/input.tmp-2-0") << "in progress";
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  for (const char* p :
+       {"/svc/crashed/input.tmp-1-0", "/svc/crashed", "/svc/empty", "/svc/done", "/svc/done/input"})
+    fs::last_write_time(dir.path() + p, old);
+  EXPECT_EQ(st->sweep(std::chrono::hours(1)), 3u);  // the temporary, its folder, the empty one
+  EXPECT_FALSE(fs::exists(dir.path() + "/svc/crashed"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/svc/empty"));
+  EXPECT_TRUE(fs::exists(dir.path() + "/svc/fresh/input.tmp-2-0"));
+  EXPECT_TRUE(fs::exists(dir.path() + "/svc/done/input"));
 }
 
 }  // namespace
