@@ -88,12 +88,23 @@ bool is_public_address(const std::string& ip) {
   if (::inet_pton(AF_INET6, ip.c_str(), a) == 1) {
     static const unsigned char zero[16] = {};
     if (std::equal(a, a + 15, zero) && (a[15] == 0 || a[15] == 1)) return false;  // :: and ::1
+    // Forms that carry an IPv4 address, which is what they reach: IPv4-mapped (::ffff:a.b.c.d),
+    // IPv4-compatible (::a.b.c.d, deprecated but routed by some stacks), NAT64 (64:ff9b::/96)
+    // and 6to4 (2002:AABB:CCDD::/48).
+    auto embedded = [&](const unsigned char* v4) {
+      char text[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, v4, text, sizeof text);
+      return is_public_address(text);
+    };
     static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (std::equal(a, a + 12, mapped)) {
-      char v4[INET_ADDRSTRLEN];
-      ::inet_ntop(AF_INET, a + 12, v4, sizeof v4);
-      return is_public_address(v4);
-    }
+    static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    if (std::equal(a, a + 12, mapped) || std::equal(a, a + 12, zero) ||
+        std::equal(a, a + 12, nat64))
+      return embedded(a + 12);
+    if (a[0] == 0x20 && a[1] == 0x02) return embedded(a + 2);
+    // 64:ff9b:1::/48: local-use NAT64 (RFC 8215), whatever it embeds.
+    if (a[0] == 0 && a[1] == 0x64 && a[2] == 0xff && a[3] == 0x9b && a[4] == 0 && a[5] == 1)
+      return false;
     if ((a[0] & 0xfe) == 0xfc) return false;                  // fc00::/7 unique local
     if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return false;  // fe80::/10 link-local
     if (a[0] == 0xff) return false;                           // multicast

@@ -31,6 +31,8 @@ std::string escape_quoted(const std::string& s) {
   for (char c : s) {
     if (c == '"')
       out += "%22";
+    else if (c == '\\')
+      out += "\\\\";  // a trailing backslash would otherwise escape the closing quote
     else if (c == '\r')
       out += "%0D";
     else if (c == '\n')

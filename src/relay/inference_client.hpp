@@ -64,7 +64,8 @@ class InferenceClient {
   std::unique_ptr<Impl> impl_;
 };
 
-// Multipart pieces, exposed for tests. Quotes, CR and LF in names are escaped as browsers do.
+// Multipart pieces, exposed for tests. Quotes, CR and LF in names are escaped as browsers do
+// (%22, %0D, %0A), and a backslash as in a quoted-string (\\).
 std::string multipart_file_head(const std::string& boundary, const std::string& filename,
                                 const std::string& content_type);
 std::string multipart_field(const std::string& boundary, const std::string& name,

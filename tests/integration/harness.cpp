@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -33,18 +34,25 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
   }
 }
 
+// A port below the kernel's ephemeral range (32768-60999 by default): a port from bind(0) may
+// become some connection's local port before the server binds it (then the server cannot
+// start, or a restarted one cannot take its port back); these never do.
 int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw std::runtime_error("bind");
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  static std::mt19937 rng(static_cast<std::uint32_t>(::getpid()) ^
+                          static_cast<std::uint32_t>(
+                              std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = std::uniform_int_distribution<int>(20000, 32000)(rng);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (free && !port_open(port)) return port;
+  }
+  throw std::runtime_error("no free port");
 }
 
 bool port_open(int port) {
@@ -465,17 +473,26 @@ void RedisServer::failover(int i) {
   for (size_t n = 0; n < ports_.size(); ++n)
     if (replica_of_[n] == i) replica = static_cast<int>(n);
   if (replica < 0) throw std::logic_error("failover: node has no replica (add_replicas first)");
-  redis::Connection::open(node_endpoint(replica)).command({"CLUSTER", "FAILOVER"});
-  bool done = wait_until(
-      [&] {
-        try {
-          auto role = redis::Connection::open(node_endpoint(replica)).command({"ROLE"});
-          return redis::as_string(role->element[0]) == "master";
-        } catch (const std::exception&) {
-          return false;
-        }
-      },
-      30s);
+  // A manual failover gives up after 5 s (CLUSTER_MF_TIMEOUT) when the master is slow to pause
+  // its clients — a loaded machine: ask again, as an operator would.
+  bool done = false;
+  for (int attempt = 0; attempt < 5 && !done; ++attempt) {
+    try {
+      redis::Connection::open(node_endpoint(replica)).command({"CLUSTER", "FAILOVER"});
+    } catch (const redis::ReplyError&) {
+      // e.g. "a manual failover is already in progress"
+    }
+    done = wait_until(
+        [&] {
+          try {
+            auto role = redis::Connection::open(node_endpoint(replica)).command({"ROLE"});
+            return redis::as_string(role->element[0]) == "master";
+          } catch (const std::exception&) {
+            return false;
+          }
+        },
+        7s);
+  }
   if (!done) throw std::runtime_error("CLUSTER FAILOVER did not complete");
   std::swap(replica_of_[static_cast<size_t>(replica)], replica_of_[static_cast<size_t>(i)]);
   replica_of_[static_cast<size_t>(i)] = replica;
