@@ -121,11 +121,12 @@ void Schema::string_map(std::string key, std::map<std::string, std::string>* out
                       [out](const std::map<std::string, std::string>& m) { *out = m; }});
 }
 
-void Schema::section(std::string key, std::string def_text, std::string doc, std::function<void()> set_default,
+void Schema::section(std::string key, std::string def_text, std::string doc,
+                     std::function<void()> set_default,
                      std::function<void(const YAML::Node&)> from_yaml,
                      std::function<void(const std::string&)> from_env) {
-  entries_.push_back({std::move(key), std::move(def_text), std::move(doc), true, std::move(set_default),
-                      std::move(from_env), nullptr, std::move(from_yaml)});
+  entries_.push_back({std::move(key), std::move(def_text), std::move(doc), true,
+                      std::move(set_default), std::move(from_env), nullptr, std::move(from_yaml)});
 }
 
 void Schema::load(const YAML::Node& root, const EnvLookup& env) const {

@@ -45,8 +45,9 @@ class Schema {
 
   // A structured section (e.g. service_types: name -> {model, operations, ...}). from_yaml gets
   // the section's node; from_env its environment variable's text. Both throw ConfigError.
-  void section(std::string key, std::string def_text, std::string doc, std::function<void()> set_default,
-               std::function<void(const YAML::Node&)> from_yaml, std::function<void(const std::string&)> from_env);
+  void section(std::string key, std::string def_text, std::string doc,
+               std::function<void()> set_default, std::function<void(const YAML::Node&)> from_yaml,
+               std::function<void(const std::string&)> from_env);
 
   // Applies defaults, then the YAML document, then the environment. Unknown YAML keys are an
   // error: a typo must not silently fall back to a default.

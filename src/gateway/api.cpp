@@ -12,6 +12,7 @@
 #include "common/hex.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
+#include "common/utf8.hpp"
 #include "crypto/primed_source.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/multipart.hpp"
@@ -480,9 +481,10 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   r.status = "pending";
   r.tenant = ctx.tenant;
   r.input_key = input_key;
-  r.input_filename = sub.filename.empty() ? "input" : sub.filename.substr(0, 255);
+  // Shown in job JSON: valid UTF-8, cut on a character boundary.
+  r.input_filename = sub.filename.empty() ? "input" : utf8_clean(sub.filename, 255);
   r.input_content_type =
-      sub.content_type.empty() ? "application/octet-stream" : sub.content_type.substr(0, 255);
+      sub.content_type.empty() ? "application/octet-stream" : utf8_clean(sub.content_type, 255);
   r.input_size = std::to_string(size);
   r.params = sub.params;
   r.callback_url = sub.callback_url;

@@ -192,11 +192,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   const std::string boundary = new_boundary();
   const std::string head = multipart_file_head(boundary, r.filename, r.content_type);
   std::string fields;
-  for (const auto& kv : r.params) {
-    std::string value = kv.value().is_string() ? std::string(kv.value().get_string())
-                                               : boost::json::serialize(kv.value());
-    fields += multipart_field(boundary, std::string(kv.key()), value);
-  }
+  for (const auto& [name, value] : r.params) fields += multipart_field(boundary, name, value);
   fields += multipart_tail(boundary);
 
   auto& sock = impl_->connected();

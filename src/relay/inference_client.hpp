@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "relay/spool.hpp"
 #include "storage/byte_stream.hpp"
@@ -34,7 +36,8 @@ struct InferenceRequest {
   std::string filename;
   std::string content_type;
   ByteSource* body = nullptr;
-  boost::json::object params;            // each key becomes a form field beside "file"
+  // Form fields beside "file": each params member, its value as the client wrote it.
+  std::vector<std::pair<std::string, std::string>> params;
   std::chrono::milliseconds timeout{0};  // 0 = none
 };
 

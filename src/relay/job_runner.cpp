@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "common/errors.hpp"
+#include "common/json_members.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
 #include "crypto/primed_source.hpp"
@@ -117,13 +118,13 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
       return failed("unknown_operation",
                     "no inference route for operation '" + op + "' in inference.routes");
     if (job.input_key.empty()) return failed("invalid_job", "the job record has no input_key");
-    boost::json::object params;
+    std::vector<std::pair<std::string, std::string>> params;
     if (!job.params.empty()) {
       boost::system::error_code ec;
       auto v = boost::json::parse(job.params, ec);
       if (ec || !v.is_object())
         return failed("invalid_job", "the job's params are not a JSON object");
-      params = v.as_object();
+      params = json_members_as_written(job.params);  // numbers byte for byte
     }
 
     // An encrypted job needs its key before anything is read.

@@ -1223,6 +1223,26 @@ TEST_F(GatewayTest, AnEarlyAnswerReachesAClientStillSending) {
   }
 }
 
+// Client-chosen names appear in job JSON, which must stay valid UTF-8: raw bytes become U+FFFD
+// and a long name is cut on a character boundary (at most 255 bytes).
+TEST_F(GatewayTest, FilenamesBecomeValidUtf8) {
+  start_gateway();
+  auto raw = http("POST", url("/jobs/echo?filename=a%FFb.txt"), {"Content-Type: text/plain"}, "x");
+  ASSERT_EQ(raw.status, 202) << raw.body;
+  EXPECT_EQ(str(parse(raw).at("input").as_object(), "filename"),
+            "a\xEF\xBF\xBD"
+            "b.txt");
+  std::string long_name;
+  for (int i = 0; i < 150; ++i) long_name += "%C3%A9";  // 300 bytes of "é"
+  auto cut =
+      http("POST", url("/jobs/echo?filename=" + long_name), {"Content-Type: text/plain"}, "x");
+  ASSERT_EQ(cut.status, 202) << cut.body;
+  std::string expected;
+  for (int i = 0; i < 127; ++i) expected += "\xC3\xA9";  // 254 bytes: the 128th would pass 255
+  EXPECT_EQ(str(parse(cut).at("input").as_object(), "filename"), expected);
+  EXPECT_EQ(str(job(str(parse(cut), "id")).at("input").as_object(), "filename"), expected);
+}
+
 TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
   start_gateway({{"RELAY_SERVER_MAX_CONNECTIONS", "2"}});
   int a = raw_connect(gateway_->url()), b = raw_connect(gateway_->url());

@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <array>
-#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -38,9 +38,9 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
 // become some connection's local port before the server binds it (then the server cannot
 // start, or a restarted one cannot take its port back); these never do.
 int free_port() {
-  static std::mt19937 rng(static_cast<std::uint32_t>(::getpid()) ^
-                          static_cast<std::uint32_t>(
-                              std::chrono::steady_clock::now().time_since_epoch().count()));
+  static std::mt19937 rng(
+      static_cast<std::uint32_t>(::getpid()) ^
+      static_cast<std::uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const int port = std::uniform_int_distribution<int>(20000, 32000)(rng);
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -37,7 +37,9 @@ TEST_F(RelayTest, HappyPathOnFilesystemStorage) {
   auto env = base_env(inference);
   auto st = storage_for(env);
   const std::string input = "hello, relay\n";
-  auto id = submit(*st, input, {.params = R"({"language":"eng","beam":5})"});
+  auto id = submit(*st, input,
+                   {.params = R"({"language":"eng","beam":5,"temperature":0.1,)"
+                              R"("seed":123456789012345678901234567890})"});
 
   // Listen for the seed's completion signal like the gateway would.
   auto sub = redis_.connect();
@@ -66,6 +68,9 @@ TEST_F(RelayTest, HappyPathOnFilesystemStorage) {
   EXPECT_NE(result.find(R"("name":"language")"), std::string::npos);
   EXPECT_NE(result.find(R"("value":"eng")"), std::string::npos);
   EXPECT_NE(result.find(R"("value":"5")"), std::string::npos);
+  // Numbers byte for byte as the client wrote them (not 1E-1, not a rounded double).
+  EXPECT_NE(result.find(R"("value":"0.1")"), std::string::npos) << result;
+  EXPECT_NE(result.find(R"("value":"123456789012345678901234567890")"), std::string::npos);
 
   // Bookkeeping: out of processing, no lease, one durable event, one PUBLISH.
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
