@@ -570,6 +570,8 @@ Response Api::get_result(Context& ctx, const std::string& svc, const std::string
   Response r;
   try {
     r.stream = storage_.open(rec->result_key, {});
+    // As the model answered (jobs from before this was recorded: JSON, as then assumed).
+    if (!rec->result_content_type.empty()) r.content_type = rec->result_content_type;
     if (!rec->key_id.empty()) {
       auto key = enc_.keyring.get(rec->key_id);
       if (!key) {

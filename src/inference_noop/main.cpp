@@ -43,6 +43,7 @@ struct Options {
   long delay_ms = 0;
   std::uint64_t result_bytes = 0;
   std::string events;
+  std::string content_type = "application/json";  // of POST answers (tests of non-JSON models)
 };
 
 std::mutex events_mu;
@@ -233,6 +234,7 @@ void serve(tcp::socket sock, const Options& o) {
       // A large answer, for tests of the relay's spool: a string of --result-bytes 'x'.
       if (o.result_bytes > 0) out["padding"] = std::string(o.result_bytes, 'x');
       res.body() = boost::json::serialize(out);
+      res.set(http::field::content_type, o.content_type);
       event(o, "done " + path);
     } else {
       res.result(http::status::not_found);
@@ -257,6 +259,7 @@ int main(int argc, char** argv) {
   app.add_option("--result-bytes", o.result_bytes,
                  "add a \"padding\" field of this many bytes to every POST's answer");
   app.add_option("--events", o.events, "append one line per request/drop/done to this file");
+  app.add_option("--content-type", o.content_type, "Content-Type of the answers to POST");
   CLI11_PARSE(app, argc, argv);
   relay::exit_on_shutdown_signals();
   auto colon = o.listen.rfind(':');

@@ -45,6 +45,7 @@ constexpr std::pair<std::string_view, Member> kMembers[] = {
     {field::input_content_type, &JobRecord::input_content_type},
     {field::input_size, &JobRecord::input_size},
     {field::result_key, &JobRecord::result_key},
+    {field::result_content_type, &JobRecord::result_content_type},
     {field::params, &JobRecord::params},
     {field::callback_url, &JobRecord::callback_url},
     {field::priority, &JobRecord::priority},

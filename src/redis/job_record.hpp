@@ -22,6 +22,8 @@ inline constexpr std::string_view input_filename = "input_filename";
 inline constexpr std::string_view input_content_type = "input_content_type";
 inline constexpr std::string_view input_size = "input_size";
 inline constexpr std::string_view result_key = "result_key";
+// The model's Content-Type for its answer (absent: application/json, as before it was kept).
+inline constexpr std::string_view result_content_type = "result_content_type";
 inline constexpr std::string_view params = "params";
 inline constexpr std::string_view callback_url = "callback_url";
 inline constexpr std::string_view priority = "priority";
@@ -54,6 +56,7 @@ using Fields = std::vector<std::pair<std::string, std::string>>;
 struct JobRecord {
   std::string id, service_type, model, operation, status, tenant;
   std::string input_key, input_filename, input_content_type, input_size, result_key;
+  std::string result_content_type;
   std::string params, callback_url, priority, attempts;
   std::string error_code, error_message;
   std::string created_at, started_at, finished_at;

@@ -276,6 +276,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
     throw Aborted();
   }
   out.status = static_cast<long>(parser.get().result_int());
+  out.content_type = std::string(parser.get()[http::field::content_type]).substr(0, 255);
   if (!parser.get().keep_alive()) impl_->drop();
   return out;
 }

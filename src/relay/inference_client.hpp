@@ -44,6 +44,7 @@ struct InferenceRequest {
 struct InferenceResponse {
   long status = 0;
   Spool body;
+  std::string content_type;  // the answer's Content-Type, as the model sent it
 };
 
 class InferenceClient {

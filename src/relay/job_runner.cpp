@@ -7,6 +7,7 @@
 #include "common/json_members.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
+#include "common/utf8.hpp"
 #include "crypto/primed_source.hpp"
 #include "relay/inference_client.hpp"
 
@@ -196,6 +197,8 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
       timings.set("upload", ms_since(t_up));
       result.disposition = Disposition::completed;
       result.result_key = result_key;
+      // Served back as the model said (a model answering text/plain is not passed off as JSON).
+      result.result_content_type = utf8_clean(resp.content_type, 255);
     }
   } catch (const Aborted&) {
     switch (control.reason()) {

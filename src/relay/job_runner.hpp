@@ -41,10 +41,11 @@ std::string_view to_string(Disposition d);
 
 struct JobResult {
   Disposition disposition = Disposition::failed;
-  std::string error_code;     // when failed
-  std::string error_message;  // when failed
-  std::string result_key;     // when completed
-  Timings timings;            // milliseconds per stage
+  std::string error_code;           // when failed
+  std::string error_message;        // when failed
+  std::string result_key;           // when completed
+  std::string result_content_type;  // when completed: the model's, for GET .../result
+  Timings timings;                  // milliseconds per stage
 };
 
 class InferenceClient;

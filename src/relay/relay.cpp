@@ -265,6 +265,8 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
                                 {"finished_at", finished_at}};
     if (status == JobStatus::completed) {
       fields.emplace_back(field::result_key, result.result_key);
+      if (!result.result_content_type.empty())
+        fields.emplace_back(field::result_content_type, result.result_content_type);
       payload["result_key"] = result.result_key;
     }
     if (status == JobStatus::failed) {

@@ -1243,6 +1243,22 @@ TEST_F(GatewayTest, FilenamesBecomeValidUtf8) {
   EXPECT_EQ(str(job(str(parse(cut), "id")).at("input").as_object(), "filename"), expected);
 }
 
+// A result is served with the Content-Type the model answered with, not passed off as JSON.
+TEST_F(GatewayTest, AResultKeepsTheModelsContentType) {
+  start_gateway();
+  InferenceServer text({.content_type = "text/plain; charset=utf-8"});
+  auto id = submit_id("plain");
+  ASSERT_EQ(start_relay(text)->wait_exit(20s), 0);
+  auto r = http("GET", url("/jobs/echo/" + id + "/result"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "text/plain; charset=utf-8");
+  InferenceServer json;
+  auto id2 = submit_id("json");
+  ASSERT_EQ(start_relay(json)->wait_exit(20s), 0);
+  EXPECT_EQ(http("GET", url("/jobs/echo/" + id2 + "/result")).headers["content-type"],
+            "application/json");
+}
+
 TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
   start_gateway({{"RELAY_SERVER_MAX_CONNECTIONS", "2"}});
   int a = raw_connect(gateway_->url()), b = raw_connect(gateway_->url());

@@ -671,7 +671,9 @@ InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
                                 "--delay-ms",
                                 std::to_string(o.delay_ms),
                                 "--result-bytes",
-                                std::to_string(o.result_bytes)};
+                                std::to_string(o.result_bytes),
+                                "--content-type",
+                                o.content_type};
   if (o.record_events) {
     argv.push_back("--events");
     argv.push_back(events_path_);

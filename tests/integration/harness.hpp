@@ -180,6 +180,7 @@ struct InferenceOptions {
   long delay_ms = 0;
   std::uint64_t result_bytes = 0;  // pads every answer (large results)
   bool record_events = true;       // benchmarks turn it off: it appends to a file per request
+  std::string content_type = "application/json";  // of its answers
 };
 
 class InferenceServer {
