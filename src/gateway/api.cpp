@@ -408,6 +408,20 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
                 {{"key", input_key}, {"error", e.what()}});
     }
   };
+  // Any way out but success removes what this request stored and frees its Idempotency-Key.
+  struct Undo {
+    std::function<void()> f;
+    ~Undo() {
+      if (!f) return;
+      try {
+        f();
+      } catch (...) {  // best effort, and never from a destructor
+      }
+    }
+  } undo{[&] {
+    forget_input();
+    release_idem();
+  }};
   try {
     if (multipart) {
       MultipartReader reader(body, *boundary);
@@ -434,15 +448,9 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
           reader.read_all(64 * 1024);  // unknown fields are ignored
       }
       drain(&body);  // the epilogue
-      if (!have_file) {
-        release_idem();
+      if (!have_file)
         return error_response(400, "missing_input", "the multipart body has no 'file' part");
-      }
-      if (auto bad = validate()) {
-        forget_input();
-        release_idem();
-        return std::move(*bad);
-      }
+      if (auto bad = validate()) return std::move(*bad);
     } else {
       LimitedSource limited(body, limit);
       store_input(limited);
@@ -451,27 +459,17 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
       sub.content_type = content_type;
     }
   } catch (const TooLarge&) {
-    forget_input();
-    release_idem();
     return refuse(413, "too_large", "the input is larger than " + std::to_string(limit) + " bytes");
   } catch (const MultipartError& e) {
-    forget_input();
-    release_idem();
     return refuse(400, "malformed_multipart", e.what());
   } catch (const storage::StorageError& e) {
-    forget_input();
-    release_idem();
     log::error("cannot store an input", {{"job_id", job_id}, {"error", e.what()}});
     auto r =
         error_response(503, "storage_unavailable", "the input could not be stored; retry later");
     r.close = true;
     return r;
-  } catch (const std::exception&) {
-    // The client went away or the body was malformed at the HTTP level: nothing is kept.
-    forget_input();
-    release_idem();
-    throw;
   }
+  // Otherwise (the client went away, broken HTTP framing) the exception goes on; undo runs.
 
   JobRecord r;
   r.id = job_id;
@@ -493,7 +491,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   r.attempts = "0";
   r.key_id = enc_.enabled ? enc_.active_id : "";
   r.created_at = format_rfc3339(wall_now());
-  try {
+  {
     // An attempt that fails after Redis received it may have run: a retry that then finds the
     // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
     bool retried = false;
@@ -512,11 +510,8 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
       step(ctx, [&](redis::JobStore& store, redis::Connection&) {
         return store.renew_idempotency(idem_key, job_id, cfg_.job_retention);
       });
-  } catch (...) {
-    forget_input();
-    release_idem();
-    throw;
   }
+  undo.f = nullptr;  // the job exists: keep its input and key
   metrics().jobs_submitted.add({svc});
   log::info("job submitted", {{"job_id", job_id},
                               {"service_type", svc},
