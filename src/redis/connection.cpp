@@ -74,6 +74,20 @@ std::optional<std::string> as_optional_string(const redisReply* r) {
   return as_string(r);
 }
 
+std::vector<std::string> as_strings(const redisReply* r, size_t first) {
+  std::vector<std::string> out;
+  for (size_t i = first; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i)
+    out.push_back(as_string(r->element[i]));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> as_pairs(const redisReply* r, size_t first) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = first; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+    out.emplace_back(as_string(r->element[i]), as_string(r->element[i + 1]));
+  return out;
+}
+
 namespace {
 bool parse_uri_has_port(const std::string& url) {
   auto parsed = boost::urls::parse_uri(url);

@@ -60,6 +60,10 @@ bool is_nil(const redisReply* r);
 std::string as_string(const redisReply* r);
 long long as_integer(const redisReply* r);
 std::optional<std::string> as_optional_string(const redisReply* r);
+// An array reply's elements from `first` on, as strings (none when it is not an array).
+std::vector<std::string> as_strings(const redisReply* r, size_t first = 0);
+// An array reply of field, value, ... from `first` on, as pairs (HGETALL, scripts' replies).
+std::vector<std::pair<std::string, std::string>> as_pairs(const redisReply* r, size_t first = 0);
 
 // redis[s]://[user:password@]host:port[/db]; a password in the URL may be overridden by config.
 struct Endpoint {

@@ -10,14 +10,11 @@ void parse_entries(const std::string& model, const redisReply* entries, std::vec
     const redisReply* entry = entries->element[i];
     if (entry->type != REDIS_REPLY_ARRAY || entry->elements != 2) continue;
     Event ev{model, as_string(entry->element[0]), {}, {}};
-    const redisReply* fields = entry->element[1];
-    for (size_t f = 0; fields && fields->type == REDIS_REPLY_ARRAY && f + 1 < fields->elements;
-         f += 2) {
-      std::string k = as_string(fields->element[f]);
+    for (auto& [k, v] : as_pairs(entry->element[1])) {
       if (k == "job_id")
-        ev.job_id = as_string(fields->element[f + 1]);
+        ev.job_id = std::move(v);
       else if (k == "status")
-        ev.status = as_string(fields->element[f + 1]);
+        ev.status = std::move(v);
     }
     out.push_back(std::move(ev));
   }

@@ -6,16 +6,6 @@
 #include "redis/lua_scripts.hpp"
 
 namespace relay::redis {
-namespace {
-
-Fields pairs_from(const redisReply* r, size_t first) {
-  Fields out;
-  for (size_t i = first; i + 1 < r->elements; i += 2)
-    out.emplace_back(as_string(r->element[i]), as_string(r->element[i + 1]));
-  return out;
-}
-
-}  // namespace
 
 std::string_view to_string(FinishOutcome o) {
   switch (o) {
@@ -79,7 +69,7 @@ std::optional<std::pair<std::string, JobRecord>> JobStore::take(const std::strin
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
       throw ReplyError("take: unexpected reply");
     std::string tag = as_string(r->element[0]);
-    if (tag == "ok") return std::make_pair(id, JobRecord::from_fields(pairs_from(r.get(), 1)));
+    if (tag == "ok") return std::make_pair(id, JobRecord::from_fields(as_pairs(r.get(), 1)));
     if (tag == "empty") return std::nullopt;
   }
   return std::nullopt;  // the blocking path takes over
@@ -94,7 +84,7 @@ BeginResult JobStore::begin(const std::string& model, const std::string& id,
   std::string tag = as_string(r->element[0]);
   if (tag == "missing") return {BeginOutcome::missing, {}};
   if (tag == "terminal") return {BeginOutcome::terminal, {}};
-  return {BeginOutcome::ok, JobRecord::from_fields(pairs_from(r.get(), 1))};
+  return {BeginOutcome::ok, JobRecord::from_fields(as_pairs(r.get(), 1))};
 }
 
 HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string& id,
@@ -220,9 +210,13 @@ void JobStore::ping() {
   conn_.command({"PING"});
 }
 
+long long JobStore::pending_count(const std::string& model) {
+  return as_integer(conn_.command({"LLEN", keys_.pending(model)}).get());
+}
+
 QueueDepth JobStore::queue_depth(const std::string& model) {
   QueueDepth d;
-  d.pending = as_integer(conn_.command({"LLEN", keys_.pending(model)}).get());
+  d.pending = pending_count(model);
   d.processing = as_integer(conn_.command({"LLEN", keys_.processing(model)}).get());
   d.deadletter = as_integer(conn_.command({"LLEN", keys_.deadletter(model)}).get());
   d.oldest_pending =
@@ -240,8 +234,8 @@ std::vector<std::string> JobStore::known_models(const Endpoint& ep, const Keys& 
       do {
         auto r = conn.command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
         cursor = as_string(r->element[0]);
-        for (size_t i = 0; i < r->element[1]->elements; ++i) {
-          std::string k = as_string(r->element[1]->element[i]).substr(prefix.size());
+        for (const auto& key : as_strings(r->element[1])) {
+          std::string k = key.substr(prefix.size());
           k = k.substr(k.starts_with("relay:") ? 6 : 5);
           for (std::string_view suffix : {":pending", ":processing", ":deadletter", ":events"})
             if (k.ends_with(suffix)) {
@@ -275,25 +269,17 @@ std::string JobStore::reap(const std::string& model, const std::string& id,
 }
 
 std::vector<std::string> JobStore::list(const std::string& key) {
-  auto r = conn_.command({"LRANGE", key, "0", "-1"});
-  std::vector<std::string> out;
-  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i)
-    out.push_back(as_string(r->element[i]));
-  return out;
+  return as_strings(conn_.command({"LRANGE", key, "0", "-1"}).get());
 }
 
 std::vector<std::string> JobStore::hash_keys(const std::string& key) {
-  auto r = conn_.command({"HKEYS", key});
-  std::vector<std::string> out;
-  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i)
-    out.push_back(as_string(r->element[i]));
-  return out;
+  return as_strings(conn_.command({"HKEYS", key}).get());
 }
 
 std::optional<JobRecord> JobStore::get(const std::string& model, const std::string& id) {
   auto r = conn_.command({"HGETALL", keys_.job(model, id)});
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return std::nullopt;
-  return JobRecord::from_fields(pairs_from(r.get(), 0));
+  return JobRecord::from_fields(as_pairs(r.get()));
 }
 
 }  // namespace relay::redis

@@ -100,6 +100,7 @@ class JobStore {
   void ping();
 
   QueueDepth queue_depth(const std::string& model);
+  long long pending_count(const std::string& model);  // one LLEN: what the scaler needs
 
   // Operators: a dead-lettered job back into pending; false when it is not dead-lettered.
   bool requeue_deadletter(const std::string& model, const std::string& id);

@@ -22,17 +22,12 @@ std::vector<std::string> Schedules::claim_webhooks(const std::string& model, lon
   auto r =
       conn_.eval(lua::claim_webhooks, {keys_.webhooks_due(model)},
                  {std::to_string(now_ms), std::to_string(lock.count()), std::to_string(limit)});
-  std::vector<std::string> ids;
-  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i)
-    ids.push_back(as_string(r->element[i]));
-  return ids;
+  return as_strings(r.get());
 }
 
 std::optional<Delivery> Schedules::delivery(const std::string& model, const std::string& id) {
-  auto d = conn_.command({"HGETALL", keys_.webhook(model, id)});
-  std::map<std::string, std::string> f;
-  for (size_t i = 0; d->type == REDIS_REPLY_ARRAY && i + 1 < d->elements; i += 2)
-    f[as_string(d->element[i])] = as_string(d->element[i + 1]);
+  auto pairs = as_pairs(conn_.command({"HGETALL", keys_.webhook(model, id)}).get());
+  std::map<std::string, std::string> f(pairs.begin(), pairs.end());
   if (f.empty()) {
     conn_.command({"ZREM", keys_.webhooks_due(model), id});
     return std::nullopt;
@@ -40,11 +35,7 @@ std::optional<Delivery> Schedules::delivery(const std::string& model, const std:
   Delivery out{
       model, id, f["url"], f["job_key"], f["status"], to_ll(f["created_ms"]), to_ll(f["attempts"]),
       {}};
-  auto rec = conn_.command({"HGETALL", out.job_key});
-  Fields fields;
-  for (size_t i = 0; rec->type == REDIS_REPLY_ARRAY && i + 1 < rec->elements; i += 2)
-    fields.emplace_back(as_string(rec->element[i]), as_string(rec->element[i + 1]));
-  out.job = JobRecord::from_fields(fields);
+  out.job = JobRecord::from_fields(as_pairs(conn_.command({"HGETALL", out.job_key}).get()));
   return out;
 }
 
@@ -66,8 +57,7 @@ std::vector<GcItem> Schedules::gc_due(const std::string& model, long long now_ms
   auto due = conn_.command({"ZRANGEBYSCORE", due_key, "-inf", std::to_string(now_ms), "LIMIT", "0",
                             std::to_string(limit)});
   std::vector<GcItem> out;
-  for (size_t i = 0; due->type == REDIS_REPLY_ARRAY && i < due->elements; ++i) {
-    std::string member = as_string(due->element[i]);  // "<model>/<service_type>/<id>"
+  for (const auto& member : as_strings(due.get())) {  // "<model>/<service_type>/<id>"
     auto a = member.find('/'), b = member.rfind('/');
     if (a == std::string::npos || a == b) {
       conn_.command({"ZREM", due_key, member});

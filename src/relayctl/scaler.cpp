@@ -36,7 +36,7 @@ void Scaler::pass() {
         ++it;
       }
     }
-    auto pending = redis::JobStore(c, p_.keys).queue_depth(m.model).pending;
+    auto pending = redis::JobStore(c, p_.keys).pending_count(m.model);
     if (pending <= 0 || now < st.next_start) continue;
     // One relay per waiting job, up to the maximum; the running ones will take theirs first.
     int want = static_cast<int>(std::min<long long>(pending, m.max_relays)) -
