@@ -103,39 +103,77 @@ std::uint64_t ciphertext_size(std::uint64_t n, const StreamingParams& p) {
   return header_size(p) + n + segments * kTagSize;
 }
 
+namespace {
+
+// The encrypting half of the format, shared by the pull and the push encryptor: the header, the
+// derived key, and sealing one segment after another.
+class Sealer {
+ public:
+  Sealer(const std::string& key, const std::string& aad, StreamingParams p,
+         const std::optional<std::string>& salt, const std::optional<std::string>& nonce_prefix)
+      : p_(p) {
+    check_params(p);
+    if (key.size() != p.key_size) throw std::invalid_argument("encryption key has the wrong size");
+    std::string s = salt.value_or(std::string(p.key_size, '\0'));
+    prefix_ = nonce_prefix.value_or(std::string(kNoncePrefixSize, '\0'));
+    if (!salt) random_bytes(reinterpret_cast<unsigned char*>(s.data()), s.size());
+    if (!nonce_prefix)
+      random_bytes(reinterpret_cast<unsigned char*>(prefix_.data()), prefix_.size());
+    key_ = hkdf(p.hash, key, s, aad, p.key_size);
+    header_ = std::string(1, static_cast<char>(header_size(p))) + s + prefix_;
+    if (EVP_EncryptInit_ex(ctx_.get(), gcm(p.key_size), nullptr, nullptr, nullptr) != 1)
+      throw std::runtime_error("AES-GCM init failed");
+  }
+  const std::string& header() const { return header_; }
+  const StreamingParams& params() const { return p_; }
+  // Plaintext bytes the next segment holds when it is not the last.
+  size_t segment_plaintext() const { return plaintext_segment(segment_, p_); }
+  bool done() const { return done_; }
+  // Seals the next segment (plain.size() <= segment_plaintext()) into out (replaced).
+  void seal(std::string_view plain, bool last, std::string& out) {
+    std::string iv = nonce(prefix_, segment_, last);
+    out.assign(plain.size() + kTagSize, '\0');
+    int len = 0;
+    if (EVP_EncryptInit_ex(ctx_.get(), nullptr, nullptr,
+                           reinterpret_cast<const unsigned char*>(key_.data()),
+                           reinterpret_cast<const unsigned char*>(iv.data())) != 1 ||
+        EVP_EncryptUpdate(ctx_.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
+                          reinterpret_cast<const unsigned char*>(plain.data()),
+                          static_cast<int>(plain.size())) != 1 ||
+        EVP_EncryptFinal_ex(ctx_.get(), reinterpret_cast<unsigned char*>(out.data()) + len, &len) !=
+            1 ||
+        EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_GET_TAG, kTagSize,
+                            out.data() + plain.size()) != 1)
+      throw std::runtime_error("AES-GCM encryption failed");
+    ++segment_;
+    done_ = last;
+  }
+
+ private:
+  StreamingParams p_;
+  std::string header_, prefix_, key_;
+  CipherCtx ctx_{EVP_CIPHER_CTX_new()};
+  std::uint32_t segment_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace
+
 struct EncryptingSource::Impl {
   ByteSource& in;
-  StreamingParams p;
-  std::string header, prefix, key;
-  CipherCtx ctx{EVP_CIPHER_CTX_new()};
+  Sealer sealer;
   std::string pending;  // plaintext read ahead (one segment + 1 byte, to know which is last)
   std::string out;      // ciphertext not yet handed out
   size_t out_pos = 0;
-  std::uint32_t segment = 0;
-  bool done = false;
 
   void next_segment() {
-    size_t n = plaintext_segment(segment, p);
+    size_t n = sealer.segment_plaintext();
     fill(in, pending, n + 1);
     bool last = pending.size() <= n;
     size_t take = std::min(n, pending.size());
-    std::string iv = nonce(prefix, segment, last);
-    out.assign(take + kTagSize, '\0');
-    int len = 0;
-    if (EVP_EncryptInit_ex(ctx.get(), nullptr, nullptr,
-                           reinterpret_cast<const unsigned char*>(key.data()),
-                           reinterpret_cast<const unsigned char*>(iv.data())) != 1 ||
-        EVP_EncryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
-                          reinterpret_cast<const unsigned char*>(pending.data()),
-                          static_cast<int>(take)) != 1 ||
-        EVP_EncryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + len, &len) !=
-            1 ||
-        EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTagSize, out.data() + take) != 1)
-      throw std::runtime_error("AES-GCM encryption failed");
+    sealer.seal(std::string_view(pending).substr(0, take), last, out);
     pending.erase(0, take);
     out_pos = 0;
-    ++segment;
-    done = last;
   }
 };
 
@@ -143,20 +181,8 @@ EncryptingSource::EncryptingSource(ByteSource& plaintext, const std::string& key
                                    const std::string& aad, StreamingParams params,
                                    std::optional<std::string> salt,
                                    std::optional<std::string> nonce_prefix)
-    : impl_(new Impl{plaintext, params}) {
-  check_params(params);
-  if (key.size() != params.key_size)
-    throw std::invalid_argument("encryption key has the wrong size");
-  std::string s = salt.value_or(std::string(params.key_size, '\0'));
-  std::string pre = nonce_prefix.value_or(std::string(kNoncePrefixSize, '\0'));
-  if (!salt) random_bytes(reinterpret_cast<unsigned char*>(s.data()), s.size());
-  if (!nonce_prefix) random_bytes(reinterpret_cast<unsigned char*>(pre.data()), pre.size());
-  impl_->prefix = pre;
-  impl_->key = hkdf(params.hash, key, s, aad, params.key_size);
-  impl_->header = std::string(1, static_cast<char>(header_size(params))) + s + pre;
-  impl_->out = impl_->header;
-  if (EVP_EncryptInit_ex(impl_->ctx.get(), gcm(params.key_size), nullptr, nullptr, nullptr) != 1)
-    throw std::runtime_error("AES-GCM init failed");
+    : impl_(new Impl{plaintext, Sealer(key, aad, params, salt, nonce_prefix), {}, {}}) {
+  impl_->out = impl_->sealer.header();
 }
 
 EncryptingSource::~EncryptingSource() = default;
@@ -164,7 +190,7 @@ EncryptingSource::~EncryptingSource() = default;
 size_t EncryptingSource::read(std::span<char> buf) {
   auto& m = *impl_;
   if (m.out_pos == m.out.size()) {
-    if (m.done) return 0;
+    if (m.sealer.done()) return 0;
     m.next_segment();
   }
   size_t n = std::min(buf.size(), m.out.size() - m.out_pos);
@@ -174,8 +200,57 @@ size_t EncryptingSource::read(std::span<char> buf) {
 }
 
 std::optional<std::uint64_t> EncryptingSource::size() const {
-  if (auto n = impl_->in.size()) return ciphertext_size(*n, impl_->p);
+  if (auto n = impl_->in.size()) return ciphertext_size(*n, impl_->sealer.params());
   return std::nullopt;
+}
+
+struct EncryptingWriter::Impl {
+  ByteSink& out;
+  Sealer sealer;
+  std::string pending;  // plaintext of the segment being filled
+  std::string sealed;
+  bool started = false;
+
+  void start() {
+    if (started) return;
+    started = true;
+    out.write(sealer.header());
+  }
+};
+
+EncryptingWriter::EncryptingWriter(ByteSink& out, const std::string& key, const std::string& aad,
+                                   StreamingParams params, std::optional<std::string> salt,
+                                   std::optional<std::string> nonce_prefix)
+    : impl_(new Impl{out, Sealer(key, aad, params, salt, nonce_prefix), {}, {}}) {}
+
+EncryptingWriter::~EncryptingWriter() = default;
+
+void EncryptingWriter::write(std::span<const char> data) {
+  auto& m = *impl_;
+  if (m.sealer.done()) throw std::logic_error("EncryptingWriter: write after finish");
+  m.start();
+  std::string_view in(data.data(), data.size());
+  while (!in.empty()) {
+    // A segment is sealed once a byte beyond it arrived: only then is it known not to be last.
+    const size_t n = m.sealer.segment_plaintext();
+    if (m.pending.size() == n) {
+      m.sealer.seal(m.pending, false, m.sealed);
+      m.out.write(m.sealed);
+      m.pending.clear();
+    }
+    const size_t take = std::min(in.size(), n - m.pending.size());
+    m.pending.append(in.substr(0, take));
+    in.remove_prefix(take);
+  }
+}
+
+void EncryptingWriter::finish() {
+  auto& m = *impl_;
+  if (m.sealer.done()) return;
+  m.start();
+  m.sealer.seal(m.pending, true, m.sealed);
+  m.out.write(m.sealed);
+  m.pending.clear();
 }
 
 struct DecryptingSource::Impl {

@@ -1,7 +1,8 @@
 #pragma once
-// Tink's AES-GCM-HKDF streaming AEAD (SPEC §7), as pull streams: EncryptingSource reads plaintext
-// and yields ciphertext, DecryptingSource reads ciphertext and yields plaintext — each holding
-// about two segments, whatever the object size. Any Tink user with the key reads what we write.
+// Tink's AES-GCM-HKDF streaming AEAD (SPEC §7), as streams: EncryptingSource reads plaintext and
+// yields ciphertext, EncryptingWriter is handed plaintext and writes ciphertext on (the gateway's
+// uploads), DecryptingSource reads ciphertext and yields plaintext — each holding about two
+// segments, whatever the object size. Any Tink user with the key reads what we write.
 //
 // Format: header = header length (1 byte) ‖ salt (key size bytes) ‖ nonce prefix (7 bytes);
 // segment key = HKDF(hash, ikm = key, salt, info = associated data); segment i is
@@ -53,6 +54,23 @@ class EncryptingSource final : public ByteSource {
   ~EncryptingSource() override;
   size_t read(std::span<char> out) override;
   std::optional<std::uint64_t> size() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The same format, pushed: plaintext written in arrives at `out` as ciphertext, a segment at a
+// time (one segment of plaintext buffered). finish() seals the last segment; without it the
+// ciphertext is incomplete and will not decrypt (a truncated upload cannot pass for a whole one).
+class EncryptingWriter final : public ByteSink {
+ public:
+  EncryptingWriter(ByteSink& out, const std::string& key, const std::string& associated_data,
+                   StreamingParams params = {}, std::optional<std::string> salt = std::nullopt,
+                   std::optional<std::string> nonce_prefix = std::nullopt);
+  ~EncryptingWriter() override;
+  void write(std::span<const char> plaintext) override;
+  void finish();
 
  private:
   struct Impl;

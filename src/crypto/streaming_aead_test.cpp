@@ -73,6 +73,63 @@ TEST(TinkStreamingVector, IsRecreatedByteForByteWithItsSaltAndPrefix) {
   }
 }
 
+struct StringSink final : ByteSink {
+  std::string data;
+  void write(std::span<const char> d) override { data.append(d.data(), d.size()); }
+};
+
+// Pushes pt into an EncryptingWriter in pieces of `chunk` bytes.
+std::string push_encrypt(const std::string& pt, const std::string& key, const std::string& aad,
+                         StreamingParams p, size_t chunk, std::optional<std::string> salt = {},
+                         std::optional<std::string> prefix = {}) {
+  StringSink out;
+  EncryptingWriter enc(out, key, aad, p, salt, prefix);
+  for (size_t i = 0; i < pt.size(); i += chunk)
+    enc.write(std::span<const char>(pt.data() + i, std::min(chunk, pt.size() - i)));
+  enc.finish();
+  return out.data;
+}
+
+TEST(TinkStreamingVector, IsRecreatedByTheWriterUnderEveryChunking) {
+  Vector v;
+  for (size_t chunk : {1, 5, 63, 64, 65, 4096})
+    EXPECT_EQ(push_encrypt(v.plaintext, v.key, v.aad, v.params, chunk, v.salt, v.prefix),
+              v.ciphertext)
+        << chunk;
+}
+
+TEST(StreamingAead, WriterMatchesSourceAroundSegmentBoundaries) {
+  StreamingParams p{32, HkdfHash::sha256, 256};
+  std::string key(32, 'k'), salt(32, 's'), prefix(7, 'n');
+  const size_t first = p.segment_size - header_size(p) - kTagSize, rest = p.segment_size - kTagSize;
+  for (size_t n : {size_t{0}, size_t{1}, first - 1, first, first + 1, first + rest,
+                   first + rest + 1, first + 3 * rest, size_t{5000}}) {
+    std::string pt(n, '\0');
+    for (size_t i = 0; i < n; ++i) pt[i] = static_cast<char>(i * 11 + 1);
+    Chunked src(pt, 4096);
+    EncryptingSource pulled(src, key, "j/input", p, salt, prefix);
+    const std::string expected = drain(pulled);
+    for (size_t chunk : {size_t{1}, size_t{17}, first, rest + 1, size_t{4096}}) {
+      auto ct = push_encrypt(pt, key, "j/input", p, chunk, salt, prefix);
+      EXPECT_EQ(ct, expected) << n << " / " << chunk;
+      EXPECT_EQ(decrypt(ct, key, "j/input", p), pt);
+    }
+  }
+}
+
+TEST(StreamingAead, AWriterNeverFinishedLeavesNoDecryptableStream) {
+  StreamingParams p{32, HkdfHash::sha256, 256};
+  std::string key(32, 'k');
+  StringSink out;
+  {
+    EncryptingWriter enc(out, key, "j/input", p);
+    std::string pt(1000, 'x');
+    enc.write(pt);
+  }  // the upload was cut: no last segment
+  EXPECT_FALSE(out.data.empty());
+  EXPECT_THROW(decrypt(out.data, key, "j/input", p), DecryptionError);
+}
+
 TEST(StreamingAead, RoundTripsEverySizeAroundSegmentBoundaries) {
   StreamingParams p{32, HkdfHash::sha256, 256};
   std::string key(32, 'k');

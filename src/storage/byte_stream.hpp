@@ -1,6 +1,7 @@
 #pragma once
-// Pull-based byte streams: every stage of the relay's pipeline (storage download, decryption,
-// the inference upload) pulls from the one before it, so memory stays bounded by the buffers in
+// Byte streams. Pull (ByteSource): every stage of the relay's pipeline (storage download,
+// decryption, the inference upload) pulls from the one before it. Push (ByteSink): the gateway
+// hands an upload's bytes on as they arrive. Either way memory stays bounded by the buffers in
 // between, whatever the object size.
 
 #include <algorithm>
@@ -21,6 +22,15 @@ class ByteSource {
   virtual size_t read(std::span<char> buf) = 0;
   // Total size when known up front.
   virtual std::optional<std::uint64_t> size() const { return std::nullopt; }
+};
+
+// Push-based counterpart of ByteSource: the gateway receives an upload as the client sends it,
+// so each stage after the socket (multipart, encryption, storage) is handed bytes instead of
+// pulling them. A stage that cannot take them throws.
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  virtual void write(std::span<const char> data) = 0;
 };
 
 // A transfer buffer sized for the stream: small objects (the common case) don't fault in and
