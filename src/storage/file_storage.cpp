@@ -47,7 +47,13 @@ class FdGuard {
     if (fd_ >= 0) ::close(fd_);
   }
   FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
+  FdGuard& operator=(FdGuard&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = other.release();
+    }
+    return *this;
+  }
   int get() const { return fd_; }
   int release() { return std::exchange(fd_, -1); }
 
@@ -76,6 +82,68 @@ class FileSource final : public ByteSource {
   std::stop_token stop_;
 };
 
+// Writes "<object>.tmp-<pid>-<n>" and renames it into place on commit.
+class FileWriter final : public ObjectWriter {
+ public:
+  FileWriter(std::string path, std::string key, bool fsync, std::stop_token stop)
+      : path_(std::move(path)),
+        dir_(path_.substr(0, path_.rfind('/'))),
+        key_(std::move(key)),
+        fsync_(fsync),
+        stop_(std::move(stop)) {
+    // One mkdir in the common case (the job's own folder); the full walk only when a parent is
+    // missing. Submissions create a folder per job, so this is on the hot path.
+    if (::mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) {
+      std::error_code ec;
+      fs::create_directories(dir_, ec);
+      if (ec) throw StorageError(ErrorKind::other, "cannot create " + dir_ + ": " + ec.message());
+    }
+    // Unique without a syscall: this process's id and a counter.
+    static std::atomic<std::uint64_t> counter{0};
+    static const std::string pid = std::to_string(::getpid());
+    tmp_ = path_ + ".tmp-" + pid + "-" + std::to_string(counter.fetch_add(1));
+    fd_ = FdGuard(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
+    if (fd_.get() < 0) {
+      int e = errno;
+      ::rmdir(dir_.c_str());
+      errno = e;
+      fail_errno("cannot create", tmp_);
+    }
+  }
+  ~FileWriter() override {
+    if (committed_) return;
+    fd_ = FdGuard(-1);
+    ::unlink(tmp_.c_str());
+    ::rmdir(dir_.c_str());  // the job's folder, if this was its only object (else: ENOTEMPTY)
+  }
+  void write(std::span<const char> data) override {
+    if (stop_.stop_requested()) throw Aborted();
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t w = ::write(fd_.get(), data.data() + off, data.size() - off);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        fail_errno("cannot write", key_);
+      }
+      off += static_cast<size_t>(w);
+    }
+  }
+  void commit() override {
+    if (stop_.stop_requested()) throw Aborted();
+    if (fsync_ && ::fsync(fd_.get()) != 0) fail_errno("cannot fsync", key_);
+    if (::close(fd_.release()) != 0) fail_errno("cannot close", key_);
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail_errno("cannot rename into", key_);
+    committed_ = true;
+  }
+
+ private:
+  std::string path_, dir_, key_, tmp_;
+  bool fsync_;
+  std::stop_token stop_;
+  FdGuard fd_{-1};
+  bool committed_ = false;
+};
+
 }  // namespace
 
 FileStorage::FileStorage(std::string root, bool fsync) : root_(std::move(root)), fsync_(fsync) {
@@ -97,48 +165,9 @@ std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_
                                       std::move(stop));
 }
 
-void FileStorage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
+std::unique_ptr<ObjectWriter> FileStorage::create(const std::string& key, std::stop_token stop) {
   check_key(key);
-  const std::string path = root_ + "/" + key;
-  const std::string dir = path.substr(0, path.rfind('/'));
-  // One mkdir in the common case (the job's own folder); the full walk only when a parent is
-  // missing. Submissions create a folder per job, so this is on the hot path.
-  if (::mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw StorageError(ErrorKind::other, "cannot create " + dir + ": " + ec.message());
-  }
-  // Unique without a syscall: this process's id and a counter.
-  static std::atomic<std::uint64_t> counter{0};
-  static const std::string pid = std::to_string(::getpid());
-  std::string tmp = path + ".tmp-" + pid + "-" + std::to_string(counter.fetch_add(1));
-  FdGuard fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
-  if (fd.get() < 0) fail_errno("cannot create", tmp);
-  try {
-    size_t cap = 0;
-    auto buf = transfer_buffer(body.size(), cap);
-    for (;;) {
-      if (stop.stop_requested()) throw Aborted();
-      size_t n = body.read(std::span<char>(buf.get(), cap));
-      if (n == 0) break;
-      size_t off = 0;
-      while (off < n) {
-        ssize_t w = ::write(fd.get(), buf.get() + off, n - off);
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          fail_errno("cannot write", key);
-        }
-        off += static_cast<size_t>(w);
-      }
-    }
-    if (fsync_ && ::fsync(fd.get()) != 0) fail_errno("cannot fsync", key);
-    if (::close(fd.release()) != 0) fail_errno("cannot close", key);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) fail_errno("cannot rename into", key);
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    ::rmdir(dir.c_str());  // the job's folder, if this was its only object (else: ENOTEMPTY)
-    throw;
-  }
+  return std::make_unique<FileWriter>(root_ + "/" + key, key, fsync_, std::move(stop));
 }
 
 std::size_t FileStorage::sweep(std::chrono::seconds older_than) {
@@ -157,7 +186,7 @@ std::size_t FileStorage::sweep(std::chrono::seconds older_than) {
       folders.push_back(p);
       continue;
     }
-    // put()'s temporaries: "<object>.tmp-<pid>-<n>".
+    // FileWriter's temporaries: "<object>.tmp-<pid>-<n>".
     if (p.filename().string().find(".tmp-") != std::string::npos &&
         fs::last_write_time(p, e) < cutoff && !e && fs::remove(p, e)) {
       ++removed;

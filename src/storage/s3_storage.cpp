@@ -1,6 +1,7 @@
 #include "storage/s3_storage.hpp"
 
 #include <boost/url/parse.hpp>
+#include <future>
 
 #include "common/errors.hpp"
 #include "http/curl.hpp"
@@ -60,6 +61,21 @@ struct UploadFeed {
       return CURL_READFUNC_ABORT;
     }
   }
+};
+
+// A request body already in memory, read in place.
+class ViewSource final : public ByteSource {
+ public:
+  explicit ViewSource(std::string_view data) : data_(data) {}
+  size_t read(std::span<char> buf) override {
+    size_t n = std::min(buf.size(), data_.size());
+    std::copy_n(data_.data(), n, buf.data());
+    data_.remove_prefix(n);
+    return n;
+  }
+
+ private:
+  std::string_view data_;
 };
 
 // Streaming GET: the write callback fills a bounded buffer and pauses the transfer when it is
@@ -203,7 +219,8 @@ std::unique_ptr<ByteSource> S3Storage::open(const std::string& key, std::stop_to
 }
 
 // S3 takes up to 5 GiB in one PUT. A body of known length within that streams as one PUT
-// (one request, no parts to reassemble); an unknown length or a larger body goes multipart.
+// (one request, no parts to reassemble); an unknown length or a larger body goes through the
+// writer (multipart beyond one part).
 constexpr std::uint64_t kMaxSinglePut = 5ULL << 30;
 
 void S3Storage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
@@ -211,7 +228,7 @@ void S3Storage::put(const std::string& key, ByteSource& body, std::stop_token st
   if (size && *size <= kMaxSinglePut)
     put_single(key, body, stop);
   else
-    put_multipart(key, body, stop);
+    Storage::put(key, body, stop);
 }
 
 void S3Storage::put_single(const std::string& key, ByteSource& body, std::stop_token stop) {
@@ -234,87 +251,131 @@ void S3Storage::put_single(const std::string& key, ByteSource& body, std::stop_t
   if (status >= 300) fail_http("PUT " + key, status, response);
 }
 
-void S3Storage::put_multipart(const std::string& key, ByteSource& body, std::stop_token stop) {
-  // Small helper: one request with an in-memory body, returning status and response body.
-  auto request = [&](const std::string& method, const std::string& query,
-                     const std::string& payload, std::string* etag) {
-    auto easy = http::make_easy();
-    Headers headers;
-    configure(easy.get(), method, object_url(key, query), &headers);
-    std::string response;
-    MemorySource src(payload);
-    UploadFeed feed{&src};
-    if (method == "PUT" || method == "POST") {
-      curl_easy_setopt(easy.get(), CURLOPT_UPLOAD, 1L);
-      curl_easy_setopt(easy.get(), CURLOPT_READFUNCTION, &UploadFeed::read);
-      curl_easy_setopt(easy.get(), CURLOPT_READDATA, &feed);
-      curl_easy_setopt(easy.get(), CURLOPT_INFILESIZE_LARGE,
-                       static_cast<curl_off_t>(payload.size()));
-    }
-    curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
-    curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &response);
-    if (etag) {
-      curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, &capture_etag);
-      curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, etag);
-    }
-    Transfer t(easy.get(), stop);
-    feed.transfer = &t;
-    CURLcode rc = t.run();
-    if (rc != CURLE_OK) fail_transfer(method + " " + key + " (multipart)", rc);
-    long status = http::response_code(easy.get());
-    if (status >= 300) fail_http(method + " " + key + " (multipart)", status, response);
-    return response;
-  };
+std::string S3Storage::request(const std::string& method, const std::string& key,
+                               const std::string& query, std::string_view payload,
+                               std::string* etag, std::stop_token stop) const {
+  auto easy = http::make_easy();
+  Headers headers;
+  configure(easy.get(), method, object_url(key, query), &headers);
+  std::string response;
+  ViewSource src(payload);
+  UploadFeed feed{&src};
+  if (method == "PUT" || method == "POST") {
+    curl_easy_setopt(easy.get(), CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(easy.get(), CURLOPT_READFUNCTION, &UploadFeed::read);
+    curl_easy_setopt(easy.get(), CURLOPT_READDATA, &feed);
+    curl_easy_setopt(easy.get(), CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(payload.size()));
+  }
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
+  curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &response);
+  if (etag) {
+    curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, &capture_etag);
+    curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, etag);
+  }
+  Transfer t(easy.get(), std::move(stop));
+  feed.transfer = &t;
+  CURLcode rc = t.run();
+  if (rc != CURLE_OK) fail_transfer(method + " " + key, rc);
+  long status = http::response_code(easy.get());
+  if (status >= 300) fail_http(method + " " + key, status, response);
+  return response;
+}
 
-  std::string upload_id = xml_tag(request("POST", "uploads=", "", nullptr), "UploadId");
-  if (upload_id.empty())
-    throw StorageError(ErrorKind::other, "POST " + key + "?uploads: no UploadId in the answer");
-  const std::string id_query = "uploadId=" + uri_encode(upload_id, false);
-  try {
-    std::vector<std::string> etags;
-    std::string part;
-    part.reserve(static_cast<size_t>(config_.s3_part_size));
-    bool eof = false;
-    while (!eof) {
-      part.clear();
-      while (part.size() < static_cast<size_t>(config_.s3_part_size)) {
-        size_t want =
-            std::min<size_t>(256 * 1024, static_cast<size_t>(config_.s3_part_size) - part.size());
-        size_t old = part.size();
-        part.resize(old + want);
-        size_t n = body.read(std::span<char>(part.data() + old, want));
-        part.resize(old + n);
-        if (n == 0) {
-          eof = true;
-          break;
-        }
-      }
-      // An empty object still needs one (empty) part; otherwise skip a trailing empty read.
-      if (part.empty() && !etags.empty()) break;
-      std::string etag;
-      // Query parameters in sorted order: libcurl 7.88 signs them as written.
-      request("PUT", "partNumber=" + std::to_string(etags.size() + 1) + "&" + id_query, part,
-              &etag);
-      if (etag.empty())
-        throw StorageError(ErrorKind::other, "PUT " + key + " part: no ETag in the answer");
-      etags.push_back(etag);
+// Bytes pushed in fill a part buffer. An object that ends within one part is one PUT at
+// commit. A longer one becomes a multipart upload whose parts are sent in the background
+// while the next fills: at most one part in flight and one filling (2 × storage.s3_part_size
+// of memory), so a fast client is not held up by each part's round trip.
+class S3Writer final : public ObjectWriter {
+ public:
+  S3Writer(const S3Storage& s3, std::string key, size_t part_size, std::stop_token stop)
+      : s3_(s3), key_(std::move(key)), part_size_(part_size), stop_(std::move(stop)) {}
+
+  ~S3Writer() override {
+    if (committed_) return;
+    try {
+      if (inflight_.valid()) inflight_.wait();
+      if (!id_query_.empty()) s3_.request("DELETE", key_, id_query_, {}, nullptr, {});
+    } catch (...) {  // best effort: a lifecycle rule clears what an abort could not (README)
     }
+  }
+
+  void write(std::span<const char> data) override {
+    if (stop_.stop_requested()) throw Aborted();
+    std::string_view in(data.data(), data.size());
+    while (!in.empty()) {
+      // A full part goes once a byte beyond it arrived: an object of exactly one part stays
+      // one PUT, and the last part of a multipart upload is never empty.
+      if (part_.size() == part_size_) send_part();
+      if (part_.capacity() < part_size_)
+        part_.reserve(std::min(part_size_, part_.size() + in.size()));
+      const size_t take = std::min(in.size(), part_size_ - part_.size());
+      part_.append(in.substr(0, take));
+      in.remove_prefix(take);
+    }
+  }
+
+  void commit() override {
+    if (id_query_.empty()) {
+      s3_.request("PUT", key_, {}, part_, nullptr, stop_);
+      committed_ = true;
+      return;
+    }
+    send_part();
+    collect();
     std::string complete = "<CompleteMultipartUpload>";
-    for (size_t i = 0; i < etags.size(); ++i)
-      complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags[i] +
+    for (size_t i = 0; i < etags_.size(); ++i)
+      complete += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] +
                   "</ETag></Part>";
     complete += "</CompleteMultipartUpload>";
-    std::string answer = request("POST", id_query, complete, nullptr);
+    std::string answer = s3_.request("POST", key_, id_query_, complete, nullptr, stop_);
     // CompleteMultipartUpload can fail with 200 and an <Error> document.
     if (answer.find("<Error>") != std::string::npos)
-      fail_http("POST " + key + " complete", 200, answer);
-  } catch (...) {
-    try {
-      request("DELETE", id_query, "", nullptr);  // abort: no orphaned parts left behind
-    } catch (...) {
-    }
-    throw;
+      fail_http("POST " + key_ + " complete", 200, answer);
+    committed_ = true;
   }
+
+ private:
+  void send_part() {
+    if (id_query_.empty()) {
+      std::string upload_id =
+          xml_tag(s3_.request("POST", key_, "uploads=", {}, nullptr, stop_), "UploadId");
+      if (upload_id.empty())
+        throw StorageError(ErrorKind::other,
+                           "POST " + key_ + "?uploads: no UploadId in the answer");
+      id_query_ = "uploadId=" + uri_encode(upload_id, false);
+    }
+    collect();
+    sending_.swap(part_);
+    part_.clear();
+    // Query parameters in sorted order: libcurl 7.88 signs them as written.
+    std::string query = "partNumber=" + std::to_string(etags_.size() + 1) + "&" + id_query_;
+    inflight_ = std::async(std::launch::async, [this, query] {
+      std::string etag;
+      s3_.request("PUT", key_, query, sending_, &etag, stop_);
+      if (etag.empty())
+        throw StorageError(ErrorKind::other, "PUT " + key_ + " part: no ETag in the answer");
+      return etag;
+    });
+  }
+  // Waits for the part in flight; its failure is this writer's.
+  void collect() {
+    if (inflight_.valid()) etags_.push_back(inflight_.get());
+  }
+
+  const S3Storage& s3_;
+  std::string key_;
+  size_t part_size_;
+  std::stop_token stop_;
+  std::string part_, sending_;
+  std::string id_query_;  // "uploadId=..." once the multipart upload exists
+  std::vector<std::string> etags_;
+  std::future<std::string> inflight_;
+  bool committed_ = false;
+};
+
+std::unique_ptr<ObjectWriter> S3Storage::create(const std::string& key, std::stop_token stop) {
+  return std::make_unique<S3Writer>(*this, key, static_cast<size_t>(config_.s3_part_size),
+                                    std::move(stop));
 }
 
 void S3Storage::remove(const std::string& key) {

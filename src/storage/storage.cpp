@@ -11,6 +11,7 @@
 #include "storage/file_storage.hpp"
 
 namespace relay::storage {
+
 namespace {
 
 using CreateFn = Storage* (*)(const Config*, const char*, const char*, char*, size_t);

@@ -44,15 +44,34 @@ struct Config {
   bool fsync = false;                            // filesystem: fsync each object before rename
 };
 
+// An object written by pushing bytes into it as they arrive (the gateway's uploads). Nothing is
+// visible under the key before commit(); a writer destroyed without commit() leaves nothing
+// behind (its temporary file is removed, its multipart upload aborted). write() and commit()
+// block on storage and throw StorageError, or Aborted once stop is requested.
+class ObjectWriter : public ByteSink {
+ public:
+  virtual void commit() = 0;
+};
+
 class Storage {
  public:
   virtual ~Storage() = default;
   // Opens an object for streaming. Throws StorageError (not_found for a missing key). Reads from
   // the returned source throw StorageError, or Aborted once stop is requested.
   virtual std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) = 0;
-  // Stores the whole source under key; size is a hint (multipart when unknown or large). The
-  // object appears whole or not at all.
-  virtual void put(const std::string& key, ByteSource& body, std::stop_token stop) = 0;
+  // Starts writing an object (see ObjectWriter).
+  virtual std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop) = 0;
+  // Stores the whole source under key; the object appears whole or not at all. By default
+  // create() and copy; a backend may do better when the size is known (S3: one streamed PUT).
+  // (Inline like the rest of this class: relay-s3.so, loaded at run time, needs its vtable.)
+  virtual void put(const std::string& key, ByteSource& body, std::stop_token stop) {
+    auto writer = create(key, stop);
+    size_t cap = 0;
+    auto buf = transfer_buffer(body.size(), cap);
+    while (size_t n = body.read(std::span<char>(buf.get(), cap)))
+      writer->write(std::span<const char>(buf.get(), n));
+    writer->commit();
+  }
   // Deleting a missing key is not an error.
   virtual void remove(const std::string& key) = 0;
   // Cheap reachability check for readiness probes.

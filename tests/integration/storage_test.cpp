@@ -98,6 +98,53 @@ TEST_P(StorageTest, OverwriteReplacesWhole) {
   EXPECT_EQ(read_all(*st_, "svc/o/result.json"), "b");
 }
 
+bool exists(storage::Storage& st, const std::string& key) {
+  try {
+    st.open(key, {});
+    return true;
+  } catch (const storage::StorageError& e) {
+    EXPECT_EQ(e.kind(), storage::ErrorKind::not_found) << e.what();
+    return false;
+  }
+}
+
+std::string pattern(size_t n) {
+  std::string data(n, '\0');
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(i * 13 + (i >> 11));
+  return data;
+}
+
+// Pushed in uneven pieces, across part boundaries (5 MiB parts on S3), the object appears only
+// at commit, whole. Sizes: empty, one byte, exactly one part (one PUT), and several parts.
+TEST_P(StorageTest, AWrittenObjectAppearsWholeAtCommit) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{5} << 20, (size_t{11} << 20) + 7}) {
+    const std::string data = pattern(n), key = "svc/w" + std::to_string(n) + "/input";
+    auto w = st_->create(key, {});
+    for (size_t i = 0, piece = 1; i < n; i += piece, piece = piece * 3 + 1)
+      w->write(std::span<const char>(data.data() + i, std::min(piece, n - i)));
+    EXPECT_FALSE(exists(*st_, key)) << "visible before commit, size " << n;
+    w->commit();
+    EXPECT_EQ(read_all(*st_, key), data) << n;
+  }
+}
+
+// A writer dropped mid-way (the client went away) leaves no object, temporary or folder; on
+// S3 its multipart upload (parts already sent) is aborted.
+TEST_P(StorageTest, AnAbandonedWriterLeavesNothing) {
+  const std::string data = pattern(size_t{7} << 20);
+  {
+    auto w = st_->create("svc/gone/input", {});
+    w->write(data);
+  }
+  EXPECT_FALSE(exists(*st_, "svc/gone/input"));
+  if (GetParam() == "file") EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/svc/gone"));
+  // The key is free for a later, complete write.
+  auto w = st_->create("svc/gone/input", {});
+  w->write(std::span<const char>(data.data(), 10));
+  w->commit();
+  EXPECT_EQ(read_all(*st_, "svc/gone/input"), data.substr(0, 10));
+}
+
 TEST_P(StorageTest, StoppedTransferIsAborted) {
   std::stop_source stop;
   stop.request_stop();
