@@ -1,4 +1,4 @@
-// libFuzzer target for the gateway's streaming multipart reader: any body must parse or throw
+// libFuzzer target for the gateway's streaming multipart parser: any body must parse or throw
 // MultipartError, in bounded memory, under any chunking (the first byte picks the chunk size).
 
 #include <cstdint>
@@ -10,12 +10,17 @@ using namespace relay;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  MemorySource src(std::string(reinterpret_cast<const char*>(data) + 1, size - 1),
-                   1 + data[0] % 16);
-  gateway::MultipartReader r(src, "b");
-  gateway::PartInfo info;
+  struct Sink final : gateway::MultipartHandler {
+    size_t bytes = 0;
+    void on_part(const gateway::PartInfo&) override {}
+    void on_data(std::string_view d) override { bytes += d.size(); }
+  } sink;
+  const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const size_t chunk = 1 + data[0] % 16;
+  gateway::MultipartParser parser("b", sink);
   try {
-    while (r.next(info)) r.read_all(1 << 16);
+    for (size_t pos = 0; pos < body.size(); pos += chunk) parser.feed(body.substr(pos, chunk));
+    parser.finish();
   } catch (const gateway::MultipartError&) {
   }
   return 0;

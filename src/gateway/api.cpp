@@ -2,20 +2,19 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
-#include <openssl/sha.h>
 
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 #include <charconv>
 
 #include "common/errors.hpp"
-#include "common/hex.hpp"
 #include "common/log.hpp"
+#include "common/sha256.hpp"
 #include "common/time.hpp"
 #include "common/utf8.hpp"
 #include "crypto/primed_source.hpp"
+#include "gateway/api_steps.hpp"
 #include "gateway/metrics.hpp"
-#include "gateway/multipart.hpp"
 #include "gateway/openapi.hpp"
 #include "redis/job_store.hpp"
 #include "redis/retry.hpp"
@@ -25,95 +24,7 @@ namespace {
 
 namespace json = boost::json;
 
-// One Redis connection per blocking-pool thread.
-redis::LazyConnection& thread_redis(const redis::Endpoint& ep) {
-  thread_local std::optional<redis::LazyConnection> conn;
-  if (!conn) conn.emplace(ep);
-  return *conn;
-}
-
-std::string sha256_hex(std::string_view s) {
-  unsigned char d[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
-  return to_hex(d, sizeof d);
-}
-
-// Thrown by the upload path when the body outgrows its limit.
-struct TooLarge {};
-
-// Counts the bytes of an upload and stops it at the limit.
-class LimitedSource final : public ByteSource {
- public:
-  LimitedSource(ByteSource& inner, std::uint64_t limit) : inner_(inner), limit_(limit) {}
-  size_t read(std::span<char> buf) override {
-    size_t n = inner_.read(buf);
-    count_ += n;
-    if (count_ > limit_) throw TooLarge{};
-    return n;
-  }
-  std::uint64_t count() const { return count_; }
-  std::optional<std::uint64_t> size() const override { return inner_.size(); }
-
- private:
-  ByteSource& inner_;
-  std::uint64_t limit_, count_ = 0;
-};
-
-// Calls renew() every `every` while bytes keep arriving: an Idempotency-Key reservation lives as
-// long as its upload makes progress, no longer (a crashed gateway's key frees itself).
-class RenewingSource final : public ByteSource {
- public:
-  RenewingSource(ByteSource& inner, std::chrono::milliseconds every, std::function<void()> renew)
-      : inner_(inner), every_(every), renew_(std::move(renew)) {}
-  size_t read(std::span<char> buf) override {
-    size_t n = inner_.read(buf);
-    if (n > 0 && std::chrono::steady_clock::now() - last_ >= every_) {
-      renew_();
-      last_ = std::chrono::steady_clock::now();
-    }
-    return n;
-  }
-  std::optional<std::uint64_t> size() const override { return inner_.size(); }
-
- private:
-  ByteSource& inner_;
-  std::chrono::milliseconds every_;
-  std::function<void()> renew_;
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
-
-// Drains what is left of a request body so that the connection can be reused.
-void drain(ByteSource* body) {
-  if (!body) return;
-  char sink[16384];
-  while (body->read(std::span<char>(sink, sizeof sink)) > 0) {
-  }
-}
-
-struct Submission {
-  std::string operation, callback_url, params, filename, content_type;
-};
-
 }  // namespace
-
-struct Api::Context {
-  redis::LazyConnection& conn;
-  std::string tenant;
-};
-
-// Runs one Redis step for a request through redis::with_retry (a restarting, loading or
-// failing-over Redis is waited for up to redis.retry_timeout; then the request gets 503).
-// The JobStore is made per attempt: a retry may replace the connection under it.
-template <typename F>
-auto Api::step(Context& ctx, F&& f, const std::function<void(int)>& on_retry) {
-  return redis::with_retry(
-      ctx.conn, cfg_.redis_retry_timeout, {},
-      [&](redis::Connection& c) {
-        redis::JobStore store(c, keys_);
-        return f(store, c);
-      },
-      on_retry);
-}
 
 Response error_response(unsigned status, const std::string& code, const std::string& message) {
   Response r;
@@ -139,6 +50,13 @@ Api::Api(const Config& config, storage::Storage& storage, const crypto::Encrypti
       endpoint_(config.redis.endpoint()),
       keys_(config.redis.keys()) {}
 
+// One Redis connection per pool thread.
+redis::LazyConnection& Api::redis_here() const {
+  thread_local std::optional<redis::LazyConnection> conn;
+  if (!conn) conn.emplace(endpoint_);
+  return *conn;
+}
+
 std::optional<std::string> Api::tenant_of(const Request& req) const {
   if (!cfg_.auth_enabled) return std::string("default");
   std::string key = req.header("x-api-key");
@@ -157,7 +75,7 @@ std::optional<std::string> Api::tenant_of(const Request& req) const {
 }
 
 std::optional<Response> Api::answer_at_once(const Request& req) {
-  if (req.method != "GET" || req.body) return std::nullopt;
+  if (req.method != "GET" || req.has_body) return std::nullopt;
   const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
   Response r;
   if (path == "/healthz") {
@@ -174,16 +92,22 @@ std::optional<Response> Api::answer_at_once(const Request& req) {
 }
 
 Response Api::handle(const Request& req, bool deadline_passed) {
-  auto& conn = thread_redis(endpoint_);
-  Context ctx{conn, {}};
+  Context ctx{redis_here(), {}};
   try {
     return route(req, ctx, deadline_passed);
+  } catch (...) {
+    return failure(std::current_exception(), req.target);
+  }
+}
+
+Response Api::failure(std::exception_ptr e, std::string_view target) {
+  try {
+    std::rethrow_exception(e);
   } catch (const redis::IoError& e) {
-    conn.reset();
+    redis_here().reset();
     log::warn("redis unavailable", {{"error", e.what()}});
     auto r = error_response(503, "redis_unavailable", "the job store is unavailable; retry later");
     set_retry_after(r, "1");
-    r.close = req.body != nullptr;
     return r;
   } catch (const redis::ReplyError& e) {
     // Redis refused a step for a reason that is not passing (out of memory, a misconfigured
@@ -191,17 +115,15 @@ Response Api::handle(const Request& req, bool deadline_passed) {
     log::error("redis error", {{"error", e.what()}});
     auto r = error_response(503, "redis_error", "the job store refused the request; retry later");
     set_retry_after(r, "5");
-    r.close = req.body != nullptr;
     return r;
   } catch (const storage::StorageError& e) {
     log::error("storage unavailable", {{"error", e.what()}});
-    auto r = error_response(503, "storage_unavailable", "storage is unavailable; retry later");
-    r.close = req.body != nullptr;
-    return r;
+    return error_response(503, "storage_unavailable", "storage is unavailable; retry later");
   } catch (const std::exception& e) {
-    // The body could not be read (the client went away, or sent broken HTTP framing): nothing
-    // was kept (the submit path removes what it stored); answer if anyone still listens.
-    log::warn("request failed", {{"error", e.what()}, {"target", req.target.substr(0, 200)}});
+    // A surprise while handling the request: nothing was kept (a submission removes what it
+    // stored); answer, and close, since what the connection carries next is unknown.
+    log::warn("request failed",
+              {{"error", e.what()}, {"target", std::string(target.substr(0, 200))}});
     auto r = error_response(400, "bad_request", e.what());
     r.close = true;
     return r;
@@ -242,16 +164,12 @@ Response Api::route(const Request& req, Context& ctx, bool deadline_passed) {
     auto r = error_response(401, "unauthorized",
                             "a valid API key is required (Authorization: Bearer <key>)");
     r.headers.emplace_back("WWW-Authenticate", "Bearer");
-    r.close = req.body != nullptr;
     return r;
   }
   ctx.tenant = *tenant;
   const std::string& svc = seg[1];
-  if (!cfg_.service_types.count(svc)) {
-    auto r = error_response(404, "unknown_service_type", "no service type '" + svc + "'");
-    r.close = req.body != nullptr;
-    return r;
-  }
+  if (!cfg_.service_types.count(svc))
+    return error_response(404, "unknown_service_type", "no service type '" + svc + "'");
   if (seg.size() == 2) {
     if (m == "POST") return with_route(submit(req, ctx, svc), "POST /jobs/{service_type}");
     return error_response(405, "method_not_allowed", "use POST to submit a job");
@@ -259,7 +177,7 @@ Response Api::route(const Request& req, Context& ctx, bool deadline_passed) {
   const std::string& id = seg[2];
   if (!is_valid_job_id(id))
     return error_response(400, "invalid_id", "job ids are UUIDs (v4, lowercase)");
-  drain(req.body);  // no other route takes a body
+  // No other route takes a body: the server drops what it read of one, or closes.
   if (seg.size() == 3) {
     if (m == "GET")
       return with_route(get_job(req, ctx, svc, id, deadline_passed),
@@ -270,260 +188,6 @@ Response Api::route(const Request& req, Context& ctx, bool deadline_passed) {
   if (seg[3] == "result" && m == "GET")
     return with_route(get_result(ctx, svc, id), "GET /jobs/{service_type}/{id}/result");
   return error_response(404, "not_found", "no such route");
-}
-
-Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
-  const ServiceType& st = cfg_.service_types.at(svc);
-  const std::uint64_t limit = static_cast<std::uint64_t>(
-      st.max_input_size > 0 ? std::min(st.max_input_size, cfg_.max_body_size) : cfg_.max_body_size);
-  auto refuse = [&](unsigned status, const std::string& code, const std::string& message) {
-    auto r = error_response(status, code, message);
-    r.close = true;  // the body was not read: the connection cannot be reused
-    return r;
-  };
-  if (!req.body) return refuse(400, "missing_input", "the request has no body");
-  if (req.content_length && *req.content_length > limit)
-    return refuse(413, "too_large", "the input is larger than " + std::to_string(limit) + " bytes");
-
-  const std::string content_type = req.header("content-type");
-  const bool multipart =
-      content_type.size() >= 10 && (content_type.compare(0, 10, "multipart/") == 0 ||
-                                    content_type.compare(0, 10, "Multipart/") == 0);
-  std::optional<std::string> boundary;
-  if (multipart) {
-    boundary = multipart_boundary(content_type);
-    if (!boundary)
-      return refuse(415, "unsupported_media_type",
-                    "multipart bodies must be multipart/form-data with a boundary");
-  }
-
-  // Options: query parameters for a raw body, form fields for multipart (checked after the upload).
-  Submission sub;
-  auto target = boost::urls::parse_origin_form(req.target);
-  for (auto p : target->params()) {
-    std::string k(p.key), v(p.value);
-    if (k == "operation")
-      sub.operation = v;
-    else if (k == "callback_url")
-      sub.callback_url = v;
-    else if (k == "params")
-      sub.params = v;
-    else if (k == "filename")
-      sub.filename = v;
-  }
-  auto validate = [&]() -> std::optional<Response> {
-    if (!sub.operation.empty() && !st.operations.empty() &&
-        std::find(st.operations.begin(), st.operations.end(), sub.operation) == st.operations.end())
-      return error_response(400, "invalid_operation",
-                            "operation '" + sub.operation + "' is not offered by '" + svc + "'");
-    if (sub.operation.size() > 128)
-      return error_response(400, "invalid_operation", "operation is too long");
-    if (!sub.params.empty()) {
-      boost::system::error_code ec;
-      auto v = json::parse(sub.params, ec);
-      if (ec || !v.is_object())
-        return error_response(400, "invalid_params", "params must be a JSON object");
-    }
-    if (!sub.callback_url.empty()) {
-      if (cfg_.webhook_secret.empty())
-        return error_response(400, "webhooks_not_configured",
-                              "this gateway has no webhooks.secret: callbacks cannot be signed");
-      if (sub.callback_url.size() > 2048)
-        return error_response(400, "invalid_callback_url", "callback_url is too long");
-      if (auto why = check_callback_url(sub.callback_url, cfg_.webhook_allow_private))
-        return error_response(400, "invalid_callback_url", *why);
-    }
-    return std::nullopt;
-  };
-  if (!multipart) {
-    if (auto bad = validate()) {
-      bad->close = true;
-      return std::move(*bad);
-    }
-  }
-
-  // Idempotency-Key: reserve it for a new id before storing anything; a retry finds the first job.
-  const std::string job_id = new_job_id();
-  std::string idem_key;
-  if (std::string k = req.header("idempotency-key"); !k.empty()) {
-    if (k.size() > 256)
-      return refuse(400, "invalid_idempotency_key",
-                    "Idempotency-Key is longer than 256 characters");
-    idem_key = keys_.idempotency(st.model, ctx.tenant, sha256_hex(k));
-    auto existing = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-      // Reserved for as long as an upload may stall; renewed while it progresses, given the
-      // job's retention once the job exists.
-      return store.reserve_idempotency(idem_key, job_id, cfg_.idempotency_reservation);
-    });
-    if (existing && *existing != job_id) {
-      drain(req.body);
-      if (!existing->empty()) {
-        auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-          return store.get(st.model, *existing);
-        });
-        if (rec && rec->tenant == ctx.tenant) {
-          Response r;
-          r.status = 202;
-          r.body = job_json(*rec);
-          r.headers.emplace_back("Location", "/jobs/" + rec->service_type + "/" + rec->id);
-          r.headers.emplace_back("Idempotent-Replayed", "true");
-          return r;
-        }
-      }
-      return error_response(409, "idempotency_in_progress",
-                            "a request with this Idempotency-Key is still being processed");
-    }
-  }
-  auto release_idem = [&] {
-    if (!idem_key.empty()) {
-      try {
-        redis::JobStore(ctx.conn.get(), keys_).release_idempotency(idem_key);
-      } catch (...) {
-      }
-    }
-  };
-
-  RenewingSource renewing(*req.body, cfg_.idempotency_reservation / 3, [&] {
-    if (!idem_key.empty())
-      redis::JobStore(ctx.conn.get(), keys_)
-          .renew_idempotency(idem_key, job_id, cfg_.idempotency_reservation);
-  });
-  ByteSource& body = renewing;
-  const std::string input_key = input_object_key(svc, job_id);
-  // Inputs are encrypted as they stream to storage, bound to this job ("<id>/input").
-  auto store_input = [&](ByteSource& plain) {
-    if (!enc_.enabled) return storage_.put(input_key, plain, {});
-    crypto::EncryptingSource sealed(plain, *enc_.keyring.get(enc_.active_id),
-                                    crypto::input_aad(job_id), enc_.params);
-    storage_.put(input_key, sealed, {});
-  };
-  std::uint64_t size = 0;
-  bool stored = false;
-  auto forget_input = [&] {
-    if (!stored) return;
-    try {
-      storage_.remove(input_key);
-    } catch (const std::exception& e) {
-      log::warn("cannot delete the input of a refused submission",
-                {{"key", input_key}, {"error", e.what()}});
-    }
-  };
-  // Any way out but success removes what this request stored and frees its Idempotency-Key.
-  struct Undo {
-    std::function<void()> f;
-    ~Undo() {
-      if (!f) return;
-      try {
-        f();
-      } catch (...) {  // best effort, and never from a destructor
-      }
-    }
-  } undo{[&] {
-    forget_input();
-    release_idem();
-  }};
-  try {
-    if (multipart) {
-      MultipartReader reader(body, *boundary);
-      PartInfo part;
-      bool have_file = false;
-      while (reader.next(part)) {
-        if (part.name == "file") {
-          if (have_file) throw MultipartError("more than one file part");
-          PartSource source(reader);
-          LimitedSource limited(source, limit);
-          store_input(limited);
-          stored = true;
-          have_file = true;
-          size = limited.count();
-          sub.filename = part.filename;
-          sub.content_type = part.content_type;
-        } else if (part.name == "operation")
-          sub.operation = reader.read_all(256);
-        else if (part.name == "callback_url")
-          sub.callback_url = reader.read_all(4096);
-        else if (part.name == "params")
-          sub.params = reader.read_all(64 * 1024);
-        else
-          reader.read_all(64 * 1024);  // unknown fields are ignored
-      }
-      drain(&body);  // the epilogue
-      if (!have_file)
-        return error_response(400, "missing_input", "the multipart body has no 'file' part");
-      if (auto bad = validate()) return std::move(*bad);
-    } else {
-      LimitedSource limited(body, limit);
-      store_input(limited);
-      stored = true;
-      size = limited.count();
-      sub.content_type = content_type;
-    }
-  } catch (const TooLarge&) {
-    return refuse(413, "too_large", "the input is larger than " + std::to_string(limit) + " bytes");
-  } catch (const MultipartError& e) {
-    return refuse(400, "malformed_multipart", e.what());
-  } catch (const storage::StorageError& e) {
-    log::error("cannot store an input", {{"job_id", job_id}, {"error", e.what()}});
-    auto r =
-        error_response(503, "storage_unavailable", "the input could not be stored; retry later");
-    r.close = true;
-    return r;
-  }
-  // Otherwise (the client went away, broken HTTP framing) the exception goes on; undo runs.
-
-  JobRecord r;
-  r.id = job_id;
-  r.service_type = svc;
-  r.model = st.model;
-  r.operation = sub.operation;
-  r.status = "pending";
-  r.tenant = ctx.tenant;
-  r.input_key = input_key;
-  // Shown in job JSON: valid UTF-8, cut on a character boundary.
-  r.input_filename = sub.filename.empty() ? "input" : utf8_clean(sub.filename, 255);
-  r.input_content_type =
-      sub.content_type.empty() ? "application/octet-stream" : utf8_clean(sub.content_type, 255);
-  r.input_size = std::to_string(size);
-  r.params = sub.params;
-  r.callback_url = sub.callback_url;
-  const bool priority = !cfg_.priority_header.empty() && !req.header(cfg_.priority_header).empty();
-  r.priority = priority ? "1" : "";
-  r.attempts = "0";
-  r.key_id = enc_.enabled ? enc_.active_id : "";
-  r.created_at = format_rfc3339(wall_now());
-  {
-    // An attempt that fails after Redis received it may have run: a retry that then finds the
-    // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
-    bool retried = false;
-    bool created = step(
-        ctx,
-        [&](redis::JobStore& store, redis::Connection&) {
-          bool ok = store.submit(r, priority);
-          // Not acknowledged before replicas have it: a failover must not drop it. Too few
-          // acks is an unknown outcome, retried (on the new master once the sentinels say so).
-          store.require_replicas(cfg_.redis.wait_replicas);
-          return ok;
-        },
-        [&](int) { retried = true; });
-    if (!created && !retried) throw std::runtime_error("job id collision");
-    if (!idem_key.empty())
-      step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-        return store.renew_idempotency(idem_key, job_id, cfg_.job_retention);
-      });
-  }
-  undo.f = nullptr;  // the job exists: keep its input and key
-  metrics().jobs_submitted.add({svc});
-  log::info("job submitted", {{"job_id", job_id},
-                              {"service_type", svc},
-                              {"model", st.model},
-                              {"size", size},
-                              {"priority", priority},
-                              {"tenant", ctx.tenant}});
-  Response resp;
-  resp.status = 202;
-  resp.body = job_json(r);
-  resp.headers.emplace_back("Location", "/jobs/" + svc + "/" + job_id);
-  return resp;
 }
 
 Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
@@ -623,10 +287,10 @@ Response Api::ready() {
   json::object checks;
   bool ok = true;
   try {
-    redis::JobStore(thread_redis(endpoint_).get(), keys_).ping();
+    redis::JobStore(redis_here().get(), keys_).ping();
     checks["redis"] = "ok";
   } catch (const std::exception& e) {
-    thread_redis(endpoint_).reset();
+    redis_here().reset();
     // /readyz is unauthenticated: the cause (addresses, paths) goes to the log, not the answer.
     log::warn("not ready: redis", {{"error", e.what()}});
     checks["redis"] = "unavailable";
@@ -668,7 +332,7 @@ Response Api::metrics_text() {
   // Queue gauges, read now.
   std::map<std::vector<std::string>, double> depth, oldest;
   try {
-    redis::JobStore store(thread_redis(endpoint_).get(), keys_);
+    redis::JobStore store(redis_here().get(), keys_);
     for (const auto& model : cfg_.models()) {
       auto q = store.queue_depth(model);
       depth[{model, "pending"}] = static_cast<double>(q.pending);
@@ -683,7 +347,7 @@ Response Api::metrics_text() {
       oldest[{model}] = age;
     }
   } catch (const redis::IoError&) {
-    thread_redis(endpoint_).reset();
+    redis_here().reset();
   }
   w.gauge("relay_queue_depth", "Jobs per model and queue (pending, processing, deadletter).",
           {"model", "queue"}, depth);

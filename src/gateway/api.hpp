@@ -1,8 +1,10 @@
 #pragma once
 // The gateway's HTTP API as request -> response (SPEC §2), free of sockets: the server
 // (http_server.cpp) parses HTTP and runs handle() on its blocking pool, because handlers call
-// Redis and storage synchronously. Long-polls come back as a "wait" response: the server waits
-// for the job's completion notice asynchronously, then asks again.
+// Redis and storage synchronously. Two answers hand work back to the server: a submission whose
+// body is still arriving returns an Intake (submit.cpp) that the server feeds as bytes come in,
+// and a long-poll returns a "wait": the server waits for the job's completion notice
+// asynchronously, then asks again.
 
 #include <chrono>
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include "crypto/keyring.hpp"
 #include "gateway/config.hpp"
 #include "gateway/job_json.hpp"
+#include "gateway/submission.hpp"
 #include "redis/job_record.hpp"
 #include "storage/storage.hpp"
 
@@ -25,8 +28,27 @@ struct Request {
   std::string method;                                        // "GET", "POST", ...
   std::string target;                                        // path and query, as received
   std::function<std::string(std::string_view name)> header;  // "" when absent
-  ByteSource* body = nullptr;                                // the request body, read as it arrives
   std::optional<std::uint64_t> content_length;
+  bool has_body = false;      // a body follows the header
+  std::string body;           // what of it the server received before asking (a small body: all)
+  bool body_complete = true;  // `body` is the whole body
+};
+
+struct Response;
+
+// A request whose body is taken as it arrives (a submission). The server reads the body on its
+// I/O thread and pushes each piece in, in order, then asks for the answer; both calls block on
+// storage and Redis, so they run on the server's upload pool, only ever for bytes already
+// received. Destroyed before finish() succeeded — the client went away or was cut, a refusal,
+// shutdown — it removes what it stored and frees its Idempotency-Key.
+class Intake {
+ public:
+  virtual ~Intake() = default;
+  // A refusal (413, malformed multipart, storage unavailable) ends the request: the server
+  // sends it and closes the connection.
+  virtual std::optional<Response> write(std::string_view bytes) = 0;
+  // The whole body was pushed: the answer (202 and the job, or a refusal).
+  virtual Response finish() = 0;
 };
 
 struct Response {
@@ -35,12 +57,13 @@ struct Response {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   std::unique_ptr<ByteSource> stream;  // sent instead of body (result downloads)
+  std::unique_ptr<Intake> intake;      // accepted: the rest of the body goes here, then finish()
   std::string route = "unknown";       // metrics label, e.g. "GET /jobs/{service_type}/{id}"
   // Long-poll: wait for this job's completion notice until wait_until, then ask again with the
   // same request (and wait_until in the past).
   std::string wait_job;
   std::chrono::steady_clock::time_point wait_until{};
-  bool close = false;  // the request body was not read to its end: close the connection
+  bool close = false;  // close the connection after this answer
 };
 
 Response error_response(unsigned status, const std::string& code, const std::string& message);
@@ -59,7 +82,13 @@ class Api {
   Response route(const Request& req, Context& ctx, bool deadline_passed);
   template <typename F>
   auto step(Context& ctx, F&& f, const std::function<void(int)>& on_retry = {});
+  class Upload;  // a submission taking its input (submit.cpp)
   Response submit(const Request& req, Context& ctx, const std::string& service_type);
+  SubmissionRules rules_for(const std::string& service_type) const;
+  // The answer to a request that failed with e: Redis or storage unavailable (503), or a body
+  // that could not be read (400, closing).
+  Response failure(std::exception_ptr e, std::string_view target);
+  redis::LazyConnection& redis_here() const;  // this thread's connection
   Response get_job(const Request& req, Context& ctx, const std::string& service_type,
                    const std::string& id, bool deadline_passed);
   Response get_result(Context& ctx, const std::string& service_type, const std::string& id);

@@ -49,8 +49,8 @@ config::Schema schema(Config& c) {
              "An upload or a download that moves no byte for this long is cut.");
   s.integer("server.min_upload_rate", &c.min_upload_rate, 1024, 0, 1LL << 40,
             "An upload slower than this many bytes/s, measured over half of "
-            "`body_idle_timeout`, is cut (`0` = no floor): a "
-            "trickling client must not hold the server's resources indefinitely.");
+            "`body_idle_timeout` of waiting on the client (time the gateway spends storing "
+            "does not count), is cut with a 408 (`0` = no floor).");
   s.integer("server.min_download_rate", &c.min_download_rate, 1024, 1, 1LL << 40,
             "A result download may take as long as it needs while it moves at least this many "
             "bytes/s (each 64 KiB chunk gets its share of time, at least `body_idle_timeout`).");
@@ -59,7 +59,12 @@ config::Schema schema(Config& c) {
             "allows (raised to its hard limit at start) less a reserve for storage, Redis and "
             "webhooks; a larger value is lowered to that, with a warning.");
   s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024,
-            "Threads for storage and Redis work (uploads hold one each).");
+            "Threads that answer requests (Redis, storage reads). Uploads hold none while the "
+            "client sends: bodies are read on the I/O thread.");
+  s.integer("server.upload_threads", &c.upload_threads, 8, 1, 1024,
+            "Threads that write received upload bytes to storage (encrypting them on the way), "
+            "apart from `blocking_threads`, so that status, readiness and metrics never wait "
+            "behind uploads.");
   config::bind_redis(s, c.redis);
   s.duration("redis.retry_timeout", &c.redis_retry_timeout, "10s",
              "How long a request waits for a Redis that is restarting, loading, busy or failing "

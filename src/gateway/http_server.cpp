@@ -1,4 +1,17 @@
-// The only translation unit of the gateway that includes Boost.Beast.
+// The only translation unit of the gateway that includes Boost.Beast. The shape of a request:
+//
+//   I/O thread (this file)              request pool             upload pool
+//   read the header
+//   read a small body, or what is there
+//                           ─────────▶  Api::handle
+//   answer  ◀─────────────────────────  Response, or an Intake for a body still arriving
+//   read the next piece of the body ─────────────────────────▶  Intake::write
+//   ...                                                          (storage, encryption)
+//   the body ended                  ─────────────────────────▶  Intake::finish (the job)
+//   answer  ◀─────────────────────────────────────────────────
+//
+// A slow client only ever holds a coroutine and its unread bytes; pool threads only ever work on
+// bytes already received; health, readiness, metrics and status never queue behind uploads.
 #include "gateway/http_server.hpp"
 
 #include <sys/resource.h>
@@ -20,6 +33,7 @@
 
 #include "common/log.hpp"
 #include "gateway/metrics.hpp"
+#include "gateway/upload_pace.hpp"
 
 namespace relay::gateway {
 namespace {
@@ -31,17 +45,13 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kHeaderTimeout = std::chrono::seconds(60);  // idle keep-alive and slow headers
-
-// An upload's progress, written by the reading pool thread, watched by the I/O thread.
-struct Progress {
-  std::atomic<std::uint64_t> bytes{0};
-  std::atomic<Clock::rep> last{Clock::now().time_since_epoch().count()};
-  void add(std::size_t n) {
-    if (n == 0) return;
-    bytes += n;
-    last.store(Clock::now().time_since_epoch().count());
-  }
-};
+// Read before the handler runs: a body this small costs one trip to the request pool.
+constexpr std::size_t kPrefetch = 64 * 1024;
+// What an upload hands the upload pool at a time, at most; and below what size a piece waits
+// (up to kHold) for more before it is handed on.
+constexpr std::size_t kPiece = 256 * 1024;
+constexpr std::size_t kSmallPiece = 16 * 1024;
+constexpr auto kHold = std::chrono::seconds(1);
 
 // Runs f on the blocking pool; the coroutine resumes on its own executor afterwards.
 template <typename F>
@@ -51,59 +61,73 @@ asio::awaitable<std::invoke_result_t<F&>> run_blocking(asio::thread_pool& pool, 
       pool, [&f]() -> asio::awaitable<R> { co_return f(); }, asio::use_awaitable);
 }
 
-// The request body, read synchronously from the socket by a pool thread while the session
-// coroutine waits (nothing else touches the socket then).
-class BodySource final : public ByteSource {
+// An upload cut for being too slow or stalled (logged, answered 408 if the client still listens).
+struct Cut {
+  std::string reason;
+};
+
+// A request's body, read asynchronously on the I/O thread: a slow client costs this coroutine
+// and the bytes it holds, never a thread. Each read is bounded by server.body_idle_timeout, and
+// the client's pace is judged by UploadPace (server.min_upload_rate).
+class BodyReader {
  public:
-  BodySource(tcp::socket& sock, beast::flat_buffer& buf,
-             http::request_parser<http::buffer_body>& parser, Progress& progress,
-             bool expect_continue)
-      : sock_(sock),
-        buf_(buf),
+  BodyReader(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+             http::request_parser<http::buffer_body>& parser, const Config& cfg)
+      : stream_(stream),
+        buffer_(buffer),
         parser_(parser),
-        progress_(progress),
-        expect_continue_(expect_continue) {}
-  // One socket read at a time (read_some), so that progress is counted in bytes as they come,
-  // not in filled buffers: a slow but steady client is not mistaken for a stalled one.
-  size_t read(std::span<char> out) override {
-    if (expect_continue_) {
-      // The handler reads the body only once it accepted the request (auth, route, declared
-      // size): that is when a client waiting on `Expect: 100-continue` is told to send it.
-      expect_continue_ = false;
-      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        cfg_(cfg),
+        pace_(cfg.body_idle_timeout / 2, cfg.min_upload_rate) {}
+
+  bool done() const { return parser_.is_done(); }
+  std::uint64_t received() const { return pace_.bytes(); }
+
+  // Appends to out what arrives, at least one read's worth: then more while more is already
+  // there, until `max` bytes, or the end. With hold_small, a piece under kSmallPiece also waits
+  // for more for up to a second, so that a trickle is handed on in pieces, not byte by byte.
+  // Throws Cut, or beast::system_error when the client goes away.
+  asio::awaitable<void> read(std::string& out, std::size_t max, bool hold_small) {
+    const auto start = Clock::now();
+    auto more = [&] {
+      if (out.empty() || buffer_.size() > 0) return true;
       beast::error_code ec;
-      asio::write(sock_, asio::buffer(kContinue.data(), kContinue.size()), ec);
-      if (ec) throw std::runtime_error("sending 100 Continue: " + ec.message());
-    }
-    while (!parser_.is_done()) {
-      parser_.get().body().data = out.data();
-      parser_.get().body().size = out.size();
+      if (stream_.socket().available(ec) > 0 && !ec) return true;
+      return hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
+    };
+    while (!done() && out.size() < max && more()) {
+      const std::size_t old = out.size();
+      const std::size_t want = std::min<std::size_t>(max - old, 64 * 1024);
+      out.resize(old + want);
+      parser_.get().body().data = out.data() + old;
+      parser_.get().body().size = want;
+      stream_.expires_after(cfg_.body_idle_timeout);
+      const auto t0 = Clock::now();
       beast::error_code ec;
-      size_t got = http::read_some(sock_, buf_, parser_, ec);
+      co_await http::async_read_some(stream_, buffer_, parser_,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+      const std::size_t got = want - parser_.get().body().size;
+      out.resize(old + got);
       if (ec == http::error::need_buffer) ec = {};
-      if (ec) throw std::runtime_error("reading the request body: " + ec.message());
-      progress_.add(got);
-      size_t n = out.size() - parser_.get().body().size;
-      if (n > 0) return n;
+      if (ec == beast::error::timeout) throw Cut{"no byte for server.body_idle_timeout"};
+      if (ec) throw beast::system_error(ec);
+      if (!pace_.record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
     }
-    return 0;
-  }
-  std::optional<std::uint64_t> size() const override {
-    if (auto n = parser_.content_length()) return *n;
-    return std::nullopt;
+    stream_.expires_never();
   }
 
+  double rate() const { return pace_.rate(); }
+
  private:
-  tcp::socket& sock_;
-  beast::flat_buffer& buf_;
+  beast::tcp_stream& stream_;
+  beast::flat_buffer& buffer_;
   http::request_parser<http::buffer_body>& parser_;
-  Progress& progress_;
-  bool expect_continue_;
+  const Config& cfg_;
+  UploadPace pace_;
 };
 
 }  // namespace
 
-std::pair<long, long> connection_budget(long configured, long blocking_threads) {
+std::pair<long, long> connection_budget(long configured, long pool_threads) {
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl);
   if (rl.rlim_cur != rl.rlim_max) {
@@ -114,7 +138,7 @@ std::pair<long, long> connection_budget(long configured, long blocking_threads) 
   const long limit = rl.rlim_cur == RLIM_INFINITY
                          ? (1L << 20)
                          : static_cast<long>(std::min<rlim_t>(rl.rlim_cur, 1L << 30));
-  const long reserve = 64 + 8 * blocking_threads;
+  const long reserve = 64 + 8 * pool_threads;
   const long fit = std::max(1L, limit - reserve);
   return {configured > 0 ? std::min(configured, fit) : fit, limit};
 }
@@ -130,15 +154,21 @@ struct HttpServer::Impl {
   std::set<int> sockets;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
-  asio::thread_pool pool;
+  asio::thread_pool pool;     // request handlers (server.blocking_threads)
+  asio::thread_pool uploads;  // received upload bytes -> storage (server.upload_threads)
   std::atomic<long> connections{0};
   std::atomic<bool> stopping{false};
   bool failed = false;  // the accept loop ended without stop()
   long max_connections = 0;
 
   Impl(const Config& c, Api& a, Notifier& n)
-      : cfg(c), api(a), notifier(n), pool(static_cast<std::size_t>(c.blocking_threads)) {
-    auto [budget, limit] = connection_budget(c.max_connections, c.blocking_threads);
+      : cfg(c),
+        api(a),
+        notifier(n),
+        pool(static_cast<std::size_t>(c.blocking_threads)),
+        uploads(static_cast<std::size_t>(c.upload_threads)) {
+    auto [budget, limit] =
+        connection_budget(c.max_connections, c.blocking_threads + c.upload_threads);
     max_connections = budget;
     if (c.max_connections > budget)
       log::warn(
@@ -261,27 +291,60 @@ struct HttpServer::Impl {
         return it == req.end() ? std::string() : std::string(it->value());
       };
       if (auto n = parser.content_length()) r.content_length = *n;
-      const bool has_body = !parser.is_done();
-      Progress progress;
+      r.has_body = !parser.is_done();
       const bool expect_continue =
-          beast::iequals(req[http::field::expect], "100-continue") && has_body;
-      BodySource body(stream.socket(), buffer, parser, progress, expect_continue);
-      if (has_body && req.method() == http::verb::post) r.body = &body;
+          beast::iequals(req[http::field::expect], "100-continue") && r.has_body;
+      BodyReader body(stream, buffer, parser, cfg);
 
-      // An upload that stalls or trickles is cut: the watchdog shuts the socket under the reader.
-      auto watchdog = std::make_shared<asio::steady_timer>(io);
-      if (r.body) arm_watchdog(watchdog, fd, progress, std::make_shared<std::deque<Sample>>());
-      // (No co_await inside ?: — GCC 12 miscompiles it.)
       Response resp;
-      if (auto at_once = Api::answer_at_once(r))
-        resp = std::move(*at_once);
-      else
-        resp = co_await run_blocking(pool, [&] { return api.handle(r); });
-      watchdog->cancel();
+      std::unique_ptr<Intake> intake;
+      std::exception_ptr failed;
+      try {
+        // A small body (or the first piece of a large one) is read before the handler runs,
+        // so that a small submission costs one trip to the pool. A client waiting for
+        // `100 Continue` is asked for its body only once the handler accepted the header.
+        if (r.has_body && !expect_continue) co_await body.read(r.body, kPrefetch, false);
+        r.body_complete = body.done();
+        // (No co_await inside ?: — GCC 12 miscompiles it.)
+        if (auto at_once = Api::answer_at_once(r))
+          resp = std::move(*at_once);
+        else
+          resp = co_await run_blocking(pool, [&] { return api.handle(r); });
+        if (resp.intake) {
+          intake = std::move(resp.intake);
+          resp = co_await take_body(stream, body, *intake, expect_continue);
+        }
+      } catch (const Cut& cut) {
+        log::warn("upload cut", {{"reason", cut.reason},
+                                 {"received_bytes", body.received()},
+                                 {"bytes_per_s", static_cast<std::int64_t>(body.rate())}});
+        resp = error_response(408, "request_timeout", "the request body " + cut.reason);
+      } catch (...) {
+        failed = std::current_exception();  // the client went away: nothing to answer
+      }
+      if (intake) {
+        // Unfinished (the client went away, or a refusal), its undo blocks on storage and
+        // Redis: it goes on the upload pool.
+        co_await run_blocking(uploads, [&] { intake.reset(); });
+      }
+      if (failed) {
+        if (r.has_body && !body.done()) {
+          std::string why = "unknown";
+          try {
+            std::rethrow_exception(failed);
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
+          log::info("upload abandoned by the client", {{"target", r.target.substr(0, 200)},
+                                                       {"received_bytes", body.received()},
+                                                       {"error", why}});
+        }
+        std::rethrow_exception(failed);
+      }
 
       if (!resp.wait_job.empty()) resp = co_await long_poll(r, std::move(resp));
 
-      const bool close = resp.close || !parser.is_done() || !req.keep_alive() || stopping.load();
+      const bool close = resp.close || !body.done() || !req.keep_alive() || stopping.load();
       co_await write(stream, resp, close);
       metrics().requests.add({resp.route, std::to_string(resp.status)});
       metrics().request_seconds.observe(
@@ -292,10 +355,30 @@ struct HttpServer::Impl {
         // A client still sending a body we did not read (an early 401, 404, 413) must get to
         // read the answer: closing now would reset the connection under it ("broken pipe").
         // Half-closed, the rest is read and dropped — a bounded amount, for a bounded time.
-        if (!parser.is_done()) co_await discard_rest(stream);
+        if (!body.done()) co_await discard_rest(stream);
         co_return;
       }
     }
+  }
+
+  // Feeds the rest of an accepted body to its Intake as it arrives, then asks for the answer.
+  asio::awaitable<Response> take_body(beast::tcp_stream& stream, BodyReader& body, Intake& intake,
+                                      bool expect_continue) {
+    if (expect_continue) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      stream.expires_after(cfg.body_idle_timeout);
+      co_await asio::async_write(stream, asio::buffer(kContinue.data(), kContinue.size()),
+                                 asio::use_awaitable);
+    }
+    std::string piece;
+    while (!body.done()) {
+      piece.clear();
+      co_await body.read(piece, kPiece, true);
+      if (piece.empty()) continue;
+      auto refused = co_await run_blocking(uploads, [&] { return intake.write(piece); });
+      if (refused) co_return std::move(*refused);
+    }
+    co_return co_await run_blocking(uploads, [&] { return intake.finish(); });
   }
 
   asio::awaitable<void> discard_rest(beast::tcp_stream& stream) {
@@ -309,47 +392,6 @@ struct HttpServer::Impl {
       if (ec) break;  // the client closed (it read the answer), or the time is up
       total += n;
     }
-  }
-
-  struct Sample {
-    Clock::time_point at;
-    std::uint64_t bytes;
-  };
-  // Every second: cut an upload idle for server.body_idle_timeout, or slower than
-  // server.min_upload_rate over the last half of it.
-  void arm_watchdog(std::shared_ptr<asio::steady_timer> t, int fd, Progress& progress,
-                    std::shared_ptr<std::deque<Sample>> samples) {
-    t->expires_after(
-        std::min<std::chrono::milliseconds>(std::chrono::seconds(1), cfg.body_idle_timeout / 4));
-    t->async_wait([this, t, fd, &progress, samples](beast::error_code ec) {
-      if (ec) return;  // cancelled: the request is done
-      const auto now = Clock::now();
-      const std::uint64_t bytes = progress.bytes.load();
-      samples->push_back({now, bytes});
-      // The rate is measured over half of body_idle_timeout (30 s by default).
-      const auto window_len = cfg.body_idle_timeout / 2;
-      // Keep one sample at least window_len old: the rate is then over a whole window.
-      while (samples->size() > 1 && now - (*samples)[1].at >= window_len) samples->pop_front();
-      const auto idle = now - Clock::time_point(Clock::duration(progress.last.load()));
-      const double window = std::chrono::duration<double>(now - samples->front().at).count();
-      const double rate =
-          window > 0 ? static_cast<double>(bytes - samples->front().bytes) / window : 0;
-      std::string why;
-      if (idle > cfg.body_idle_timeout)
-        why = "no byte for server.body_idle_timeout";
-      else if (cfg.min_upload_rate > 0 &&
-               window >= std::chrono::duration<double>(window_len).count() &&
-               rate < static_cast<double>(cfg.min_upload_rate))
-        why = "slower than server.min_upload_rate";
-      if (!why.empty()) {
-        log::warn("upload cut", {{"reason", why},
-                                 {"received_bytes", bytes},
-                                 {"bytes_per_s", static_cast<std::int64_t>(rate)}});
-        ::shutdown(fd, SHUT_RDWR);
-        return;
-      }
-      arm_watchdog(t, fd, progress, samples);
-    });
   }
 
   // Waits for the job's completion notice (or the deadline), then answers with its state.
@@ -420,6 +462,7 @@ HttpServer::HttpServer(const Config& config, Api& api, Notifier& notifier)
 
 HttpServer::~HttpServer() {
   impl_->pool.join();
+  impl_->uploads.join();
 }
 
 void HttpServer::listen() {

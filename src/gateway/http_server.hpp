@@ -1,7 +1,8 @@
 #pragma once
-// The gateway's HTTP server: Boost.Beast with C++20 coroutines on one I/O thread, so that
-// thousands of idle long-polls cost a coroutine frame each; handlers (Redis, storage, uploads)
-// run on a blocking pool (server.blocking_threads) and never stall the I/O thread.
+// The gateway's HTTP server: Boost.Beast with C++20 coroutines on one I/O thread, which owns
+// every socket — thousands of idle long-polls and slow uploads cost a coroutine frame each.
+// Handlers (Redis, storage) run on a request pool (server.blocking_threads); received upload
+// bytes are stored on an upload pool (server.upload_threads); neither ever waits on a client.
 
 #include <memory>
 #include <string>
@@ -13,10 +14,10 @@
 namespace relay::gateway {
 
 // The open-file limit is raised to its hard limit; connections get what it leaves after a reserve
-// for the rest of the process: per blocking thread a Redis connection (one per master in cluster
+// for the rest of the process: per pool thread a Redis connection (one per master in cluster
 // mode) and a storage file or socket, plus the background loops and webhook deliveries.
 // `configured` (server.max_connections, 0 = fit) is lowered to that. Returns {budget, limit}.
-std::pair<long, long> connection_budget(long configured, long blocking_threads);
+std::pair<long, long> connection_budget(long configured, long pool_threads);
 
 class HttpServer {
  public:

@@ -68,95 +68,139 @@ std::optional<std::string> multipart_boundary(const std::string& content_type) {
   return b;
 }
 
-MultipartReader::MultipartReader(ByteSource& body, std::string boundary)
-    : body_(body), delim_("\r\n--" + std::move(boundary)) {
+MultipartParser::MultipartParser(std::string boundary, MultipartHandler& handler)
+    : handler_(handler), delim_("\r\n--" + std::move(boundary)) {
   // The first delimiter may come without the CRLF before it: pretend it was there.
   buf_ = "\r\n";
 }
 
-bool MultipartReader::fill(size_t want) {
-  if (pos_ > 0 && pos_ >= buf_.size() / 2) {
-    buf_.erase(0, pos_);
-    pos_ = 0;
+void MultipartParser::feed(std::string_view in) {
+  // Bytes held over from the last piece are parsed with just enough of this one to resolve
+  // them; then the parser works on the piece in place (the fast path for content).
+  const size_t step = delim_.size() + 4096;
+  while (!in.empty() && state_ != State::done) {
+    if (buf_.empty()) {
+      in.remove_prefix(consume(in));
+      if (in.empty() || state_ == State::done) break;
+      buf_.assign(in);  // consume() keeps this bounded (it throws beyond its limits)
+      break;
+    }
+    const size_t take = std::min(in.size(), step);
+    buf_.append(in.substr(0, take));
+    const size_t used = consume(buf_);
+    const size_t left = buf_.size() - used;
+    if (left <= take) {
+      // What is left came from this piece: parse it from there.
+      buf_.clear();
+      in.remove_prefix(take - left);
+    } else {
+      buf_.erase(0, used);
+      in.remove_prefix(take);
+    }
   }
-  char chunk[64 * 1024];
-  while (buf_.size() - pos_ < want) {
-    size_t n = body_.read(std::span<char>(chunk, sizeof chunk));
-    if (n == 0) return false;
-    buf_.append(chunk, n);
-  }
-  return true;
 }
 
-bool MultipartReader::next(PartInfo& info) {
-  if (state_ == State::done) return false;
-  if (state_ == State::in_part) {
-    char sink[16 * 1024];
-    while (read(std::span<char>(sink, sizeof sink)) > 0) {
-    }
-  }
-  if (state_ == State::start) {
-    // Skip a preamble up to the first delimiter.
-    size_t skipped = 0;
-    for (;;) {
-      auto at = buf_.find(delim_, pos_);
-      if (at != std::string::npos) {
-        pos_ = at + delim_.size();
+size_t MultipartParser::consume(std::string_view a) {
+  size_t p = 0;
+  for (;;) {
+    switch (state_) {
+      case State::preamble: {
+        auto at = a.find(delim_, p);
+        if (at == std::string_view::npos) {
+          // Keep what could be the start of a delimiter.
+          const size_t keep = std::min(a.size() - p, delim_.size() - 1);
+          preamble_ += a.size() - p - keep;
+          if (preamble_ > kMaxHeaderBytes)
+            throw MultipartError("no multipart boundary near the start of the body");
+          return a.size() - keep;
+        }
+        preamble_ += at - p;
+        if (preamble_ > kMaxHeaderBytes)
+          throw MultipartError("no multipart boundary near the start of the body");
+        p = at + delim_.size();
+        state_ = State::after_delimiter;
         break;
       }
-      if (buf_.size() - pos_ > delim_.size()) {
-        skipped += buf_.size() - delim_.size() - pos_;
-        pos_ = buf_.size() - delim_.size();
-      }
-      if (skipped > kMaxHeaderBytes)
-        throw MultipartError("no multipart boundary near the start of the body");
-      if (!fill(buf_.size() - pos_ + 1)) throw MultipartError("no multipart boundary in the body");
-    }
-    state_ = State::between;
-  }
-  // After a delimiter: "--" ends the body; otherwise optional whitespace, CRLF, headers.
-  if (!fill(2)) throw MultipartError("body ends right after a boundary");
-  if (buf_.compare(pos_, 2, "--") == 0) {
-    state_ = State::done;
-    return false;  // the epilogue, if any, is ignored
-  }
-  while (buf_.size() - pos_ >= 1 && (buf_[pos_] == ' ' || buf_[pos_] == '\t')) {
-    ++pos_;
-    if (!fill(2)) throw MultipartError("body ends inside a boundary line");
-  }
-  if (buf_.compare(pos_, 2, "\r\n") != 0) throw MultipartError("malformed boundary line");
-  pos_ += 2;
-  std::string headers;
-  if (!fill(2)) throw MultipartError("body ends inside part headers");
-  if (buf_.compare(pos_, 2, "\r\n") == 0) {
-    pos_ += 2;  // no headers at all (rejected below: a form part needs Content-Disposition)
-  } else {
-    for (;;) {
-      auto end = buf_.find("\r\n\r\n", pos_);
-      if (end != std::string::npos) {
-        headers = buf_.substr(pos_, end - pos_);
-        pos_ = end + 4;
+      case State::after_delimiter:
+        // "--" closes the body; otherwise transport padding, then CRLF and the part's headers.
+        if (a.size() - p < 2) return p;
+        if (a.substr(p, 2) == "--") {
+          state_ = State::done;
+          return a.size();  // the epilogue, if any, is ignored
+        }
+        state_ = State::padding;
+        break;
+      case State::padding:
+        while (p < a.size() && (a[p] == ' ' || a[p] == '\t')) ++p;
+        if (a.size() - p < 2) return p;
+        if (a.substr(p, 2) != "\r\n") throw MultipartError("malformed boundary line");
+        p += 2;
+        state_ = State::headers;
+        break;
+      case State::headers: {
+        if (a.size() - p < 2) return p;
+        std::string_view headers;
+        if (a.substr(p, 2) == "\r\n") {
+          p += 2;  // no headers at all (refused below: a form part needs Content-Disposition)
+        } else {
+          auto end = a.find("\r\n\r\n", p);
+          if (end == std::string_view::npos) {
+            if (a.size() - p > kMaxHeaderBytes) throw MultipartError("part headers too long");
+            return p;
+          }
+          headers = a.substr(p, end - p);
+          p = end + 4;
+        }
+        if (++parts_ > kMaxParts) throw MultipartError("too many parts");
+        PartInfo info;
+        parse_headers(headers, info);
+        state_ = State::content;
+        handler_.on_part(info);
         break;
       }
-      if (buf_.size() - pos_ > kMaxHeaderBytes) throw MultipartError("part headers too long");
-      if (!fill(buf_.size() - pos_ + 1)) throw MultipartError("body ends inside part headers");
+      case State::content: {
+        auto at = a.find(delim_, p);
+        if (at == std::string_view::npos) {
+          // Everything but a possible delimiter prefix at the end is content.
+          const size_t end = a.size() - p >= delim_.size() ? a.size() - (delim_.size() - 1) : p;
+          if (end > p) handler_.on_data(a.substr(p, end - p));
+          return end;
+        }
+        if (at > p) handler_.on_data(a.substr(p, at - p));
+        p = at + delim_.size();
+        state_ = State::after_delimiter;
+        break;
+      }
+      case State::done:
+        return a.size();
     }
   }
-  if (++parts_ > kMaxParts) throw MultipartError("too many parts");
-  info = PartInfo{};
-  parse_headers(headers, info);
-  state_ = State::in_part;
-  return true;
 }
 
-void MultipartReader::parse_headers(const std::string& headers, PartInfo& info) {
+void MultipartParser::finish() const {
+  switch (state_) {
+    case State::done:
+      return;
+    case State::preamble:
+      throw MultipartError("no multipart boundary in the body");
+    case State::after_delimiter:
+    case State::padding:
+      throw MultipartError("body ends inside a boundary line");
+    case State::headers:
+      throw MultipartError("body ends inside part headers");
+    case State::content:
+      throw MultipartError("body ends inside a part (no closing boundary)");
+  }
+}
+
+void MultipartParser::parse_headers(std::string_view headers, PartInfo& info) const {
   bool has_disposition = false;
   size_t start = 0;
   while (start < headers.size()) {
     size_t eol = headers.find("\r\n", start);
-    std::string line =
-        headers.substr(start, eol == std::string::npos ? std::string::npos : eol - start);
-    start = eol == std::string::npos ? headers.size() : eol + 2;
+    std::string line(headers.substr(
+        start, eol == std::string_view::npos ? std::string_view::npos : eol - start));
+    start = eol == std::string_view::npos ? headers.size() : eol + 2;
     auto colon = line.find(':');
     if (colon == std::string::npos || colon == 0)
       throw MultipartError("malformed part header '" + line.substr(0, 80) + "'");
@@ -179,45 +223,6 @@ void MultipartReader::parse_headers(const std::string& headers, PartInfo& info) 
     }
   }
   if (!has_disposition) throw MultipartError("part without Content-Disposition");
-}
-
-size_t MultipartReader::read(std::span<char> out) {
-  if (state_ != State::in_part || out.empty()) return 0;
-  for (;;) {
-    auto at = buf_.find(delim_, pos_);
-    if (at != std::string::npos) {
-      size_t n = std::min(out.size(), at - pos_);
-      std::copy_n(buf_.data() + pos_, n, out.data());
-      pos_ += n;
-      if (pos_ == at) {
-        if (n > 0) return n;  // deliver first; the delimiter is consumed on the next call
-        pos_ += delim_.size();
-        state_ = State::between;
-        return 0;
-      }
-      return n;
-    }
-    // Everything but a possible delimiter prefix at the end is content.
-    size_t safe = buf_.size() - pos_ > delim_.size() ? buf_.size() - pos_ - delim_.size() : 0;
-    if (safe > 0) {
-      size_t n = std::min(out.size(), safe);
-      std::copy_n(buf_.data() + pos_, n, out.data());
-      pos_ += n;
-      return n;
-    }
-    if (!fill(buf_.size() - pos_ + 1))
-      throw MultipartError("body ends inside a part (no closing boundary)");
-  }
-}
-
-std::string MultipartReader::read_all(size_t max) {
-  std::string out;
-  char chunk[4096];
-  while (size_t n = read(std::span<char>(chunk, sizeof chunk))) {
-    out.append(chunk, n);
-    if (out.size() > max) throw MultipartError("form field too large");
-  }
-  return out;
 }
 
 }  // namespace relay::gateway

@@ -1,16 +1,15 @@
 #pragma once
-// Streaming multipart/form-data reader (RFC 7578): pulls the body from a ByteSource and hands
-// out one part at a time; a part's content is itself read as a stream, so a file part of any
-// size passes through in a bounded buffer. Malformed input is a MultipartError (-> 400), never a
-// crash or an unbounded buffer.
+// Streaming multipart/form-data parser (RFC 7578): the body is pushed in as it arrives and each
+// part's headers and content come out through a handler, so a file part of any size passes
+// through in a bounded buffer. Malformed input is a MultipartError (-> 400), never a crash or an
+// unbounded buffer.
 
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
-
-#include "storage/byte_stream.hpp"
+#include <string_view>
 
 namespace relay::gateway {
 
@@ -30,41 +29,41 @@ struct PartInfo {
   std::string content_type;  // empty when absent
 };
 
-class MultipartReader {
+// Receives what the parser finds, in body order.
+class MultipartHandler {
+ public:
+  virtual ~MultipartHandler() = default;
+  virtual void on_part(const PartInfo& info) = 0;      // a part's headers were read
+  virtual void on_data(std::string_view content) = 0;  // the current part's content, in pieces
+};
+
+// Push parser: the body is fed in pieces of any size as it arrives (the gateway reads uploads
+// asynchronously); content passes to the handler without being copied, except for fewer than a
+// delimiter's length of bytes held back at a piece's end (they may start a delimiter). Memory
+// is bounded: at most kMaxHeaderBytes of part headers or preamble are buffered.
+class MultipartParser {
  public:
   static constexpr size_t kMaxHeaderBytes = 16 * 1024;
   static constexpr size_t kMaxParts = 64;
 
-  MultipartReader(ByteSource& body, std::string boundary);
-
-  // Moves to the next part (skipping what is left of the current one); false after the closing
-  // delimiter. Throws MultipartError for malformed input.
-  bool next(PartInfo& info);
-  // Reads the current part's content; 0 at its end.
-  size_t read(std::span<char> out);
-  // Everything of the current part, up to max bytes (MultipartError beyond).
-  std::string read_all(size_t max);
+  MultipartParser(std::string boundary, MultipartHandler& handler);
+  // Throws MultipartError for malformed input (and whatever the handler throws).
+  void feed(std::string_view data);
+  // The body ended: throws MultipartError unless the closing delimiter was seen.
+  void finish() const;
+  bool done() const { return state_ == State::done; }
 
  private:
-  bool fill(size_t want);  // reads more input until buf_ holds want bytes; false at EOF
-  void parse_headers(const std::string& headers, PartInfo& info);
+  size_t consume(std::string_view avail);  // parses what it can; returns the bytes used
+  void parse_headers(std::string_view headers, PartInfo& info) const;
 
-  ByteSource& body_;
+  MultipartHandler& handler_;
   std::string delim_;  // "\r\n--" + boundary
-  std::string buf_;
-  size_t pos_ = 0;
-  enum class State { start, in_part, between, done } state_ = State::start;
+  std::string buf_;    // bytes held over between feeds
+  enum class State { preamble, after_delimiter, padding, headers, content, done };
+  State state_ = State::preamble;
+  size_t preamble_ = 0;  // bytes skipped before the first delimiter
   size_t parts_ = 0;
-};
-
-// A ByteSource over the current part of a reader (for storage uploads).
-class PartSource final : public ByteSource {
- public:
-  explicit PartSource(MultipartReader& r) : r_(r) {}
-  size_t read(std::span<char> buf) override { return r_.read(buf); }
-
- private:
-  MultipartReader& r_;
 };
 
 }  // namespace relay::gateway

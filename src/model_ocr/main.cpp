@@ -80,15 +80,21 @@ void serve(tcp::socket sock, Model& model) {
       std::string image;
       if (boundary) {
         try {
-          relay::MemorySource body(std::move(req.body()));
-          relay::gateway::MultipartReader reader(body, *boundary);
-          relay::gateway::PartInfo part;
-          while (reader.next(part)) {
-            if (part.name == "file")
-              image = reader.read_all(kMaxImage);
-            else
-              reader.read_all(64 * 1024);
-          }
+          // The request is already whole (string_body, within kMaxImage): one feed.
+          struct FilePart final : relay::gateway::MultipartHandler {
+            std::string& image;
+            bool in_file = false;
+            explicit FilePart(std::string& i) : image(i) {}
+            void on_part(const relay::gateway::PartInfo& part) override {
+              in_file = part.name == "file";
+            }
+            void on_data(std::string_view d) override {
+              if (in_file) image.append(d);
+            }
+          } file(image);
+          relay::gateway::MultipartParser parser(*boundary, file);
+          parser.feed(req.body());
+          parser.finish();
         } catch (const std::exception& e) {
           image.clear();
           res.result(http::status::bad_request);

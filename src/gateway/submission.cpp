@@ -1,0 +1,55 @@
+#include "gateway/submission.hpp"
+
+#include <algorithm>
+#include <boost/json/parse.hpp>
+
+namespace relay::gateway {
+
+bool Submission::set(std::string_view name, std::string value) {
+  if (name == "operation")
+    operation = std::move(value);
+  else if (name == "callback_url")
+    callback_url = std::move(value);
+  else if (name == "params")
+    params = std::move(value);
+  else if (name == "filename")
+    filename = std::move(value);
+  else
+    return false;
+  return true;
+}
+
+std::size_t max_field_size(std::string_view name) {
+  if (name == "operation") return 256;
+  if (name == "callback_url") return 4096;
+  if (name == "params") return 64 * 1024;
+  return 0;
+}
+
+std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rules) {
+  if (s.operation.size() > 128) return Refusal{400, "invalid_operation", "operation is too long"};
+  if (!s.operation.empty() && !rules.operations.empty() &&
+      std::find(rules.operations.begin(), rules.operations.end(), s.operation) ==
+          rules.operations.end())
+    return Refusal{
+        400, "invalid_operation",
+        "operation '" + s.operation + "' is not offered by '" + rules.service_type + "'"};
+  if (!s.params.empty()) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(s.params, ec);
+    if (ec || !v.is_object()) return Refusal{400, "invalid_params", "params must be a JSON object"};
+  }
+  if (!s.callback_url.empty()) {
+    if (!rules.webhooks_configured)
+      return Refusal{400, "webhooks_not_configured",
+                     "this gateway has no webhooks.secret: callbacks cannot be signed"};
+    if (s.callback_url.size() > 2048)
+      return Refusal{400, "invalid_callback_url", "callback_url is too long"};
+    if (rules.check_callback)
+      if (auto why = rules.check_callback(s.callback_url))
+        return Refusal{400, "invalid_callback_url", *why};
+  }
+  return std::nullopt;
+}
+
+}  // namespace relay::gateway

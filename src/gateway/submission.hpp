@@ -1,0 +1,42 @@
+#pragma once
+// What a submission asks for, apart from its input: the options a client may set (query
+// parameters of a raw-body submission, form fields of a multipart one) and the rules they must
+// meet. Pure functions: the API calls them, tests call them without a server.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace relay::gateway {
+
+struct Submission {
+  std::string operation, callback_url, params, filename, content_type;
+  // Sets a named option; false when the name is not one (unknown options are ignored).
+  bool set(std::string_view name, std::string value);
+};
+
+// The most a form field may hold (a larger one is malformed input); 0 for "file" and for names
+// that are not options (these are read through and dropped, up to kMaxIgnoredField).
+std::size_t max_field_size(std::string_view name);
+inline constexpr std::size_t kMaxIgnoredField = 64 * 1024;
+
+// A request refused before its job exists: the HTTP status and the API's error code.
+struct Refusal {
+  unsigned status;
+  std::string code, message;
+};
+
+struct SubmissionRules {
+  std::string service_type;
+  std::vector<std::string> operations;  // empty: any
+  bool webhooks_configured = false;     // webhooks.secret is set
+  // Reasons a callback URL is refused (scheme, resolution to a private address); nullopt: fine.
+  std::function<std::optional<std::string>(const std::string& url)> check_callback;
+};
+
+std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rules);
+
+}  // namespace relay::gateway

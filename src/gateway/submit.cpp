@@ -1,0 +1,353 @@
+// POST /jobs/{service_type}: a submission, in two halves. Api::submit decides from the header
+// alone (route, auth, declared size, options of a raw body, Idempotency-Key) whether the input
+// is wanted; then an Upload takes the body as the server receives it — multipart parsed as it
+// streams, the input encrypted and written to storage piece by piece — and finish() records the
+// job. Nothing holds a thread while the client is slow: the server calls in only with bytes.
+
+#include <boost/url/parse.hpp>
+
+#include "common/log.hpp"
+#include "common/sha256.hpp"
+#include "common/time.hpp"
+#include "common/utf8.hpp"
+#include "crypto/streaming_aead.hpp"
+#include "gateway/api_steps.hpp"
+#include "gateway/metrics.hpp"
+#include "gateway/multipart.hpp"
+#include "gateway/submission.hpp"
+
+namespace relay::gateway {
+namespace {
+
+// Thrown by the upload path when the input outgrows its limit.
+struct TooLarge {};
+
+Response refusal_response(const Refusal& r) {
+  return error_response(r.status, r.code, r.message);
+}
+
+}  // namespace
+
+class Api::Upload final : public Intake, private MultipartHandler {
+ public:
+  Upload(Api& api, std::string tenant, std::string svc, std::uint64_t limit,
+         std::optional<std::string> boundary, Submission sub, bool priority, std::string idem_key)
+      : api_(api),
+        tenant_(std::move(tenant)),
+        svc_(std::move(svc)),
+        st_(api.cfg_.service_types.at(svc_)),
+        limit_(limit),
+        sub_(std::move(sub)),
+        priority_(priority),
+        idem_key_(std::move(idem_key)),
+        job_id_(new_job_id()),
+        input_key_(input_object_key(svc_, job_id_)) {
+    if (boundary) parser_.emplace(*boundary, static_cast<MultipartHandler&>(*this));
+  }
+
+  // Any way out but success removes what this request stored and frees its Idempotency-Key.
+  ~Upload() override {
+    if (done_) return;
+    sealer_.reset();
+    object_.reset();  // an uncommitted object leaves nothing behind
+    try {
+      if (committed_) api_.storage_.remove(input_key_);
+    } catch (const std::exception& e) {
+      log::warn("cannot delete the input of a refused submission",
+                {{"key", input_key_}, {"error", e.what()}});
+    }
+    if (!idem_key_.empty()) {
+      try {
+        redis::JobStore(api_.redis_here().get(), api_.keys_).release_idempotency(idem_key_);
+      } catch (...) {  // best effort: the reservation expires on its own
+      }
+    }
+  }
+
+  const std::string& job_id() const { return job_id_; }
+  // The Idempotency-Key turned out to be someone else's: not ours to free.
+  void keep_reservation() { idem_key_.clear(); }
+
+  std::optional<Response> write(std::string_view bytes) override {
+    try {
+      renew_reservation();
+      if (parser_)
+        parser_->feed(bytes);
+      else
+        input(bytes);
+      return std::nullopt;
+    } catch (...) {
+      return refusal(std::current_exception());
+    }
+  }
+
+  Response finish() override {
+    try {
+      if (parser_) {
+        parser_->finish();
+        end_field();
+        if (!have_file_)
+          return error_response(400, "missing_input", "the multipart body has no 'file' part");
+        SubmissionRules rules = api_.rules_for(svc_);
+        if (auto bad = validate(sub_, rules)) return refusal_response(*bad);
+      }
+      if (!object_) open_input();  // an empty raw body
+      if (sealer_) sealer_->finish();
+      object_->commit();
+      committed_ = true;
+      return create_job();
+    } catch (...) {
+      return refusal(std::current_exception());
+    }
+  }
+
+ private:
+  void open_input() {
+    object_ = api_.storage_.create(input_key_, {});
+    // Inputs are encrypted as they stream to storage, bound to this job ("<id>/input").
+    if (api_.enc_.enabled)
+      sealer_ = std::make_unique<crypto::EncryptingWriter>(
+          *object_, *api_.enc_.keyring.get(api_.enc_.active_id), crypto::input_aad(job_id_),
+          api_.enc_.params);
+  }
+
+  void input(std::string_view bytes) {
+    if (!object_) open_input();
+    size_ += bytes.size();
+    if (size_ > limit_) throw TooLarge{};
+    if (sealer_)
+      sealer_->write(bytes);
+    else
+      object_->write(bytes);
+  }
+
+  // An Idempotency-Key reservation lives as long as its upload makes progress, no longer: a
+  // crashed gateway's key frees itself within idempotency.reservation.
+  void renew_reservation() {
+    if (idem_key_.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_renewal_ < api_.cfg_.idempotency_reservation / 3) return;
+    redis::JobStore(api_.redis_here().get(), api_.keys_)
+        .renew_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
+    last_renewal_ = now;
+  }
+
+  void on_part(const PartInfo& part) override {
+    end_field();
+    field_name_ = part.name;
+    field_.clear();
+    if (part.name == "file") {
+      if (have_file_) throw MultipartError("more than one file part");
+      have_file_ = true;
+      in_file_ = true;
+      sub_.filename = part.filename;
+      sub_.content_type = part.content_type;
+      open_input();  // an empty file part is an empty input
+    } else {
+      in_file_ = false;
+      field_max_ = max_field_size(part.name);
+    }
+  }
+
+  void on_data(std::string_view d) override {
+    if (in_file_) return input(d);
+    // Options are kept; other fields are read through and dropped (within a bound either way).
+    const std::size_t max = field_max_ ? field_max_ : kMaxIgnoredField;
+    if (field_size_ + d.size() > max) throw MultipartError("form field too large");
+    field_size_ += d.size();
+    if (field_max_) field_.append(d);
+  }
+
+  void end_field() {
+    if (!in_file_ && field_max_) sub_.set(field_name_, std::move(field_));
+    field_.clear();
+    field_size_ = 0;
+    field_max_ = 0;
+    in_file_ = false;
+  }
+
+  // What the client is told when its input cannot be taken.
+  Response refusal(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const TooLarge&) {
+      return error_response(413, "too_large",
+                            "the input is larger than " + std::to_string(limit_) + " bytes");
+    } catch (const MultipartError& e) {
+      return error_response(400, "malformed_multipart", e.what());
+    } catch (const storage::StorageError& e) {
+      log::error("cannot store an input", {{"job_id", job_id_}, {"error", e.what()}});
+      return error_response(503, "storage_unavailable",
+                            "the input could not be stored; retry later");
+    } catch (...) {
+      return api_.failure(std::current_exception(), "POST /jobs/" + svc_);
+    }
+  }
+
+  Response create_job() {
+    JobRecord r;
+    r.id = job_id_;
+    r.service_type = svc_;
+    r.model = st_.model;
+    r.operation = sub_.operation;
+    r.status = "pending";
+    r.tenant = tenant_;
+    r.input_key = input_key_;
+    // Shown in job JSON: valid UTF-8, cut on a character boundary.
+    r.input_filename = sub_.filename.empty() ? "input" : utf8_clean(sub_.filename, 255);
+    r.input_content_type =
+        sub_.content_type.empty() ? "application/octet-stream" : utf8_clean(sub_.content_type, 255);
+    r.input_size = std::to_string(size_);
+    r.params = sub_.params;
+    r.callback_url = sub_.callback_url;
+    r.priority = priority_ ? "1" : "";
+    r.attempts = "0";
+    r.key_id = api_.enc_.enabled ? api_.enc_.active_id : "";
+    r.created_at = format_rfc3339(wall_now());
+    Context ctx{api_.redis_here(), tenant_};
+    // An attempt that fails after Redis received it may have run: a retry that then finds the
+    // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
+    bool retried = false;
+    bool created = api_.step(
+        ctx,
+        [&](redis::JobStore& store, redis::Connection&) {
+          bool ok = store.submit(r, priority_);
+          // Not acknowledged before replicas have it: a failover must not drop it. Too few
+          // acks is an unknown outcome, retried (on the new master once the sentinels say so).
+          store.require_replicas(api_.cfg_.redis.wait_replicas);
+          return ok;
+        },
+        [&](int) { retried = true; });
+    if (!created && !retried) throw std::runtime_error("job id collision");
+    if (!idem_key_.empty())
+      api_.step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+        return store.renew_idempotency(idem_key_, job_id_, api_.cfg_.job_retention);
+      });
+    done_ = true;  // the job exists: keep its input and key
+    metrics().jobs_submitted.add({svc_});
+    log::info("job submitted", {{"job_id", job_id_},
+                                {"service_type", svc_},
+                                {"model", st_.model},
+                                {"size", size_},
+                                {"priority", priority_},
+                                {"tenant", tenant_}});
+    Response resp;
+    resp.status = 202;
+    resp.body = job_json(r);
+    resp.headers.emplace_back("Location", "/jobs/" + svc_ + "/" + job_id_);
+    return resp;
+  }
+
+  Api& api_;
+  const std::string tenant_, svc_;
+  const ServiceType& st_;
+  const std::uint64_t limit_;
+  Submission sub_;
+  const bool priority_;
+  std::string idem_key_;
+  const std::string job_id_, input_key_;
+
+  std::optional<MultipartParser> parser_;
+  std::string field_name_, field_;  // the form field being read
+  std::size_t field_size_ = 0, field_max_ = 0;
+  bool in_file_ = false, have_file_ = false;
+
+  std::unique_ptr<storage::ObjectWriter> object_;
+  std::unique_ptr<crypto::EncryptingWriter> sealer_;  // in front of object_ when encrypting
+  std::uint64_t size_ = 0;                            // plaintext bytes of the input
+  bool committed_ = false, done_ = false;
+  std::chrono::steady_clock::time_point last_renewal_ = std::chrono::steady_clock::now();
+};
+
+SubmissionRules Api::rules_for(const std::string& svc) const {
+  SubmissionRules rules;
+  rules.service_type = svc;
+  rules.operations = cfg_.service_types.at(svc).operations;
+  rules.webhooks_configured = !cfg_.webhook_secret.empty();
+  rules.check_callback = [allow = cfg_.webhook_allow_private](const std::string& url) {
+    return check_callback_url(url, allow);
+  };
+  return rules;
+}
+
+Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
+  const ServiceType& st = cfg_.service_types.at(svc);
+  const std::uint64_t limit = static_cast<std::uint64_t>(
+      st.max_input_size > 0 ? std::min(st.max_input_size, cfg_.max_body_size) : cfg_.max_body_size);
+  if (!req.has_body) return error_response(400, "missing_input", "the request has no body");
+  if (req.content_length && *req.content_length > limit)
+    return error_response(413, "too_large",
+                          "the input is larger than " + std::to_string(limit) + " bytes");
+
+  const std::string content_type = req.header("content-type");
+  const bool multipart =
+      content_type.size() >= 10 && (content_type.compare(0, 10, "multipart/") == 0 ||
+                                    content_type.compare(0, 10, "Multipart/") == 0);
+  std::optional<std::string> boundary;
+  if (multipart) {
+    boundary = multipart_boundary(content_type);
+    if (!boundary)
+      return error_response(415, "unsupported_media_type",
+                            "multipart bodies must be multipart/form-data with a boundary");
+  }
+
+  // Options: query parameters for a raw body, checked now, before its body is read; form fields
+  // for multipart, checked once the body is in.
+  Submission sub;
+  auto target = boost::urls::parse_origin_form(req.target);
+  for (auto p : target->params()) sub.set(p.key, std::string(p.value));
+  if (!multipart) {
+    if (auto bad = validate(sub, rules_for(svc))) return refusal_response(*bad);
+    sub.content_type = content_type;
+  }
+
+  std::string idem_key;
+  if (std::string k = req.header("idempotency-key"); !k.empty()) {
+    if (k.size() > 256)
+      return error_response(400, "invalid_idempotency_key",
+                            "Idempotency-Key is longer than 256 characters");
+    idem_key = keys_.idempotency(st.model, ctx.tenant, sha256_hex(k));
+  }
+  const bool priority = !cfg_.priority_header.empty() && !req.header(cfg_.priority_header).empty();
+  // Made before the key is reserved: the upload owns the reservation (and frees it) from then.
+  std::string reserved = idem_key;
+  auto upload = std::make_unique<Upload>(*this, ctx.tenant, svc, limit, boundary, std::move(sub),
+                                         priority, std::move(idem_key));
+
+  // Idempotency-Key: reserve it for the new id before storing anything; a retry finds the first
+  // job. Reserved for as long as an upload may stall; renewed while it progresses, given the
+  // job's retention once the job exists.
+  if (!reserved.empty()) {
+    auto existing = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+      return store.reserve_idempotency(reserved, upload->job_id(), cfg_.idempotency_reservation);
+    });
+    if (existing && *existing != upload->job_id()) {
+      upload->keep_reservation();  // not ours to free
+      if (!existing->empty()) {
+        auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+          return store.get(st.model, *existing);
+        });
+        if (rec && rec->tenant == ctx.tenant) {
+          Response r;
+          r.status = 202;
+          r.body = job_json(*rec);
+          r.headers.emplace_back("Location", "/jobs/" + rec->service_type + "/" + rec->id);
+          r.headers.emplace_back("Idempotent-Replayed", "true");
+          return r;
+        }
+      }
+      return error_response(409, "idempotency_in_progress",
+                            "a request with this Idempotency-Key is still being processed");
+    }
+  }
+
+  // What the server already received goes in now; a body received whole is answered at once.
+  if (!req.body.empty())
+    if (auto refused = upload->write(req.body)) return std::move(*refused);
+  if (req.body_complete) return upload->finish();
+  Response r;
+  r.intake = std::move(upload);
+  return r;
+}
+
+}  // namespace relay::gateway
