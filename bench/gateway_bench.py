@@ -7,7 +7,10 @@
 2. Long-poll capacity: 10,000 concurrent GET ?wait=60 held on pending jobs: gateway RSS (target
    <= 200 MiB), and the time from a job's completion to the responses of its waiters.
 3. Large input: a 1 GiB upload through the gateway to the S3 test server: gateway peak RSS
-   (target <= 64 MiB), and throughput beside `curl -T` of the same file straight to the same server.
+   (target <= 64 MiB), and throughput beside `curl -T` of the same file straight to the same server
+   (target >= 90% of it).
+4. Trickling clients (issue 10): 1,000 uploads sending 2 KiB/s each, held open while wrk measures
+   /healthz and 1 KiB submits: both within 80% of their figures without them; gateway RSS.
 
 usage: gateway_bench.py BIN_DIR [--quick]"""
 import asyncio
@@ -115,6 +118,89 @@ def start_cluster(work):
     raise RuntimeError("the cluster did not form")
 
 
+def trickling_clients(genv, shm, seconds):
+    """A gateway on tmpfs: /healthz and 1 KiB submits with wrk, then again while N uploads trickle
+    at 2 KiB/s each (raw and multipart, 1 MiB declared: they stay open). Issue 10's target: both
+    within 80% of their figures without the trickling clients."""
+    import threading
+    n = 200 if QUICK else 1000
+    subprocess.run(["rm", "-rf", shm], check=True)
+    os.makedirs(shm)
+    port = free_port()
+    gw = start([f"{BIN}/relay-gateway"], {**genv, "RELAY_SERVER_LISTEN": f"127.0.0.1:{port}",
+                                          "RELAY_STORAGE_URL": f"file://{shm}"})
+    wait_port(port)
+    base = f"http://127.0.0.1:{port}"
+    lua = os.path.join(os.path.dirname(shm), f"trickle-submit-{os.getpid()}.lua")
+    body = ("--BOUNDARY\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.bin\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n" + "x" * 1024 + "\r\n--BOUNDARY--\r\n")
+    with open(lua, "w") as f:
+        f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "multipart/form-data; boundary=BOUNDARY"\n'
+                f"wrk.body = {json.dumps(body)}\n")
+    before = (wrk(base + "/healthz", seconds=seconds), wrk(base + "/jobs/echo", lua, seconds=seconds))
+
+    stop = threading.Event()
+    stats = {"open": 0, "cut": 0, "sent": 0}
+
+    async def one(i):
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            stats["cut"] += 1
+            return
+        if i % 2:
+            head = (f"POST /jobs/echo?filename=t{i}.bin HTTP/1.1\r\nHost: x\r\n"
+                    "Content-Type: application/octet-stream\r\nContent-Length: 1048576\r\n\r\n")
+        else:
+            head = (f"POST /jobs/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n"
+                    "Content-Type: multipart/form-data; boundary=TT\r\n\r\n"
+                    f"--TT\r\nContent-Disposition: form-data; name=\"file\"; filename=\"t{i}\"\r\n\r\n")
+        writer.write(head.encode())
+        stats["open"] += 1
+        piece = b"y" * 2048
+        try:
+            await asyncio.sleep(i % 100 / 100)  # spread the sends over the second
+            while not stop.is_set():
+                writer.write(piece)
+                await writer.drain()
+                stats["sent"] += len(piece)
+                await asyncio.sleep(1)
+            if reader.at_eof():
+                raise ConnectionError
+        except (ConnectionError, OSError):
+            stats["cut"] += 1
+        stats["open"] -= 1
+        writer.close()
+
+    async def clients():
+        tasks = []
+        for i in range(n):
+            tasks.append(asyncio.create_task(one(i)))
+            if i % 100 == 99:
+                await asyncio.sleep(0.05)
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    t = threading.Thread(target=lambda: asyncio.run(clients()))
+    t.start()
+    for _ in range(200):
+        if stats["open"] >= n and stats["sent"] >= n * 2048:
+            break
+        time.sleep(0.1)
+    time.sleep(1)
+    held_at_start = stats["open"]
+    during = (wrk(base + "/healthz", seconds=seconds), wrk(base + "/jobs/echo", lua, seconds=seconds))
+    rss = status_kib(gw.pid, "VmRSS")
+    held_at_end = stats["open"]
+    stop.set()
+    t.join()
+    gw.kill()
+    os.remove(lua)
+    return {"n": n, "before": before, "during": during, "rss": rss, "held": (held_at_start, held_at_end),
+            "cut": stats["cut"]}
+
+
 def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -196,6 +282,11 @@ def main():
                 f.write(b"x" * 1024)
             os.rename(os.path.join(d, "input.tmp"), os.path.join(d, "input"))
         create_us[name] = (time.time() - t0) / 300 * 1e6
+    subprocess.run(["rm", "-rf", shm], check=True)
+
+    # 4 (run here, on its own gateway). Trickling clients: 1,000 uploads sending 2 KiB/s each, held
+    # open while wrk measures /healthz and 1 KiB submits, against the same without them.
+    trickle = trickling_clients(genv, shm, seconds)
     subprocess.run(["rm", "-rf", shm], check=True)
 
     # 2. Long-polls: N waiters spread over 100 pending jobs, then one job completes.
@@ -290,12 +381,23 @@ def main():
           f"{'%.2f x standalone (target >= 0.90); %d non-2xx' % (cl_rps / shm_rps, cl_errors):>30}")
     print(f"{'  folder + file create + rename, disk / tmpfs (Python)':56} "
           f"{'%.0f / %.0f us' % (create_us['disk'], create_us['tmpfs']):>16} {'per submission, storage floor':>30}")
+    tr = trickle
+    (hb, _, _), (sb, _, _) = tr["before"]
+    (hd, hd99, _), (sd, sd99, sd_err) = tr["during"]
+    print(f"{'%d uploads trickling at 2 KiB/s (tmpfs): held at start / end' % tr['n']:56} "
+          f"{'%d / %d' % tr['held']:>16} {'cut: %d' % tr['cut']:>30}")
+    print(f"{'  GET /healthz beside them':56} {hd:>10.0f} req/s "
+          f"{'%.2f x %.0f without (target >= 0.8)' % (hd / hb, hb):>30}")
+    print(f"{'  POST /jobs/echo 1 KiB beside them':56} {sd:>10.0f} req/s "
+          f"{'%.2f x %.0f without (target >= 0.8)' % (sd / sb, sb):>30}")
+    print(f"{'    their p99 (healthz / submit); non-2xx submits':56} {'%.1f / %.1f ms' % (hd99, sd99):>16} {sd_err:>30}")
+    print(f"{'  gateway RSS while holding them':56} {tr['rss'] / 1024:>13.1f} MiB {'':>30}")
     print(f"{'long-polls held (GET ?wait=60)':56} {loop_result['held']:>16} {n_polls:>30}")
     print(f"{'  gateway RSS while holding them':56} {loop_result['rss'] / 1024:>13.1f} MiB {'target <= 200 MiB':>30}")
     print(f"{'  completion -> response, median / p99 (%d waiters)' % len(lat):56} "
           f"{'%.1f / %.1f ms' % (pct(0.5), pct(0.99)):>16} {'job ' + loop_result['status']:>30}")
-    print(f"{'%d MiB upload via the gateway to S3 (one streamed PUT)' % (size >> 20):56} {gw_mbs:>12.1f} MiB/s "
-          f"{'curl -T straight to S3: %.1f MiB/s' % curl_mbs:>30}")
+    print(f"{'%d MiB upload via the gateway to S3 (multipart, pipelined)' % (size >> 20):56} {gw_mbs:>12.1f} MiB/s "
+          f"{'%.2f x curl -T straight to S3, %.1f MiB/s (target >= 0.9)' % (gw_mbs / curl_mbs, curl_mbs):>30}")
     print(f"{'  gateway peak RSS (VmHWM)':56} {hwm / 1024:>13.1f} MiB {'target <= 64 MiB':>30}")
     print(f"{'  stored input size':56} {up['input']['size']:>16} {size:>30}")
 

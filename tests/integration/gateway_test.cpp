@@ -126,12 +126,22 @@ class GatewayTest : public ::testing::Test {
     return parse(http("GET", url("/jobs/echo/" + id + query)));
   }
   std::vector<std::string> list(const std::string& key) { return store_.list(key); }
-  size_t stored_files() {
-    size_t n = 0;
-    for (auto& e : std::filesystem::recursive_directory_iterator(files_.path()))
-      if (e.is_regular_file()) ++n;
-    return n;
+  // Files under the storage root (all, or only the temporaries of uploads in progress), read
+  // while the gateway may be removing folders: a vanished entry ends the walk, not the test.
+  std::vector<std::filesystem::path> storage_files(bool only_temporaries = false) {
+    std::vector<std::filesystem::path> out;
+    std::error_code ec;
+    for (std::filesystem::recursive_directory_iterator it(files_.path(), ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::error_code e;
+      if (!it->is_regular_file(e)) continue;
+      if (!only_temporaries || it->path().filename().string().find(".tmp-") != std::string::npos)
+        out.push_back(it->path());
+    }
+    return out;
   }
+  size_t stored_files() { return storage_files().size(); }
+  size_t temporaries() { return storage_files(true).size(); }
   long long job_records() {
     auto r = conn_.command({"KEYS", "job:*"});
     return static_cast<long long>(r->elements);
@@ -529,12 +539,7 @@ TEST_F(GatewayTest, SigtermWithStalledUploadsExitsInTime) {
     ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
     stalled.push_back(fd);
   }
-  auto uploading = [&] {  // both handlers are storing their (stalled) bodies
-    int n = 0;
-    for (auto& e : std::filesystem::recursive_directory_iterator(files_.path()))
-      n += e.path().filename().string().find(".tmp-") != std::string::npos;
-    return n == 2;
-  };
+  auto uploading = [&] { return temporaries() == 2; };  // both inputs are being stored
   ASSERT_TRUE(wait_until(uploading, 10s)) << gateway_->log();
   // Both blocking threads hold a stalled upload: liveness is answered all the same.
   EXPECT_EQ(http("GET", url("/healthz"), {}, {}, {}, 2000).status, 200);
@@ -576,12 +581,6 @@ TEST_F(GatewayTest, StalledUploadsHoldNoThread) {
     ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
     stalled.push_back(fd);
   }
-  auto temporaries = [&] {
-    int n = 0;
-    for (auto& e : std::filesystem::recursive_directory_iterator(files_.path()))
-      n += e.path().filename().string().find(".tmp-") != std::string::npos;
-    return n;
-  };
   ASSERT_TRUE(wait_until([&] { return temporaries() == 8; }, 10s)) << gateway_->log();
   // Answered at once: a client timeout of 2 s, against the 60 s the stalls would hold a thread.
   constexpr long kPatience = 2000;
@@ -1178,12 +1177,7 @@ TEST_F(GatewayTest, ASlowReaderGetsTheWholeResult) {
 TEST_F(GatewayTest, ACrashMidUploadFreesItsIdempotencyKeyAndLeavesNothing) {
   start_gateway(
       {{"RELAY_IDEMPOTENCY_RESERVATION", "3s"}, {"RELAY_SERVER_BODY_IDLE_TIMEOUT", "2s"}});
-  auto temporaries = [&] {
-    std::vector<std::filesystem::path> out;
-    for (auto& e : std::filesystem::recursive_directory_iterator(files_.path()))
-      if (e.path().filename().string().find(".tmp-") != std::string::npos) out.push_back(e.path());
-    return out;
-  };
+  auto temporaries = [&] { return storage_files(true); };
   int fd = raw_connect(gateway_->url());
   std::string head =
       "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
