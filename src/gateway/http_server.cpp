@@ -51,6 +51,7 @@ constexpr std::size_t kPrefetch = 64 * 1024;
 // (up to kHold) for more before it is handed on.
 constexpr std::size_t kPiece = 256 * 1024;
 constexpr std::size_t kSmallPiece = 16 * 1024;
+constexpr std::size_t kRead = 64 * 1024;  // one socket read at most
 constexpr auto kHold = std::chrono::seconds(1);
 
 // Runs f on the blocking pool; the coroutine resumes on its own executor afterwards.
@@ -88,31 +89,36 @@ class BodyReader {
   // Throws Cut, or beast::system_error when the client goes away.
   asio::awaitable<void> read(std::string& out, std::size_t max, bool hold_small) {
     const auto start = Clock::now();
-    auto more = [&] {
-      if (out.empty() || buffer_.size() > 0) return true;
-      beast::error_code ec;
-      if (stream_.socket().available(ec) > 0 && !ec) return true;
-      return hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
-    };
-    while (!done() && out.size() < max && more()) {
-      const std::size_t old = out.size();
-      const std::size_t want = std::min<std::size_t>(max - old, 64 * 1024);
-      out.resize(old + want);
-      parser_.get().body().data = out.data() + old;
+    // One deadline for the call (it waits for the client at most once: later reads find bytes
+    // already there, or are the short hold of a small piece), not one per read.
+    stream_.expires_after(cfg_.body_idle_timeout);
+    while (!done() && out.size() < max) {
+      beast::error_code aec;
+      const std::size_t ready = buffer_.size() + stream_.socket().available(aec);
+      const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
+      if (!out.empty() && ready == 0 && !hold) break;
+      // A read buffer sized for what is there (4 KiB when waiting: a thousand trickling
+      // clients must not each hold 64 KiB for the few bytes they send), not zero-filled.
+      const std::size_t want = std::min(max - out.size(), ready > 0 ? kRead : std::size_t{4096});
+      // Beast reads the socket into buffer_ as much as its free capacity, at least 512 bytes:
+      // without room a fast upload would take a system call per 512 bytes.
+      if (ready > 0) buffer_.reserve(kRead);
+      std::unique_ptr<char[]> scratch(new char[want]);
+      parser_.get().body().data = scratch.get();
       parser_.get().body().size = want;
-      stream_.expires_after(cfg_.body_idle_timeout);
       const auto t0 = Clock::now();
       beast::error_code ec;
       co_await http::async_read_some(stream_, buffer_, parser_,
                                      asio::redirect_error(asio::use_awaitable, ec));
       const std::size_t got = want - parser_.get().body().size;
-      out.resize(old + got);
+      out.append(scratch.get(), got);
       if (ec == http::error::need_buffer) ec = {};
       if (ec == beast::error::timeout) throw Cut{"no byte for server.body_idle_timeout"};
       if (ec) throw beast::system_error(ec);
       if (!pace_.record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
     }
     stream_.expires_never();
+    if (buffer_.size() == 0) buffer_.shrink_to_fit();  // a waiting client holds no read buffer
   }
 
   double rate() const { return pace_.rate(); }

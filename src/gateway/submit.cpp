@@ -30,13 +30,16 @@ Response refusal_response(const Refusal& r) {
 
 class Api::Upload final : public Intake, private MultipartHandler {
  public:
+  // declared: the raw body's Content-Length, when there is one (storage can then stream it).
   Upload(Api& api, std::string tenant, std::string svc, std::uint64_t limit,
-         std::optional<std::string> boundary, Submission sub, bool priority, std::string idem_key)
+         std::optional<std::string> boundary, std::optional<std::uint64_t> declared, Submission sub,
+         bool priority, std::string idem_key)
       : api_(api),
         tenant_(std::move(tenant)),
         svc_(std::move(svc)),
         st_(api.cfg_.service_types.at(svc_)),
         limit_(limit),
+        declared_(declared),
         sub_(std::move(sub)),
         priority_(priority),
         idem_key_(std::move(idem_key)),
@@ -103,7 +106,10 @@ class Api::Upload final : public Intake, private MultipartHandler {
 
  private:
   void open_input() {
-    object_ = api_.storage_.create(input_key_, {});
+    std::optional<std::uint64_t> size;
+    if (!parser_ && declared_)
+      size = api_.enc_.enabled ? crypto::ciphertext_size(*declared_, api_.enc_.params) : *declared_;
+    object_ = api_.storage_.create(input_key_, {}, size);
     // Inputs are encrypted as they stream to storage, bound to this job ("<id>/input").
     if (api_.enc_.enabled)
       sealer_ = std::make_unique<crypto::EncryptingWriter>(
@@ -242,6 +248,7 @@ class Api::Upload final : public Intake, private MultipartHandler {
   const std::string tenant_, svc_;
   const ServiceType& st_;
   const std::uint64_t limit_;
+  const std::optional<std::uint64_t> declared_;
   Submission sub_;
   const bool priority_;
   std::string idem_key_;
@@ -311,8 +318,9 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   const bool priority = !cfg_.priority_header.empty() && !req.header(cfg_.priority_header).empty();
   // Made before the key is reserved: the upload owns the reservation (and frees it) from then.
   std::string reserved = idem_key;
-  auto upload = std::make_unique<Upload>(*this, ctx.tenant, svc, limit, boundary, std::move(sub),
-                                         priority, std::move(idem_key));
+  auto upload =
+      std::make_unique<Upload>(*this, ctx.tenant, svc, limit, boundary, req.content_length,
+                               std::move(sub), priority, std::move(idem_key));
 
   // Idempotency-Key: reserve it for the new id before storing anything; a retry finds the first
   // job. Reserved for as long as an upload may stall; renewed while it progresses, given the

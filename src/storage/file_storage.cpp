@@ -85,11 +85,13 @@ class FileSource final : public ByteSource {
 // Writes "<object>.tmp-<pid>-<n>" and renames it into place on commit.
 class FileWriter final : public ObjectWriter {
  public:
-  FileWriter(std::string path, std::string key, bool fsync, std::stop_token stop)
+  FileWriter(std::string path, std::string key, bool fsync, std::optional<std::uint64_t> size,
+             std::stop_token stop)
       : path_(std::move(path)),
         dir_(path_.substr(0, path_.rfind('/'))),
         key_(std::move(key)),
         fsync_(fsync),
+        size_(size),
         stop_(std::move(stop)) {
     // One mkdir in the common case (the job's own folder); the full walk only when a parent is
     // missing. Submissions create a folder per job, so this is on the hot path.
@@ -127,9 +129,14 @@ class FileWriter final : public ObjectWriter {
       }
       off += static_cast<size_t>(w);
     }
+    written_ += data.size();
   }
   void commit() override {
     if (stop_.stop_requested()) throw Aborted();
+    if (size_ && written_ != *size_)
+      throw StorageError(ErrorKind::invalid, key_ + ": " + std::to_string(written_) +
+                                                 " bytes of the declared " +
+                                                 std::to_string(*size_));
     if (fsync_ && ::fsync(fd_.get()) != 0) fail_errno("cannot fsync", key_);
     if (::close(fd_.release()) != 0) fail_errno("cannot close", key_);
     if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail_errno("cannot rename into", key_);
@@ -139,6 +146,8 @@ class FileWriter final : public ObjectWriter {
  private:
   std::string path_, dir_, key_, tmp_;
   bool fsync_;
+  std::optional<std::uint64_t> size_;
+  std::uint64_t written_ = 0;
   std::stop_token stop_;
   FdGuard fd_{-1};
   bool committed_ = false;
@@ -165,9 +174,10 @@ std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_
                                       std::move(stop));
 }
 
-std::unique_ptr<ObjectWriter> FileStorage::create(const std::string& key, std::stop_token stop) {
+std::unique_ptr<ObjectWriter> FileStorage::create(const std::string& key, std::stop_token stop,
+                                                  std::optional<std::uint64_t> size) {
   check_key(key);
-  return std::make_unique<FileWriter>(root_ + "/" + key, key, fsync_, std::move(stop));
+  return std::make_unique<FileWriter>(root_ + "/" + key, key, fsync_, size, std::move(stop));
 }
 
 std::size_t FileStorage::sweep(std::chrono::seconds older_than) {

@@ -7,7 +7,8 @@ class FileStorage final : public Storage {
  public:
   FileStorage(std::string root, bool fsync);
   std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) override;
-  std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop) override;
+  std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop,
+                                       std::optional<std::uint64_t> size) override;
   void remove(const std::string& key) override;
   void check() override;
   std::size_t sweep(std::chrono::seconds older_than) override;

@@ -1,6 +1,7 @@
 #include "storage/s3_storage.hpp"
 
 #include <boost/url/parse.hpp>
+#include <cstring>
 #include <future>
 
 #include "common/errors.hpp"
@@ -218,38 +219,8 @@ std::unique_ptr<ByteSource> S3Storage::open(const std::string& key, std::stop_to
   return std::make_unique<S3Source>(std::move(easy), std::move(headers), key, std::move(stop));
 }
 
-// S3 takes up to 5 GiB in one PUT. A body of known length within that streams as one PUT
-// (one request, no parts to reassemble); an unknown length or a larger body goes through the
-// writer (multipart beyond one part).
+// S3 takes up to 5 GiB in one PUT.
 constexpr std::uint64_t kMaxSinglePut = 5ULL << 30;
-
-void S3Storage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
-  auto size = body.size();
-  if (size && *size <= kMaxSinglePut)
-    put_single(key, body, stop);
-  else
-    Storage::put(key, body, stop);
-}
-
-void S3Storage::put_single(const std::string& key, ByteSource& body, std::stop_token stop) {
-  auto easy = http::make_easy();
-  Headers headers;
-  configure(easy.get(), "PUT", object_url(key), &headers);
-  std::string response;
-  UploadFeed feed{&body};
-  curl_easy_setopt(easy.get(), CURLOPT_UPLOAD, 1L);
-  curl_easy_setopt(easy.get(), CURLOPT_READFUNCTION, &UploadFeed::read);
-  curl_easy_setopt(easy.get(), CURLOPT_READDATA, &feed);
-  curl_easy_setopt(easy.get(), CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(*body.size()));
-  curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
-  curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &response);
-  Transfer t(easy.get(), stop);
-  feed.transfer = &t;
-  CURLcode rc = t.run();
-  if (rc != CURLE_OK) fail_transfer("PUT " + key, rc);
-  long status = http::response_code(easy.get());
-  if (status >= 300) fail_http("PUT " + key, status, response);
-}
 
 std::string S3Storage::request(const std::string& method, const std::string& key,
                                const std::string& query, std::string_view payload,
@@ -281,14 +252,106 @@ std::string S3Storage::request(const std::string& method, const std::string& key
   return response;
 }
 
-// Bytes pushed in fill a part buffer. An object that ends within one part is one PUT at
-// commit. A longer one becomes a multipart upload whose parts are sent in the background
-// while the next fills: at most one part in flight and one filling (2 × storage.s3_part_size
-// of memory), so a fast client is not held up by each part's round trip.
+// One PUT whose body is pushed as it arrives: each write() drives the transfer until curl took
+// the bytes (its read callback pauses the transfer when it has none). Nothing is buffered
+// beyond curl's own upload buffer; S3 stores the object only once all `size` bytes arrived, so
+// a writer dropped mid-way (the connection closes) leaves nothing.
+class StreamedPut {
+ public:
+  StreamedPut(const S3Storage& s3, const std::string& key, std::uint64_t size, std::stop_token stop)
+      : key_(key), size_(size), easy_(http::make_easy()) {
+    s3.configure(easy_.get(), "PUT", s3.object_url(key), &headers_);
+    curl_easy_setopt(easy_.get(), CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(easy_.get(), CURLOPT_READFUNCTION, &StreamedPut::on_read);
+    curl_easy_setopt(easy_.get(), CURLOPT_READDATA, this);
+    curl_easy_setopt(easy_.get(), CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
+    curl_easy_setopt(easy_.get(), CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(easy_.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
+    curl_easy_setopt(easy_.get(), CURLOPT_WRITEDATA, &response_);
+    transfer_ = std::make_unique<Transfer>(easy_.get(), std::move(stop));
+  }
+
+  void write(std::string_view data) {
+    if (taken_ + data.size() > size_)
+      throw StorageError(ErrorKind::invalid,
+                         "PUT " + key_ + ": more bytes than the declared " + std::to_string(size_));
+    taken_ += data.size();
+    // The last byte waits for finish(): until then S3 has an incomplete body, which it drops
+    // if the writer is abandoned — the object cannot appear before commit.
+    if (taken_ == size_ && !data.empty()) {
+      last_ = data.back();
+      data.remove_suffix(1);
+    }
+    send(data);
+  }
+
+  void finish() {
+    if (taken_ != size_)
+      throw StorageError(ErrorKind::invalid, "PUT " + key_ + ": " + std::to_string(taken_) +
+                                                 " bytes of the declared " + std::to_string(size_));
+    if (size_ > 0) send(std::string_view(&last_, 1));
+    resume();
+    transfer_->run();
+    check();
+  }
+
+ private:
+  static size_t on_read(char* buf, size_t size, size_t n, void* user) {
+    auto* self = static_cast<StreamedPut*>(user);
+    if (self->pending_.empty()) {
+      self->paused_ = true;
+      return CURL_READFUNC_PAUSE;
+    }
+    const size_t take = std::min(size * n, self->pending_.size());
+    std::memcpy(buf, self->pending_.data(), take);
+    self->pending_.remove_prefix(take);
+    self->sent_ += take;
+    return take;
+  }
+  // Drives the transfer until curl has taken `data` (or it ended early: an error answer).
+  void send(std::string_view data) {
+    pending_ = data;
+    resume();
+    if (transfer_->run_until([this] { return pending_.empty(); })) check();
+  }
+  void resume() {
+    if (!paused_) return;
+    paused_ = false;
+    curl_easy_pause(easy_.get(), CURLPAUSE_CONT);
+  }
+  // The transfer ended: whole and accepted, or a StorageError.
+  void check() {
+    if (transfer_->code() != CURLE_OK) fail_transfer("PUT " + key_, transfer_->code());
+    long status = http::response_code(easy_.get());
+    if (status >= 300) fail_http("PUT " + key_, status, response_);
+    if (sent_ != size_)
+      throw StorageError(ErrorKind::other, "PUT " + key_ + ": answered before the whole body");
+  }
+
+  std::string key_;
+  std::uint64_t size_, taken_ = 0, sent_ = 0;
+  char last_ = 0;
+  http::Easy easy_;
+  Headers headers_;
+  std::unique_ptr<Transfer> transfer_;
+  std::string response_;
+  std::string_view pending_;
+  bool paused_ = false;
+};
+
+// Bytes pushed in go to S3 in one of three ways. Of a known size beyond one part (and within
+// S3's 5 GiB), one streamed PUT (StreamedPut) — as fast as a plain PUT, nothing buffered. An
+// object that ends within one part: one PUT from memory at commit. A longer one of unknown size
+// (a multipart form's file): a multipart upload whose parts are sent in the background while the
+// next fills, at most one part in flight and one filling (2 × storage.s3_part_size of memory).
 class S3Writer final : public ObjectWriter {
  public:
-  S3Writer(const S3Storage& s3, std::string key, size_t part_size, std::stop_token stop)
-      : s3_(s3), key_(std::move(key)), part_size_(part_size), stop_(std::move(stop)) {}
+  S3Writer(const S3Storage& s3, std::string key, size_t part_size,
+           std::optional<std::uint64_t> size, std::stop_token stop)
+      : s3_(s3), key_(std::move(key)), part_size_(part_size), stop_(std::move(stop)) {
+    if (size && *size > part_size && *size <= kMaxSinglePut)
+      stream_ = std::make_unique<StreamedPut>(s3, key_, *size, stop_);
+  }
 
   ~S3Writer() override {
     if (committed_) return;
@@ -302,19 +365,27 @@ class S3Writer final : public ObjectWriter {
   void write(std::span<const char> data) override {
     if (stop_.stop_requested()) throw Aborted();
     std::string_view in(data.data(), data.size());
+    if (stream_) return stream_->write(in);
     while (!in.empty()) {
       // A full part goes once a byte beyond it arrived: an object of exactly one part stays
       // one PUT, and the last part of a multipart upload is never empty.
       if (part_.size() == part_size_) send_part();
-      if (part_.capacity() < part_size_)
-        part_.reserve(std::min(part_size_, part_.size() + in.size()));
       const size_t take = std::min(in.size(), part_size_ - part_.size());
+      // Grown geometrically (a small object stays small; a large one reaches a part in a few
+      // steps): reserving exactly what each write needs would copy the part over and over.
+      if (part_.size() + take > part_.capacity())
+        part_.reserve(std::min(part_size_, std::max(part_.size() + take, 2 * part_.capacity())));
       part_.append(in.substr(0, take));
       in.remove_prefix(take);
     }
   }
 
   void commit() override {
+    if (stream_) {
+      stream_->finish();
+      committed_ = true;
+      return;
+    }
     if (id_query_.empty()) {
       s3_.request("PUT", key_, {}, part_, nullptr, stop_);
       committed_ = true;
@@ -370,11 +441,13 @@ class S3Writer final : public ObjectWriter {
   std::string id_query_;  // "uploadId=..." once the multipart upload exists
   std::vector<std::string> etags_;
   std::future<std::string> inflight_;
+  std::unique_ptr<StreamedPut> stream_;
   bool committed_ = false;
 };
 
-std::unique_ptr<ObjectWriter> S3Storage::create(const std::string& key, std::stop_token stop) {
-  return std::make_unique<S3Writer>(*this, key, static_cast<size_t>(config_.s3_part_size),
+std::unique_ptr<ObjectWriter> S3Storage::create(const std::string& key, std::stop_token stop,
+                                                std::optional<std::uint64_t> size) {
+  return std::make_unique<S3Writer>(*this, key, static_cast<size_t>(config_.s3_part_size), size,
                                     std::move(stop));
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// S3 backend on libcurl: SigV4 by CURLOPT_AWS_SIGV4, streaming GET, one streamed PUT for a body of
-// known size, and a writer (S3Writer) that buffers pushed bytes into parts: one PUT for a small
-// object, a multipart upload with a part in flight while the next fills for a large one.
+// S3 backend on libcurl: SigV4 by CURLOPT_AWS_SIGV4, streaming GET, and one writer (S3Writer) for
+// every upload: a streamed PUT for a large object of known size, one PUT from memory for a small
+// one, a multipart upload with a part in flight while the next fills for a large one of unknown
+// size.
 
 #include <memory>
 
@@ -17,8 +18,8 @@ class S3Storage final : public Storage {
   S3Storage(const Config& config, std::string bucket, std::string prefix,
             std::shared_ptr<CredentialsProvider> creds);
   std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) override;
-  std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop) override;
-  void put(const std::string& key, ByteSource& body, std::stop_token stop) override;
+  std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop,
+                                       std::optional<std::uint64_t> size) override;
   void remove(const std::string& key) override;
   void check() override;
 
@@ -28,12 +29,12 @@ class S3Storage final : public Storage {
  private:
   void configure(void* easy, const std::string& method, const std::string& url,
                  void* headers) const;
-  void put_single(const std::string& key, ByteSource& body, std::stop_token stop);
   // One request with an in-memory body; returns the answer's body (ETag into *etag if given).
   // Throws StorageError for a transfer failure or an HTTP error.
   std::string request(const std::string& method, const std::string& key, const std::string& query,
                       std::string_view payload, std::string* etag, std::stop_token stop) const;
   friend class S3Writer;
+  friend class StreamedPut;
 
   Config config_;
   std::string bucket_, prefix_;

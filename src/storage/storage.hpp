@@ -59,13 +59,14 @@ class Storage {
   // Opens an object for streaming. Throws StorageError (not_found for a missing key). Reads from
   // the returned source throw StorageError, or Aborted once stop is requested.
   virtual std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) = 0;
-  // Starts writing an object (see ObjectWriter).
-  virtual std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop) = 0;
-  // Stores the whole source under key; the object appears whole or not at all. By default
-  // create() and copy; a backend may do better when the size is known (S3: one streamed PUT).
+  // Starts writing an object (see ObjectWriter). `size`, when known, is exactly what will be
+  // written (S3 then streams one PUT instead of buffering parts).
+  virtual std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop,
+                                               std::optional<std::uint64_t> size) = 0;
+  // Stores the whole source under key; the object appears whole or not at all.
   // (Inline like the rest of this class: relay-s3.so, loaded at run time, needs its vtable.)
-  virtual void put(const std::string& key, ByteSource& body, std::stop_token stop) {
-    auto writer = create(key, stop);
+  void put(const std::string& key, ByteSource& body, std::stop_token stop) {
+    auto writer = create(key, stop, body.size());
     size_t cap = 0;
     auto buf = transfer_buffer(body.size(), cap);
     while (size_t n = body.read(std::span<char>(buf.get(), cap)))

@@ -1007,6 +1007,39 @@ TEST_F(EncryptionTest, JobsAreCiphertextAtRestAndPlaintextToTheModelAndTheClient
       << result.body;
 }
 
+// Inputs larger than an S3 part, encrypted on their way in, take both S3 paths of the push
+// writer: a raw body of known length (its ciphertext size known too) is one streamed PUT, a
+// multipart form's file (length unknown) a multipart upload. The model sees the exact bytes.
+TEST_F(EncryptionTest, LargeInputsReachS3WholeAndTheModelExactly) {
+  S3Server s3;
+  Env storage = s3.env();
+  storage["RELAY_STORAGE_S3_PART_SIZE"] = std::to_string(5 << 20);
+  Env env = keys("k1");
+  for (auto& [k, v] : storage) env[k] = v;
+  start_gateway(env);
+  std::string data(7 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 31 + (i >> 12));
+  auto raw = http("POST", url("/jobs/echo?filename=big.bin"),
+                  {"Content-Type: application/octet-stream"}, data);
+  ASSERT_EQ(raw.status, 202) << raw.body << gateway_->log();
+  auto form = http("POST", url("/jobs/echo"), {}, {},
+                   {FormPart{"file", data, "big.bin", "application/octet-stream"}});
+  ASSERT_EQ(form.status, 202) << form.body << gateway_->log();
+  InferenceServer inference;
+  auto relay = start_relay(inference, env, {"--max-jobs", "2"});
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  for (const auto& submitted : {raw, form}) {
+    const std::string id = field(submitted, "id");
+    auto j = job(id);
+    ASSERT_EQ(str(j, "status"), "completed") << j.at("error");
+    EXPECT_EQ(j.at("input").as_object().at("size").as_int64(),
+              static_cast<std::int64_t>(data.size()));
+    auto result = http("GET", url("/jobs/echo/" + id + "/result"));
+    EXPECT_NE(result.body.find("\"sha256\":\"" + sha256_hex(data) + "\""), std::string::npos)
+        << result.body;
+  }
+}
+
 TEST_F(EncryptionTest, KeyRotationNeedsNoDowntime) {
   start_gateway(keys("k1"));
   auto old_job = submit_id("under key 1");

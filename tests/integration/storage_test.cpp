@@ -116,30 +116,42 @@ std::string pattern(size_t n) {
 
 // Pushed in uneven pieces, across part boundaries (5 MiB parts on S3), the object appears only
 // at commit, whole. Sizes: empty, one byte, exactly one part (one PUT), and several parts.
+// With its size known up front (a raw upload's Content-Length), a large object is one streamed
+// PUT on S3 instead of parts; either way the same object results.
 TEST_P(StorageTest, AWrittenObjectAppearsWholeAtCommit) {
-  for (size_t n : {size_t{0}, size_t{1}, size_t{5} << 20, (size_t{11} << 20) + 7}) {
-    const std::string data = pattern(n), key = "svc/w" + std::to_string(n) + "/input";
-    auto w = st_->create(key, {});
-    for (size_t i = 0, piece = 1; i < n; i += piece, piece = piece * 3 + 1)
-      w->write(std::span<const char>(data.data() + i, std::min(piece, n - i)));
-    EXPECT_FALSE(exists(*st_, key)) << "visible before commit, size " << n;
-    w->commit();
-    EXPECT_EQ(read_all(*st_, key), data) << n;
-  }
+  for (bool sized : {false, true})
+    for (size_t n : {size_t{0}, size_t{1}, size_t{5} << 20, (size_t{11} << 20) + 7}) {
+      const std::string data = pattern(n),
+                        key = "svc/w" + std::to_string(n) + (sized ? "s" : "") + "/input";
+      auto w = st_->create(key, {}, sized ? std::optional<std::uint64_t>(n) : std::nullopt);
+      for (size_t i = 0, piece = 1; i < n; i += piece, piece = piece * 3 + 1)
+        w->write(std::span<const char>(data.data() + i, std::min(piece, n - i)));
+      EXPECT_FALSE(exists(*st_, key)) << "visible before commit, size " << n;
+      w->commit();
+      EXPECT_EQ(read_all(*st_, key), data) << n;
+    }
 }
 
 // A writer dropped mid-way (the client went away) leaves no object, temporary or folder; on
 // S3 its multipart upload (parts already sent) is aborted.
 TEST_P(StorageTest, AnAbandonedWriterLeavesNothing) {
   const std::string data = pattern(size_t{7} << 20);
-  {
-    auto w = st_->create("svc/gone/input", {});
+  for (bool sized : {false, true}) {
+    auto w = st_->create("svc/gone/input", {},
+                         sized ? std::optional<std::uint64_t>(2 * data.size()) : std::nullopt);
     w->write(data);
   }
   EXPECT_FALSE(exists(*st_, "svc/gone/input"));
   if (GetParam() == "file") EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/svc/gone"));
+  // A declared size not met is an error at commit, and stores nothing.
+  {
+    auto w = st_->create("svc/short/input", {}, std::uint64_t{6} << 20);
+    w->write(data.substr(0, 5 << 20));
+    EXPECT_THROW(w->commit(), storage::StorageError);
+  }
+  EXPECT_FALSE(exists(*st_, "svc/short/input")) << GetParam();
   // The key is free for a later, complete write.
-  auto w = st_->create("svc/gone/input", {});
+  auto w = st_->create("svc/gone/input", {}, std::nullopt);
   w->write(std::span<const char>(data.data(), 10));
   w->commit();
   EXPECT_EQ(read_all(*st_, "svc/gone/input"), data.substr(0, 10));

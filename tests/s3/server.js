@@ -86,6 +86,37 @@ async function verify(req) {
   return null;
 }
 
+// S3 stores an object whole or not at all: a PUT whose client goes away, or that ends short of
+// its Content-Length, leaves nothing (and an object is never visible while it is uploaded).
+// s3rver writes straight to the object's file as bytes arrive, so PUTs are spooled here first
+// and handed on only once complete.
+let spooled = 0;
+function atomicPut(req, res, headers, forward) {
+  const expected = Number(req.headers['content-length']);
+  if (!Number.isInteger(expected)) {
+    req.resume();
+    return fail(res, 411, 'MissingContentLength', 'You must provide the Content-Length HTTP header.');
+  }
+  fs.mkdirSync(dir + '.incoming', { recursive: true });
+  const tmp = `${dir}.incoming/${process.pid}-${spooled++}`;
+  const out = fs.createWriteStream(tmp);
+  let got = 0;
+  const drop = () => { req.unpipe(out); out.destroy(); fs.rm(tmp, { force: true }, () => {}); };
+  out.on('error', () => drop());
+  req.on('data', (c) => { got += c.length; });
+  req.on('close', () => { if (!req.complete) drop(); });
+  out.on('finish', () => {
+    if (!req.complete || got !== expected) {
+      drop();
+      if (!res.headersSent) fail(res, 400, 'IncompleteBody', 'fewer bytes than Content-Length');
+      return;
+    }
+    const body = fs.createReadStream(tmp);
+    forward(body).on('close', () => fs.rm(tmp, { force: true }, () => {}));
+  });
+  req.pipe(out);
+}
+
 async function main() {
   fs.mkdirSync(dir, { recursive: true });
   const backend = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: dir,
@@ -103,13 +134,20 @@ async function main() {
     // anonymous request instead.
     const headers = { ...req.headers };
     delete headers['authorization'];
-    const up = http.request({ host: '127.0.0.1', port: backendPort, method: req.method, path: req.url,
-                              headers }, (ur) => {
-      res.writeHead(ur.statusCode, ur.headers);
-      ur.pipe(res);
-    });
-    up.on('error', (e) => { if (!res.headersSent) fail(res, 502, 'BadGateway', String(e)); else res.destroy(); });
-    req.pipe(up);
+    const forward = (body) => {
+      const up = http.request({ host: '127.0.0.1', port: backendPort, method: req.method, path: req.url,
+                                headers }, (ur) => {
+        res.writeHead(ur.statusCode, ur.headers);
+        ur.pipe(res);
+      });
+      up.on('error', (e) => { if (!res.headersSent) fail(res, 502, 'BadGateway', String(e)); else res.destroy(); });
+      body.pipe(up);
+      return up;
+    };
+    if (req.method === 'PUT' && !req.url.includes('?') && !headers['x-amz-copy-source']) {
+      return atomicPut(req, res, headers, forward);
+    }
+    forward(req);
   });
   proxy.listen(port, '127.0.0.1', () => {
     process.stdout.write(`ready ${proxy.address().port}\n`);
