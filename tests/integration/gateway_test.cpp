@@ -595,8 +595,7 @@ TEST_F(GatewayTest, StalledUploadsHoldNoThread) {
   }
   for (int fd : stalled) ::close(fd);
   ASSERT_TRUE(wait_until([&] { return temporaries() == 0; }, 10s)) << gateway_->log();
-  EXPECT_EQ(job_records(), 5);
-  EXPECT_EQ(list(keys_.pending("m1")).size(), 5u);
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 5u) << "the five answered submissions, no other";
 }
 
 json::object line_json(const std::string& line) {
