@@ -210,25 +210,33 @@ def large_upload(genv, work):
         for _ in range(size >> 20):
             f.write(block)
     s3_port, gw2_port = free_port(), free_port()
-    start(["node", os.path.join(ROOT, "tests/s3/server.js"), "--port", str(s3_port), "--dir", os.path.join(work, "s3")])
+    # The S3 test server keeps its objects (and spools PUTs, to make them atomic) on tmpfs: the
+    # comparison is of the paths to it, not of this machine's disk.
+    s3_dir = f"/dev/shm/relay-gwbench-s3-{os.getpid()}"
+    start(["node", os.path.join(ROOT, "tests/s3/server.js"), "--port", str(s3_port), "--dir", s3_dir])
     wait_port(s3_port)
-    t0 = time.time()
-    subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", "relaytestkey:relaytestsecret",
-                    "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-T", big,
-                    f"http://127.0.0.1:{s3_port}/relay-test/direct/big.bin"], check=True)
-    curl_mbs = size / (1 << 20) / (time.time() - t0)
     g2 = start([f"{BIN}/relay-gateway"], {**genv, "RELAY_SERVER_LISTEN": f"127.0.0.1:{gw2_port}",
                                           "RELAY_STORAGE_URL": "s3://relay-test/jobs", "RELAY_STORAGE_S3_ENDPOINT": f"http://127.0.0.1:{s3_port}",
                                           "RELAY_STORAGE_S3_PATH_STYLE": "true", "AWS_ACCESS_KEY_ID": "relaytestkey",
                                           "AWS_SECRET_ACCESS_KEY": "relaytestsecret", "RELAY_SERVER_MAX_BODY_SIZE": str(2 << 30)})
     wait_port(gw2_port)
-    t0 = time.time()
-    out = subprocess.run(["curl", "-sf", "-H", "Content-Type: application/octet-stream", "-H", "Expect:", "-X", "POST", "-T", big,
-                          f"http://127.0.0.1:{gw2_port}/jobs/echo?filename=big.bin"], check=True, capture_output=True).stdout
-    gw_mbs = size / (1 << 20) / (time.time() - t0)
+    # Alternating, best of two each: the test server (one Node process) is the noisy part.
+    curl_runs, gw_runs = [], []
+    for _ in range(2):
+        t0 = time.time()
+        subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", "relaytestkey:relaytestsecret",
+                        "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-T", big,
+                        f"http://127.0.0.1:{s3_port}/relay-test/direct/big.bin"], check=True)
+        curl_runs.append(size / (1 << 20) / (time.time() - t0))
+        t0 = time.time()
+        out = subprocess.run(["curl", "-sf", "-H", "Content-Type: application/octet-stream", "-H", "Expect:", "-X", "POST", "-T", big,
+                              f"http://127.0.0.1:{gw2_port}/jobs/echo?filename=big.bin"], check=True, capture_output=True).stdout
+        gw_runs.append(size / (1 << 20) / (time.time() - t0))
+    curl_mbs, gw_mbs = max(curl_runs), max(gw_runs)
     hwm = status_kib(g2.pid, "VmHWM")
     g2.kill()
     os.remove(big)
+    subprocess.run(["rm", "-rf", s3_dir, s3_dir + ".incoming"])
     return {"size": size, "curl_mbs": curl_mbs, "gw_mbs": gw_mbs, "hwm": hwm,
             "stored": json.loads(out)["input"]["size"]}
 

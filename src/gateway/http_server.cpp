@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -43,6 +44,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
+using namespace boost::asio::experimental::awaitable_operators;
 
 constexpr auto kHeaderTimeout = std::chrono::seconds(60);  // idle keep-alive and slow headers
 // Read before the handler runs: a body this small costs one trip to the request pool.
@@ -51,7 +53,7 @@ constexpr std::size_t kPrefetch = 64 * 1024;
 // (up to kHold) for more before it is handed on.
 constexpr std::size_t kPiece = 256 * 1024;
 constexpr std::size_t kSmallPiece = 16 * 1024;
-constexpr std::size_t kRead = 64 * 1024;  // one socket read at most
+constexpr std::size_t kRead = 256 * 1024;  // one socket read at most
 constexpr auto kHold = std::chrono::seconds(1);
 
 // Runs f on the blocking pool; the coroutine resumes on its own executor afterwards.
@@ -74,14 +76,10 @@ class BodyReader {
  public:
   BodyReader(beast::tcp_stream& stream, beast::flat_buffer& buffer,
              http::request_parser<http::buffer_body>& parser, const Config& cfg)
-      : stream_(stream),
-        buffer_(buffer),
-        parser_(parser),
-        cfg_(cfg),
-        pace_(cfg.body_idle_timeout / 2, cfg.min_upload_rate) {}
+      : stream_(stream), buffer_(buffer), parser_(parser), cfg_(cfg) {}
 
   bool done() const { return parser_.is_done(); }
-  std::uint64_t received() const { return pace_.bytes(); }
+  std::uint64_t received() const { return pace_ ? pace_->bytes() : 0; }
 
   // Appends to out what arrives, at least one read's worth: then more while more is already
   // there, until `max` bytes, or the end. With hold_small, a piece under kSmallPiece also waits
@@ -94,7 +92,8 @@ class BodyReader {
     stream_.expires_after(cfg_.body_idle_timeout);
     while (!done() && out.size() < max) {
       beast::error_code aec;
-      const std::size_t ready = buffer_.size() + stream_.socket().available(aec);
+      const std::size_t ready =
+          buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
       const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
       if (!out.empty() && ready == 0 && !hold) break;
       // A read buffer sized for what is there (4 KiB when waiting: a thousand trickling
@@ -115,20 +114,22 @@ class BodyReader {
       if (ec == http::error::need_buffer) ec = {};
       if (ec == beast::error::timeout) throw Cut{"no byte for server.body_idle_timeout"};
       if (ec) throw beast::system_error(ec);
-      if (!pace_.record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
+      if (!pace_) pace_.emplace(cfg_.body_idle_timeout / 2, cfg_.min_upload_rate);
+      if (!pace_->record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
     }
     stream_.expires_never();
-    if (buffer_.size() == 0) buffer_.shrink_to_fit();  // a waiting client holds no read buffer
+    // A client that will keep us waiting mid-body holds no read buffer.
+    if (!done() && buffer_.size() == 0) buffer_.shrink_to_fit();
   }
 
-  double rate() const { return pace_.rate(); }
+  double rate() const { return pace_ ? pace_->rate() : 0; }
 
  private:
   beast::tcp_stream& stream_;
   beast::flat_buffer& buffer_;
   http::request_parser<http::buffer_body>& parser_;
   const Config& cfg_;
-  UploadPace pace_;
+  std::optional<UploadPace> pace_;  // from the first read: most requests have no body
 };
 
 }  // namespace
@@ -376,11 +377,23 @@ struct HttpServer::Impl {
       co_await asio::async_write(stream, asio::buffer(kContinue.data(), kContinue.size()),
                                  asio::use_awaitable);
     }
-    std::string piece;
+    // The next piece is read while the last one is stored: the client and storage move at once.
+    std::string piece, next;
     while (!body.done()) {
-      piece.clear();
-      co_await body.read(piece, kPiece, true);
-      if (piece.empty()) continue;
+      next.clear();
+      std::optional<Response> refused;
+      if (piece.empty()) {
+        co_await body.read(next, kPiece, true);
+      } else {
+        auto store = [&]() -> asio::awaitable<std::optional<Response>> {
+          co_return co_await run_blocking(uploads, [&] { return intake.write(piece); });
+        };
+        refused = co_await (store() && body.read(next, kPiece, true));
+      }
+      if (refused) co_return std::move(*refused);
+      std::swap(piece, next);
+    }
+    if (!piece.empty()) {
       auto refused = co_await run_blocking(uploads, [&] { return intake.write(piece); });
       if (refused) co_return std::move(*refused);
     }
