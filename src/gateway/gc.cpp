@@ -1,9 +1,7 @@
 #include "gateway/gc.hpp"
 
-#include <condition_variable>
-#include <mutex>
-
 #include "common/log.hpp"
+#include "common/periodic.hpp"
 #include "redis/job_record.hpp"
 #include "redis/schedules.hpp"
 
@@ -44,22 +42,16 @@ void Gc::sweep() {
 }
 
 void Gc::run(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any cv;
-  while (!stop.stop_requested()) {
-    if (std::chrono::steady_clock::now() >= next_sweep_) {
-      sweep();
-      next_sweep_ = std::chrono::steady_clock::now() + std::chrono::hours(1);
-    }
-    try {
-      if (pass() >= kBatch) continue;  // a backlog: keep going
-    } catch (const std::exception& e) {
-      conn_.reset();
-      log::warn("gc pass failed; retrying", {{"error", e.what()}});
-    }
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, stop, p_.interval, [] { return false; });
-  }
+  run_periodically({"gc", p_.interval,
+                    [this] {
+                      if (std::chrono::steady_clock::now() >= next_sweep_) {
+                        sweep();
+                        next_sweep_ = std::chrono::steady_clock::now() + std::chrono::hours(1);
+                      }
+                      return pass() >= kBatch;  // a backlog: keep going
+                    },
+                    [this] { conn_.reset(); }},
+                   stop);
 }
 
 }  // namespace relay::gateway

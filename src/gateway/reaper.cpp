@@ -1,10 +1,9 @@
 #include "gateway/reaper.hpp"
 
-#include <condition_variable>
-#include <mutex>
 #include <set>
 
 #include "common/log.hpp"
+#include "common/periodic.hpp"
 #include "gateway/metrics.hpp"
 #include "redis/job_store.hpp"
 
@@ -38,24 +37,13 @@ ReapStats Reaper::pass() {
 }
 
 void Reaper::run(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any cv;
-  auto last_error_log = std::chrono::steady_clock::time_point{};
-  while (!stop.stop_requested()) {
-    try {
-      pass();
-    } catch (const std::exception& e) {
-      conn_.reset();
-      // A Redis outage would log every tick; once a minute is enough to be noticed.
-      auto now = std::chrono::steady_clock::now();
-      if (now - last_error_log > std::chrono::minutes(1)) {
-        log::warn("reaper pass failed; retrying", {{"error", e.what()}});
-        last_error_log = now;
-      }
-    }
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, stop, p_.interval, [] { return false; });
-  }
+  run_periodically({"reaper", p_.interval,
+                    [this] {
+                      pass();
+                      return false;
+                    },
+                    [this] { conn_.reset(); }},
+                   stop);
 }
 
 }  // namespace relay::gateway

@@ -571,7 +571,7 @@ struct Connection::Cluster {
   std::mutex mu;  // nodes: interrupt() runs on other threads
   std::map<std::string, Connection> nodes;
   Connection* last = nullptr;  // the node of the previous command
-  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds read_timeout = kReadTimeout;
 
   Connection& node(const std::string& addr) {
     {
@@ -817,7 +817,7 @@ Connection Connection::open(const Endpoint& ep) {
   Connection conn(std::move(t));
   conn.server_ = ep;
   // A dead server must not hang a command for ever; blocking commands lift this themselves.
-  conn.set_read_timeout(std::chrono::milliseconds(30'000));
+  conn.set_read_timeout(kReadTimeout);
   if (!ep.password.empty()) {
     if (ep.username.empty())
       conn.command({"AUTH", ep.password});
@@ -890,7 +890,7 @@ void Connection::set_read_timeout(std::chrono::milliseconds timeout) {
     for (auto& [addr, c] : cluster_->nodes) c.set_read_timeout(timeout);
     return;
   }
-  t_->set_timeouts(timeout, std::chrono::milliseconds(30'000));
+  t_->set_timeouts(timeout, kReadTimeout);
 }
 
 void Connection::interrupt() noexcept {

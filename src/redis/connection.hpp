@@ -110,6 +110,9 @@ struct BlockedClient {
 // blocked. Throws IoError.
 bool unblock(const BlockedClient& client);
 
+// A reply slower than this means a lost server (or network): every connection starts with it.
+inline constexpr std::chrono::milliseconds kReadTimeout{30'000};
+
 // One connection to Redis: a socket, TLS when the endpoint asks for it (OpenSSL), commands
 // formatted and replies parsed by hiredis's I/O-free formatter and reader. Blocking I/O with a
 // read timeout; another thread may interrupt() a blocked read.
@@ -136,7 +139,8 @@ class Connection {
   void append(const std::vector<std::string>& argv);
   Reply read_reply();
 
-  // 0 = block for ever (blocking commands and subscriptions rely on this).
+  // 0 = block for ever (blocking commands and subscriptions rely on this). The default is
+  // kReadTimeout; BlockingRead lifts it for one blocking command.
   void set_read_timeout(std::chrono::milliseconds timeout);
   long long client_id() const;
   // Where a blocking command on key would wait, and as whom (opens the node's connection in
@@ -168,6 +172,22 @@ class Connection {
   long long client_id_ = 0;
   bool via_sentinel_ = false;
   std::uint64_t master_epoch_ = 0;  // sentinel mode: the master generation it was opened in
+};
+
+// For one blocking command (BLMOVE, XREADGROUP BLOCK): the server may stay silent for `block`
+// (0: as long as it likes — BLMOVE's own timeout bounds it), so the socket must not time out
+// first; kReadTimeout comes back when this goes, whether the command returned or threw.
+class BlockingRead {
+ public:
+  BlockingRead(Connection& c, std::chrono::milliseconds block) : c_(c) {
+    c_.set_read_timeout(block.count() > 0 ? block + kReadTimeout : block);
+  }
+  ~BlockingRead() { c_.set_read_timeout(kReadTimeout); }
+  BlockingRead(const BlockingRead&) = delete;
+  BlockingRead& operator=(const BlockingRead&) = delete;
+
+ private:
+  Connection& c_;
 };
 
 // Sentinel mode: runs f (from a background thread) each time the sentinels announce a new master

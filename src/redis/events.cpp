@@ -1,5 +1,7 @@
 #include "redis/events.hpp"
 
+#include <optional>
+
 namespace relay::redis {
 namespace {
 
@@ -42,15 +44,12 @@ std::vector<Event> EventLog::read(const std::vector<std::string>& models,
   argv.push_back("STREAMS");
   for (const auto& m : models) argv.push_back(keys_.events(m));
   for (size_t i = 0; i < models.size(); ++i) argv.push_back(">");
-  conn_.set_read_timeout(block + std::chrono::seconds(30));
   Reply r;
-  try {
+  {
+    std::optional<BlockingRead> blocking;
+    if (block.count() > 0) blocking.emplace(conn_, block);
     r = conn_.command(argv);
-  } catch (...) {
-    conn_.set_read_timeout(std::chrono::seconds(30));
-    throw;
   }
-  conn_.set_read_timeout(std::chrono::seconds(30));
   std::vector<Event> out;
   if (r->type != REDIS_REPLY_ARRAY) return out;  // nil: nothing new
   for (size_t s = 0; s < r->elements; ++s) {

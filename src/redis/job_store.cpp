@@ -35,18 +35,14 @@ bool JobStore::submit(const JobRecord& record, bool priority) {
 std::optional<std::string> JobStore::pop(const std::string& model,
                                          std::chrono::milliseconds timeout) {
   // The server-side timeout bounds the wait; the socket must not time out first.
-  conn_.set_read_timeout(std::chrono::milliseconds(0));
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(timeout.count()) / 1000.0);
   Reply r;
-  try {
+  {
+    BlockingRead blocking(conn_, std::chrono::milliseconds(0));
     r = conn_.command(
         {"BLMOVE", keys_.pending(model), keys_.processing(model), "LEFT", "RIGHT", secs});
-  } catch (...) {
-    conn_.set_read_timeout(std::chrono::milliseconds(30'000));
-    throw;
   }
-  conn_.set_read_timeout(std::chrono::milliseconds(30'000));
   return as_optional_string(r.get());
 }
 

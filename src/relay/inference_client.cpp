@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/backoff.hpp"
 #include "common/errors.hpp"
 #include "common/random.hpp"
 
@@ -56,10 +57,7 @@ class Interrupter {
       : fd_(fd), on_stop_(stop, [this] { fire(); }) {
     if (timeout.count() > 0) {
       watchdog_ = std::jthread([this, timeout](std::stop_token st) {
-        std::mutex m;
-        std::condition_variable_any cv;
-        std::unique_lock lock(m);
-        if (!cv.wait_for(lock, st, timeout, [] { return false; }) && !st.stop_requested()) {
+        if (sleep_unless_stopped(timeout, st)) {
           timed_out_ = true;
           fire();
         }

@@ -9,7 +9,6 @@
 namespace relay::sidecar {
 
 enum class StopReason : int { none = 0, cancelled, lease_lost, shutdown };
-std::string_view to_string(StopReason r);
 
 class JobControl {
  public:
@@ -25,19 +24,5 @@ class JobControl {
   std::stop_source source_;
   std::atomic<int> reason_{0};
 };
-
-inline std::string_view to_string(StopReason r) {
-  switch (r) {
-    case StopReason::none:
-      return "none";
-    case StopReason::cancelled:
-      return "cancelled";
-    case StopReason::lease_lost:
-      return "lease_lost";
-    case StopReason::shutdown:
-      return "shutdown";
-  }
-  return "none";
-}
 
 }  // namespace relay::sidecar

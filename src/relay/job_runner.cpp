@@ -84,22 +84,6 @@ boost::json::object Timings::micros() const {
   return o;
 }
 
-std::string_view to_string(Disposition d) {
-  switch (d) {
-    case Disposition::completed:
-      return "completed";
-    case Disposition::failed:
-      return "failed";
-    case Disposition::cancelled:
-      return "cancelled";
-    case Disposition::abandoned:
-      return "abandoned";
-    case Disposition::given_back:
-      return "given_back";
-  }
-  return "failed";
-}
-
 JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference,
                   const crypto::Encryption& enc, const JobRecord& job, JobControl& control) {
   const auto start = Clock::now();

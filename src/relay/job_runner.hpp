@@ -37,7 +37,6 @@ enum class Disposition {
   abandoned,   // lease lost: write nothing, another relay may own the job now
   given_back,  // shutdown: put the job back at the front of pending
 };
-std::string_view to_string(Disposition d);
 
 struct JobResult {
   Disposition disposition = Disposition::failed;

@@ -346,7 +346,10 @@ int main(int argc, char** argv) {
       }
       auto a = relay::ctl::http_call("DELETE", *url, auth);
       if (a.status != 200 && a.status != 202) return api_error(a);
-      return show(a) == 5 ? 0 : show(a);
+      // The job's exit code (4: cancelled), except that a job its relay is still stopping
+      // (5, "still running") is a cancel under way: 0. Printed once.
+      const int code = show(a);
+      return code == 5 ? 0 : code;
     }
 
     // Operator commands: Redis directly.

@@ -2,9 +2,7 @@
 
 #include <signal.h>
 
-#include <condition_variable>
-#include <mutex>
-
+#include "common/periodic.hpp"
 #include "redis/job_store.hpp"
 
 namespace relay::ctl {
@@ -51,17 +49,13 @@ void Scaler::pass() {
 }
 
 void Scaler::run(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any cv;
-  while (!stop.stop_requested()) {
-    try {
-      pass();
-    } catch (const std::exception& e) {
-      conn_.reset();
-    }
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, stop, p_.interval, [] { return false; });
-  }
+  run_periodically({"scaler", p_.interval,
+                    [this] {
+                      pass();
+                      return false;
+                    },
+                    [this] { conn_.reset(); }},
+                   stop);
 }
 
 void Scaler::stop_all(std::chrono::milliseconds grace) {

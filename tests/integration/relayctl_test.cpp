@@ -126,6 +126,19 @@ TEST_F(RelayctlTest, ACrashedRelayIsReplacedAndItsJobFinished) {
   EXPECT_EQ(job(id).at("attempts").as_int64(), 1) << "reaped once, finished by a new relay";
 }
 
+// A job cancelled while still pending (no relay runs here) is printed once, with the exit code
+// of a cancelled job (it used to be printed twice).
+TEST_F(RelayctlTest, CancellingAPendingJobPrintsItOnce) {
+  start_up(0, /*max_relays=*/0);
+  const std::string id = submit_echo("never run");
+  auto [code, out] = ctl("--json cancel echo/" + id);
+  EXPECT_EQ(code, 4) << out;
+  boost::system::error_code ec;
+  auto j = json::parse(out, ec);
+  ASSERT_FALSE(ec) << "exactly one JSON document: " << out;
+  EXPECT_EQ(j.as_object().at("status").as_string(), "cancelled");
+}
+
 TEST_F(RelayctlTest, CommandsWithJsonAndExitCodes) {
   start_up(0);
   TempDir dir;
