@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "relay/config.hpp"
+#include "sidecar/config.hpp"
 
 namespace relay::config {
 namespace {

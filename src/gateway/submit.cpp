@@ -13,8 +13,8 @@
 #include "crypto/streaming_aead.hpp"
 #include "gateway/api_steps.hpp"
 #include "gateway/metrics.hpp"
-#include "gateway/multipart.hpp"
 #include "gateway/submission.hpp"
+#include "multipart/parser.hpp"
 
 namespace relay::gateway {
 namespace {
@@ -28,7 +28,7 @@ Response refusal_response(const Refusal& r) {
 
 }  // namespace
 
-class Api::Upload final : public Intake, private MultipartHandler {
+class Api::Upload final : public Intake, private multipart::Handler {
  public:
   // declared: the raw body's Content-Length, when there is one (storage can then stream it).
   Upload(Api& api, std::string tenant, std::string svc, std::uint64_t limit,
@@ -45,7 +45,7 @@ class Api::Upload final : public Intake, private MultipartHandler {
         idem_key_(std::move(idem_key)),
         job_id_(new_job_id()),
         input_key_(input_object_key(svc_, job_id_)) {
-    if (boundary) parser_.emplace(*boundary, static_cast<MultipartHandler&>(*this));
+    if (boundary) parser_.emplace(*boundary, static_cast<multipart::Handler&>(*this));
   }
 
   // Any way out but success removes what this request stored and frees its Idempotency-Key.
@@ -138,12 +138,12 @@ class Api::Upload final : public Intake, private MultipartHandler {
     last_renewal_ = now;
   }
 
-  void on_part(const PartInfo& part) override {
+  void on_part(const multipart::PartInfo& part) override {
     end_field();
     field_name_ = part.name;
     field_.clear();
     if (part.name == "file") {
-      if (have_file_) throw MultipartError("more than one file part");
+      if (have_file_) throw multipart::Error("more than one file part");
       have_file_ = true;
       in_file_ = true;
       sub_.filename = part.filename;
@@ -159,7 +159,7 @@ class Api::Upload final : public Intake, private MultipartHandler {
     if (in_file_) return input(d);
     // Options are kept; other fields are read through and dropped (within a bound either way).
     const std::size_t max = field_max_ ? field_max_ : kMaxIgnoredField;
-    if (field_size_ + d.size() > max) throw MultipartError("form field too large");
+    if (field_size_ + d.size() > max) throw multipart::Error("form field too large");
     field_size_ += d.size();
     if (field_max_) field_.append(d);
   }
@@ -179,7 +179,7 @@ class Api::Upload final : public Intake, private MultipartHandler {
     } catch (const TooLarge&) {
       return error_response(413, "too_large",
                             "the input is larger than " + std::to_string(limit_) + " bytes");
-    } catch (const MultipartError& e) {
+    } catch (const multipart::Error& e) {
       return error_response(400, "malformed_multipart", e.what());
     } catch (const storage::StorageError& e) {
       log::error("cannot store an input", {{"job_id", job_id_}, {"error", e.what()}});
@@ -254,7 +254,7 @@ class Api::Upload final : public Intake, private MultipartHandler {
   std::string idem_key_;
   const std::string job_id_, input_key_;
 
-  std::optional<MultipartParser> parser_;
+  std::optional<multipart::Parser> parser_;
   std::string field_name_, field_;  // the form field being read
   std::size_t field_size_ = 0, field_max_ = 0;
   bool in_file_ = false, have_file_ = false;
@@ -292,7 +292,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
                                     content_type.compare(0, 10, "Multipart/") == 0);
   std::optional<std::string> boundary;
   if (multipart) {
-    boundary = multipart_boundary(content_type);
+    boundary = multipart::boundary_of(content_type);
     if (!boundary)
       return error_response(415, "unsupported_media_type",
                             "multipart bodies must be multipart/form-data with a boundary");

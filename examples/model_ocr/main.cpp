@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "common/signals.hpp"
-#include "gateway/multipart.hpp"
+#include "multipart/parser.hpp"
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -75,24 +75,23 @@ void serve(tcp::socket sock, Model& model) {
     if (req.method() == http::verb::get && req.target() == "/health") {
       res.body() = R"({"status":"ok","model":"tesseract"})";
     } else if (req.method() == http::verb::post && req.target() == "/ocr") {
-      auto boundary =
-          relay::gateway::multipart_boundary(std::string(req[http::field::content_type]));
+      auto boundary = relay::multipart::boundary_of(std::string(req[http::field::content_type]));
       std::string image;
       if (boundary) {
         try {
           // The request is already whole (string_body, within kMaxImage): one feed.
-          struct FilePart final : relay::gateway::MultipartHandler {
+          struct FilePart final : relay::multipart::Handler {
             std::string& image;
             bool in_file = false;
             explicit FilePart(std::string& i) : image(i) {}
-            void on_part(const relay::gateway::PartInfo& part) override {
+            void on_part(const relay::multipart::PartInfo& part) override {
               in_file = part.name == "file";
             }
             void on_data(std::string_view d) override {
               if (in_file) image.append(d);
             }
           } file(image);
-          relay::gateway::MultipartParser parser(*boundary, file);
+          relay::multipart::Parser parser(*boundary, file);
           parser.feed(req.body());
           parser.finish();
         } catch (const std::exception& e) {

@@ -13,7 +13,7 @@
 
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"
-#include "relay/job_control.hpp"
+#include "sidecar/job_control.hpp"
 
 namespace relay::sidecar {
 

@@ -1,28 +1,11 @@
-#include "relay/inference_client.hpp"
+#include "sidecar/inference_client.hpp"
 
 #include <gtest/gtest.h>
 
-#include "relay/spool.hpp"
+#include "sidecar/spool.hpp"
 
 namespace relay::sidecar {
 namespace {
-
-TEST(Multipart, FilePartCarriesNameAndTypeWithQuotesEscaped) {
-  EXPECT_EQ(multipart_file_head("B", "a\"b\r\n.txt", "text/plain"),
-            "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a%22b%0D%0A.txt\"\r\n"
-            "Content-Type: text/plain\r\n\r\n");
-  // A backslash is escaped: "a\" would read as an escaped quote to a quoted-string parser.
-  EXPECT_NE(multipart_file_head("B", "dir\\", "t").find("filename=\"dir\\\\\"\r\n"),
-            std::string::npos);
-  EXPECT_NE(multipart_file_head("B", "", "").find("filename=\"input\""), std::string::npos);
-  EXPECT_NE(multipart_file_head("B", "", "").find("application/octet-stream"), std::string::npos);
-}
-
-TEST(Multipart, FieldsAndTail) {
-  EXPECT_EQ(multipart_field("B", "lang", "eng"),
-            "\r\n--B\r\nContent-Disposition: form-data; name=\"lang\"\r\n\r\neng");
-  EXPECT_EQ(multipart_tail("B"), "\r\n--B--\r\n");
-}
 
 TEST(InferenceClient, RejectsNonHttpUrls) {
   EXPECT_THROW(InferenceClient("https://x:1"), std::invalid_argument);

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "relay/spool.hpp"
+#include "sidecar/spool.hpp"
 #include "storage/byte_stream.hpp"
 
 namespace relay::sidecar {
@@ -67,13 +67,5 @@ class InferenceClient {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Multipart pieces, exposed for tests. Quotes, CR and LF in names are escaped as browsers do
-// (%22, %0D, %0A), and a backslash as in a quoted-string (\\).
-std::string multipart_file_head(const std::string& boundary, const std::string& filename,
-                                const std::string& content_type);
-std::string multipart_field(const std::string& boundary, const std::string& name,
-                            const std::string& value);
-std::string multipart_tail(const std::string& boundary);
 
 }  // namespace relay::sidecar

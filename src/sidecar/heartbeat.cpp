@@ -1,4 +1,4 @@
-#include "relay/heartbeat.hpp"
+#include "sidecar/heartbeat.hpp"
 
 #include "common/log.hpp"
 #include "redis/job_store.hpp"

@@ -12,8 +12,8 @@
 #include "crypto/keyring.hpp"
 #include "redis/connection.hpp"
 #include "redis/job_record.hpp"
-#include "relay/config.hpp"
-#include "relay/job_control.hpp"
+#include "sidecar/config.hpp"
+#include "sidecar/job_control.hpp"
 #include "storage/storage.hpp"
 
 namespace relay::sidecar {

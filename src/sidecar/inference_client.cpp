@@ -1,5 +1,5 @@
 // The only translation unit of the relay that includes Boost.Beast.
-#include "relay/inference_client.hpp"
+#include "sidecar/inference_client.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -18,6 +18,7 @@
 #include "common/backoff.hpp"
 #include "common/errors.hpp"
 #include "common/random.hpp"
+#include "multipart/writer.hpp"
 
 namespace relay::sidecar {
 namespace {
@@ -26,27 +27,6 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-
-std::string escape_quoted(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"')
-      out += "%22";
-    else if (c == '\\')
-      out += "\\\\";  // a trailing backslash would otherwise escape the closing quote
-    else if (c == '\r')
-      out += "%0D";
-    else if (c == '\n')
-      out += "%0A";
-    else
-      out += c;
-  }
-  return out;
-}
-
-std::string new_boundary() {
-  return "relay-" + random_hex(16);
-}
 
 // Shuts a socket down when stop is requested or a deadline passes, from whichever thread
 // notices first. shutdown(2) on a descriptor another thread blocks on is safe, and makes that
@@ -85,24 +65,6 @@ class Interrupter {
 };
 
 }  // namespace
-
-std::string multipart_file_head(const std::string& boundary, const std::string& filename,
-                                const std::string& content_type) {
-  return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"" +
-         escape_quoted(filename.empty() ? "input" : filename) + "\"\r\nContent-Type: " +
-         escape_quoted(content_type.empty() ? "application/octet-stream" : content_type) +
-         "\r\n\r\n";
-}
-
-std::string multipart_field(const std::string& boundary, const std::string& name,
-                            const std::string& value) {
-  return "\r\n--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + escape_quoted(name) +
-         "\"\r\n\r\n" + value;
-}
-
-std::string multipart_tail(const std::string& boundary) {
-  return "\r\n--" + boundary + "--\r\n";
-}
 
 struct InferenceClient::Impl {
   asio::io_context io;
@@ -187,11 +149,11 @@ long InferenceClient::probe(const std::string& path, std::chrono::milliseconds t
 
 InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_token stop) {
   InferenceResponse out{.status = 0, .body = Spool(impl_->spool_dir)};
-  const std::string boundary = new_boundary();
-  const std::string head = multipart_file_head(boundary, r.filename, r.content_type);
+  const std::string boundary = multipart::new_boundary();
+  const std::string head = multipart::file_head(boundary, r.filename, r.content_type);
   std::string fields;
-  for (const auto& [name, value] : r.params) fields += multipart_field(boundary, name, value);
-  fields += multipart_tail(boundary);
+  for (const auto& [name, value] : r.params) fields += multipart::field(boundary, name, value);
+  fields += multipart::tail(boundary);
 
   auto& sock = impl_->connected();
   Interrupter guard(sock.native_handle(), stop, r.timeout);

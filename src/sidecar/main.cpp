@@ -12,8 +12,8 @@
 #include "common/backoff.hpp"
 #include "common/log.hpp"
 #include "common/signals.hpp"
-#include "relay/config.hpp"
-#include "relay/relay.hpp"
+#include "sidecar/config.hpp"
+#include "sidecar/relay.hpp"
 #include "storage/storage.hpp"
 
 int main(int argc, char** argv) {

@@ -1,13 +1,13 @@
-#include "gateway/multipart.hpp"
+#include "multipart/parser.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-namespace relay::gateway {
+namespace relay::multipart {
 namespace {
 
-struct Parsed final : MultipartHandler {
+struct Parsed final : Handler {
   std::vector<PartInfo> info;
   std::vector<std::string> content;
   void on_part(const PartInfo& i) override {
@@ -23,7 +23,7 @@ struct Parsed final : MultipartHandler {
 // Feeds the body in pieces of a given size (1 = byte by byte), or random sizes (0).
 Parsed parse(const std::string& body, const std::string& boundary, size_t chunk) {
   Parsed out;
-  MultipartParser parser(boundary, out);
+  Parser parser(boundary, out);
   std::mt19937 rng(42);
   for (size_t pos = 0; pos < body.size();) {
     size_t n = chunk ? chunk : std::uniform_int_distribution<size_t>(1, 97)(rng);
@@ -38,16 +38,15 @@ Parsed parse(const std::string& body, const std::string& boundary, size_t chunk)
 const std::vector<size_t> kChunkings{1, 2, 3, 7, 64, 4096, 0};
 
 TEST(MultipartBoundary, FromContentType) {
-  EXPECT_EQ(multipart_boundary("multipart/form-data; boundary=abc"), "abc");
-  EXPECT_EQ(multipart_boundary("Multipart/Form-Data;boundary=\"a b:c\""), "a b:c");
-  EXPECT_EQ(multipart_boundary("multipart/form-data; charset=utf-8; boundary=----x"), "----x");
-  EXPECT_EQ(multipart_boundary("multipart/mixed; boundary=abc"), std::nullopt);
-  EXPECT_EQ(multipart_boundary("multipart/form-data"), std::nullopt);
-  EXPECT_EQ(multipart_boundary("multipart/form-data; boundary="), std::nullopt);
-  EXPECT_EQ(multipart_boundary("multipart/form-data; boundary=" + std::string(71, 'a')),
-            std::nullopt);
-  EXPECT_EQ(multipart_boundary("multipart/form-data; boundary=a\r\nb"), std::nullopt);
-  EXPECT_EQ(multipart_boundary("application/octet-stream"), std::nullopt);
+  EXPECT_EQ(boundary_of("multipart/form-data; boundary=abc"), "abc");
+  EXPECT_EQ(boundary_of("Multipart/Form-Data;boundary=\"a b:c\""), "a b:c");
+  EXPECT_EQ(boundary_of("multipart/form-data; charset=utf-8; boundary=----x"), "----x");
+  EXPECT_EQ(boundary_of("multipart/mixed; boundary=abc"), std::nullopt);
+  EXPECT_EQ(boundary_of("multipart/form-data"), std::nullopt);
+  EXPECT_EQ(boundary_of("multipart/form-data; boundary="), std::nullopt);
+  EXPECT_EQ(boundary_of("multipart/form-data; boundary=" + std::string(71, 'a')), std::nullopt);
+  EXPECT_EQ(boundary_of("multipart/form-data; boundary=a\r\nb"), std::nullopt);
+  EXPECT_EQ(boundary_of("application/octet-stream"), std::nullopt);
 }
 
 TEST(Multipart, FieldsAndAFileUnderEveryChunking) {
@@ -113,7 +112,7 @@ TEST(Multipart, NothingAfterTheClosingDelimiterIsParsed) {
 // A large file part reaches the handler in the pieces it was fed in (less a held-back tail),
 // not copied into a growing buffer: the parser's own memory stays bounded.
 TEST(Multipart, ContentPassesThroughInPlace) {
-  struct Sizes final : MultipartHandler {
+  struct Sizes final : Handler {
     size_t largest = 0, total = 0;
     void on_part(const PartInfo&) override {}
     void on_data(std::string_view d) override {
@@ -121,7 +120,7 @@ TEST(Multipart, ContentPassesThroughInPlace) {
       total += d.size();
     }
   } sizes;
-  MultipartParser parser("b", sizes);
+  Parser parser("b", sizes);
   parser.feed("--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\n");
   const std::string piece(1 << 20, 'z');
   for (int i = 0; i < 8; ++i) parser.feed(piece);
@@ -156,8 +155,7 @@ TEST(Multipart, MalformedBodiesAreErrors) {
   };
   for (const auto& c : cases) {
     for (size_t chunk : {size_t{1}, size_t{4096}}) {
-      EXPECT_THROW(parse(c.body, "b", chunk), MultipartError)
-          << c.description << " (chunk " << chunk << ")";
+      EXPECT_THROW(parse(c.body, "b", chunk), Error) << c.description << " (chunk " << chunk << ")";
     }
   }
 }
@@ -167,11 +165,11 @@ TEST(Multipart, TooManyParts) {
   for (int i = 0; i < 100; ++i)
     body += "--b\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nx\r\n";
   body += "--b--";
-  EXPECT_THROW(parse(body, "b", 4096), MultipartError);
+  EXPECT_THROW(parse(body, "b", 4096), Error);
 }
 
 TEST(Multipart, RandomBodiesNeverCrash) {
-  // A cheap fuzz: random bytes around real structure must parse or throw MultipartError.
+  // A cheap fuzz: random bytes around real structure must parse or throw Error.
   std::mt19937 rng(7);
   const std::string pieces[] = {
       "--b", "\r\n", "Content-Disposition: form-data; name=\"f\"", "\r\n\r\n", "x", "--", "\"", ";",
@@ -183,10 +181,10 @@ TEST(Multipart, RandomBodiesNeverCrash) {
       body += pieces[std::uniform_int_distribution<size_t>(0, std::size(pieces) - 1)(rng)];
     try {
       parse(body, "b", std::uniform_int_distribution<size_t>(1, 8)(rng));
-    } catch (const MultipartError&) {
+    } catch (const Error&) {
     }
   }
 }
 
 }  // namespace
-}  // namespace relay::gateway
+}  // namespace relay::multipart

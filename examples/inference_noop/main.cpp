@@ -27,7 +27,9 @@
 #include <mutex>
 #include <thread>
 
+#include "common/hex.hpp"
 #include "common/signals.hpp"
+#include "multipart/parser.hpp"
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -54,103 +56,50 @@ void event(const Options& o, const std::string& line) {
   f << line << "\n";
 }
 
-// Streaming multipart/form-data reader: feed() takes body bytes in any chunking and records
-// each part; only a boundary's length of bytes is held back between calls.
-class MultipartScanner {
+// Records each part of a multipart body as it streams through the shared parser: its name,
+// filename, content type, size and SHA-256, and for a field its value (first 4 KiB).
+class MultipartScanner final : private relay::multipart::Handler {
  public:
-  explicit MultipartScanner(std::string boundary) : delim_("\r\n--" + std::move(boundary)) {
-    buf_ = "\r\n";  // the first delimiter has no leading CRLF; pretend it has
+  explicit MultipartScanner(std::string boundary) : parser_(std::move(boundary), *this) {}
+  void feed(std::string_view data) { parser_.feed(data); }
+  bool complete() const { return parser_.done(); }
+  boost::json::array parts() {
+    finish_part();
+    return parts_;
   }
-  void feed(std::string_view data) {
-    buf_.append(data);
-    for (;;) {
-      if (state_ == State::body) {
-        auto pos = buf_.find(delim_);
-        if (pos == std::string::npos) {
-          size_t keep = std::min(buf_.size(), delim_.size());
-          consume_body(std::string_view(buf_).substr(0, buf_.size() - keep));
-          buf_.erase(0, buf_.size() - keep);
-          return;
-        }
-        consume_body(std::string_view(buf_).substr(0, pos));
-        if (in_part_) finish_part();
-        buf_.erase(0, pos + delim_.size());
-        state_ = State::after_delim;
-      }
-      if (state_ == State::after_delim) {
-        if (buf_.size() < 2) return;
-        if (buf_.compare(0, 2, "--") == 0) {
-          state_ = State::done;
-          return;
-        }
-        state_ = State::headers;
-      }
-      if (state_ == State::headers) {
-        auto end = buf_.find("\r\n\r\n");
-        if (end == std::string::npos) {
-          if (buf_.size() > 16384) throw std::runtime_error("multipart part headers too long");
-          return;
-        }
-        start_part(buf_.substr(0, end));
-        buf_.erase(0, end + 4);
-        state_ = State::body;
-      }
-      if (state_ == State::done) return;
-    }
-  }
-  bool complete() const { return state_ == State::done; }
-  boost::json::array parts() const { return parts_; }
 
  private:
-  enum class State { body, after_delim, headers, done };
-  static std::string param(const std::string& headers, const std::string& key) {
-    auto p = headers.find(key + "=\"");
-    if (p == std::string::npos) return {};
-    p += key.size() + 2;
-    return headers.substr(p, headers.find('"', p) - p);
-  }
-  void start_part(const std::string& headers) {
-    in_part_ = true;
-    cur_ = boost::json::object{};
-    cur_["name"] = param(headers, "name");
-    std::string filename = param(headers, "filename");
-    if (!filename.empty()) cur_["filename"] = filename;
-    auto ct = headers.find("Content-Type: ");
-    if (ct != std::string::npos)
-      cur_["content_type"] = headers.substr(ct + 14, headers.find("\r\n", ct) - ct - 14);
+  void on_part(const relay::multipart::PartInfo& info) override {
+    finish_part();
+    cur_ = boost::json::object{{"name", info.name}};
+    if (info.has_filename) cur_["filename"] = info.filename;
+    if (!info.content_type.empty()) cur_["content_type"] = info.content_type;
     size_ = 0;
     value_.clear();
     md_.reset(EVP_MD_CTX_new());
     EVP_DigestInit_ex(md_.get(), EVP_sha256(), nullptr);
   }
-  void consume_body(std::string_view data) {
-    if (!in_part_ || data.empty()) return;
+  void on_data(std::string_view data) override {
     size_ += data.size();
     if (value_.size() < 4096) value_.append(data.substr(0, 4096 - value_.size()));
     EVP_DigestUpdate(md_.get(), data.data(), data.size());
   }
   void finish_part() {
+    if (!md_) return;
     unsigned char digest[32];
     unsigned len = 0;
     EVP_DigestFinal_ex(md_.get(), digest, &len);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string hex;
-    for (unsigned i = 0; i < len; ++i) {
-      hex += kHex[digest[i] >> 4];
-      hex += kHex[digest[i] & 15];
-    }
+    md_.reset();
     cur_["size"] = size_;
-    cur_["sha256"] = hex;
+    cur_["sha256"] = relay::to_hex(digest, len);
     if (!cur_.contains("filename")) cur_["value"] = value_;
     parts_.push_back(cur_);
-    in_part_ = false;
   }
   struct MdFree {
     void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
   };
-  std::string delim_, buf_, value_;
-  State state_ = State::body;
-  bool in_part_ = false;
+  relay::multipart::Parser parser_;
+  std::string value_;
   boost::json::object cur_;
   std::uint64_t size_ = 0;
   std::unique_ptr<EVP_MD_CTX, MdFree> md_;
@@ -195,12 +144,9 @@ void serve(tcp::socket sock, const Options& o) {
       res.body() = o.health_status == 200 ? R"({"status":"ok"})" : R"({"status":"loading"})";
     } else if (req.method() == http::verb::post) {
       event(o, "request " + path);
-      std::string ctype(req[http::field::content_type]);
-      auto b = ctype.find("boundary=");
-      std::string boundary = b == std::string::npos ? "" : ctype.substr(b + 9);
-      if (!boundary.empty() && boundary.front() == '"')
-        boundary = boundary.substr(1, boundary.size() - 2);
-      MultipartScanner scanner(boundary);
+      std::string boundary =
+          relay::multipart::boundary_of(std::string(req[http::field::content_type])).value_or("");
+      MultipartScanner scanner(boundary.empty() ? "-" : boundary);
       std::uint64_t total = 0;
       char chunk[64 * 1024];
       while (!parser.is_done()) {

@@ -1,4 +1,4 @@
-#include "relay/relay.hpp"
+#include "sidecar/relay.hpp"
 
 #include <unistd.h>
 
@@ -14,10 +14,10 @@
 #include "common/time.hpp"
 #include "redis/job_store.hpp"
 #include "redis/retry.hpp"
-#include "relay/cancel_listener.hpp"
-#include "relay/heartbeat.hpp"
-#include "relay/inference_client.hpp"
-#include "relay/job_runner.hpp"
+#include "sidecar/cancel_listener.hpp"
+#include "sidecar/heartbeat.hpp"
+#include "sidecar/inference_client.hpp"
+#include "sidecar/job_runner.hpp"
 
 namespace relay::sidecar {
 namespace {

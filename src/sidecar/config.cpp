@@ -1,8 +1,8 @@
-#include "relay/config.hpp"
+#include "sidecar/config.hpp"
 
 #include <unistd.h>
 
-#include "relay/spool.hpp"
+#include "sidecar/spool.hpp"
 
 namespace relay::sidecar {
 

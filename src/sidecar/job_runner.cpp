@@ -1,4 +1,4 @@
-#include "relay/job_runner.hpp"
+#include "sidecar/job_runner.hpp"
 
 #include <boost/json/parse.hpp>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include "common/time.hpp"
 #include "common/utf8.hpp"
 #include "crypto/primed_source.hpp"
-#include "relay/inference_client.hpp"
+#include "sidecar/inference_client.hpp"
 
 namespace relay::sidecar {
 namespace {

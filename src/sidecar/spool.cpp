@@ -1,4 +1,4 @@
-#include "relay/spool.hpp"
+#include "sidecar/spool.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>

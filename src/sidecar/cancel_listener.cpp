@@ -1,4 +1,4 @@
-#include "relay/cancel_listener.hpp"
+#include "sidecar/cancel_listener.hpp"
 
 #include "common/backoff.hpp"
 #include "common/log.hpp"

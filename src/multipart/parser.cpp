@@ -1,9 +1,9 @@
-#include "gateway/multipart.hpp"
+#include "multipart/parser.hpp"
 
 #include <algorithm>
 #include <cctype>
 
-namespace relay::gateway {
+namespace relay::multipart {
 namespace {
 
 std::string lower(std::string s) {
@@ -35,8 +35,7 @@ std::optional<std::string> header_param(const std::string& header, const std::st
         if (header[v] == '\\' && v + 1 < header.size()) ++v;
         value += header[v++];
       }
-      if (v >= header.size())
-        throw MultipartError("unterminated quoted string in '" + header + "'");
+      if (v >= header.size()) throw Error("unterminated quoted string in '" + header + "'");
       ++v;
     } else {
       size_t end = header.find(';', v);
@@ -50,13 +49,13 @@ std::optional<std::string> header_param(const std::string& header, const std::st
 
 }  // namespace
 
-std::optional<std::string> multipart_boundary(const std::string& content_type) {
+std::optional<std::string> boundary_of(const std::string& content_type) {
   auto semi = content_type.find(';');
   if (lower(trim(content_type.substr(0, semi))) != "multipart/form-data") return std::nullopt;
   std::optional<std::string> b;
   try {
     b = header_param(content_type, "boundary");
-  } catch (const MultipartError&) {
+  } catch (const Error&) {
     return std::nullopt;
   }
   if (!b || b->empty() || b->size() > 70) return std::nullopt;
@@ -68,13 +67,13 @@ std::optional<std::string> multipart_boundary(const std::string& content_type) {
   return b;
 }
 
-MultipartParser::MultipartParser(std::string boundary, MultipartHandler& handler)
+Parser::Parser(std::string boundary, Handler& handler)
     : handler_(handler), delim_("\r\n--" + std::move(boundary)) {
   // The first delimiter may come without the CRLF before it: pretend it was there.
   buf_ = "\r\n";
 }
 
-void MultipartParser::feed(std::string_view in) {
+void Parser::feed(std::string_view in) {
   // Bytes held over from the last piece are parsed with just enough of this one to resolve
   // them; then the parser works on the piece in place (the fast path for content).
   const size_t step = delim_.size() + 4096;
@@ -100,7 +99,7 @@ void MultipartParser::feed(std::string_view in) {
   }
 }
 
-size_t MultipartParser::consume(std::string_view a) {
+size_t Parser::consume(std::string_view a) {
   size_t p = 0;
   for (;;) {
     switch (state_) {
@@ -111,12 +110,12 @@ size_t MultipartParser::consume(std::string_view a) {
           const size_t keep = std::min(a.size() - p, delim_.size() - 1);
           preamble_ += a.size() - p - keep;
           if (preamble_ > kMaxHeaderBytes)
-            throw MultipartError("no multipart boundary near the start of the body");
+            throw Error("no multipart boundary near the start of the body");
           return a.size() - keep;
         }
         preamble_ += at - p;
         if (preamble_ > kMaxHeaderBytes)
-          throw MultipartError("no multipart boundary near the start of the body");
+          throw Error("no multipart boundary near the start of the body");
         p = at + delim_.size();
         state_ = State::after_delimiter;
         break;
@@ -133,7 +132,7 @@ size_t MultipartParser::consume(std::string_view a) {
       case State::padding:
         while (p < a.size() && (a[p] == ' ' || a[p] == '\t')) ++p;
         if (a.size() - p < 2) return p;
-        if (a.substr(p, 2) != "\r\n") throw MultipartError("malformed boundary line");
+        if (a.substr(p, 2) != "\r\n") throw Error("malformed boundary line");
         p += 2;
         state_ = State::headers;
         break;
@@ -145,13 +144,13 @@ size_t MultipartParser::consume(std::string_view a) {
         } else {
           auto end = a.find("\r\n\r\n", p);
           if (end == std::string_view::npos) {
-            if (a.size() - p > kMaxHeaderBytes) throw MultipartError("part headers too long");
+            if (a.size() - p > kMaxHeaderBytes) throw Error("part headers too long");
             return p;
           }
           headers = a.substr(p, end - p);
           p = end + 4;
         }
-        if (++parts_ > kMaxParts) throw MultipartError("too many parts");
+        if (++parts_ > kMaxParts) throw Error("too many parts");
         PartInfo info;
         parse_headers(headers, info);
         state_ = State::content;
@@ -177,23 +176,23 @@ size_t MultipartParser::consume(std::string_view a) {
   }
 }
 
-void MultipartParser::finish() const {
+void Parser::finish() const {
   switch (state_) {
     case State::done:
       return;
     case State::preamble:
-      throw MultipartError("no multipart boundary in the body");
+      throw Error("no multipart boundary in the body");
     case State::after_delimiter:
     case State::padding:
-      throw MultipartError("body ends inside a boundary line");
+      throw Error("body ends inside a boundary line");
     case State::headers:
-      throw MultipartError("body ends inside part headers");
+      throw Error("body ends inside part headers");
     case State::content:
-      throw MultipartError("body ends inside a part (no closing boundary)");
+      throw Error("body ends inside a part (no closing boundary)");
   }
 }
 
-void MultipartParser::parse_headers(std::string_view headers, PartInfo& info) const {
+void Parser::parse_headers(std::string_view headers, PartInfo& info) const {
   bool has_disposition = false;
   size_t start = 0;
   while (start < headers.size()) {
@@ -203,15 +202,14 @@ void MultipartParser::parse_headers(std::string_view headers, PartInfo& info) co
     start = eol == std::string_view::npos ? headers.size() : eol + 2;
     auto colon = line.find(':');
     if (colon == std::string::npos || colon == 0)
-      throw MultipartError("malformed part header '" + line.substr(0, 80) + "'");
+      throw Error("malformed part header '" + line.substr(0, 80) + "'");
     std::string name = lower(trim(line.substr(0, colon)));
     std::string value = trim(line.substr(colon + 1));
     if (name == "content-disposition") {
       auto semi = value.find(';');
-      if (lower(trim(value.substr(0, semi))) != "form-data")
-        throw MultipartError("part is not form-data");
+      if (lower(trim(value.substr(0, semi))) != "form-data") throw Error("part is not form-data");
       auto n = header_param(value, "name");
-      if (!n) throw MultipartError("part without a name");
+      if (!n) throw Error("part without a name");
       info.name = *n;
       if (auto f = header_param(value, "filename")) {
         info.filename = *f;
@@ -222,7 +220,7 @@ void MultipartParser::parse_headers(std::string_view headers, PartInfo& info) co
       info.content_type = value;
     }
   }
-  if (!has_disposition) throw MultipartError("part without Content-Disposition");
+  if (!has_disposition) throw Error("part without Content-Disposition");
 }
 
-}  // namespace relay::gateway
+}  // namespace relay::multipart
