@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "common/config_schema.hpp"
+#include "config/schema.hpp"
 #include "crypto/keyring.hpp"
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"

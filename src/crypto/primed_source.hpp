@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "storage/byte_stream.hpp"
+#include "common/byte_stream.hpp"
 
 namespace relay::crypto {
 

@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "storage/byte_stream.hpp"
+#include "common/byte_stream.hpp"
 
 namespace relay::crypto {
 

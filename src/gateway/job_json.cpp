@@ -1,8 +1,5 @@
 #include "gateway/job_json.hpp"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 #include <charconv>
@@ -67,81 +64,6 @@ std::string job_json(const JobRecord& r) {
   std::string out = json::serialize(o);
   out.insert(out.size() - 1, ",\"timings\":" + timings);
   return out;
-}
-
-bool is_public_address(const std::string& ip) {
-  unsigned char a[16];
-  if (::inet_pton(AF_INET, ip.c_str(), a) == 1) {
-    std::uint32_t v = (std::uint32_t(a[0]) << 24) | (std::uint32_t(a[1]) << 16) |
-                      (std::uint32_t(a[2]) << 8) | a[3];
-    struct Net {
-      std::uint32_t base;
-      int bits;
-    } blocked[] = {{0x00000000, 8},  {0x0A000000, 8},  {0x64400000, 10}, {0x7F000000, 8},
-                   {0xA9FE0000, 16}, {0xAC100000, 12}, {0xC0000000, 24}, {0xC0000200, 24},
-                   {0xC0A80000, 16}, {0xC6120000, 15}, {0xC6336400, 24}, {0xCB007100, 24},
-                   {0xE0000000, 4},  {0xF0000000, 4}};
-    for (const auto& n : blocked)
-      if ((v >> (32 - n.bits)) == (n.base >> (32 - n.bits))) return false;
-    return true;
-  }
-  if (::inet_pton(AF_INET6, ip.c_str(), a) == 1) {
-    static const unsigned char zero[16] = {};
-    if (std::equal(a, a + 15, zero) && (a[15] == 0 || a[15] == 1)) return false;  // :: and ::1
-    // Forms that carry an IPv4 address, which is what they reach: IPv4-mapped (::ffff:a.b.c.d),
-    // IPv4-compatible (::a.b.c.d, deprecated but routed by some stacks), NAT64 (64:ff9b::/96)
-    // and 6to4 (2002:AABB:CCDD::/48).
-    auto embedded = [&](const unsigned char* v4) {
-      char text[INET_ADDRSTRLEN];
-      ::inet_ntop(AF_INET, v4, text, sizeof text);
-      return is_public_address(text);
-    };
-    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    static const unsigned char nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
-    if (std::equal(a, a + 12, mapped) || std::equal(a, a + 12, zero) ||
-        std::equal(a, a + 12, nat64))
-      return embedded(a + 12);
-    if (a[0] == 0x20 && a[1] == 0x02) return embedded(a + 2);
-    // 64:ff9b:1::/48: local-use NAT64 (RFC 8215), whatever it embeds.
-    if (a[0] == 0 && a[1] == 0x64 && a[2] == 0xff && a[3] == 0x9b && a[4] == 0 && a[5] == 1)
-      return false;
-    if ((a[0] & 0xfe) == 0xfc) return false;                  // fc00::/7 unique local
-    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) return false;  // fe80::/10 link-local
-    if (a[0] == 0xff) return false;                           // multicast
-    return true;
-  }
-  return false;
-}
-
-std::optional<std::string> check_callback_url(const std::string& url, bool allow_private,
-                                              std::vector<std::string>* addresses) {
-  auto u = boost::urls::parse_absolute_uri(url);
-  if (!u || (u->scheme() != "http" && u->scheme() != "https") || u->host().empty() ||
-      u->has_userinfo())
-    return "callback_url must be an absolute http:// or https:// URL without credentials";
-  std::string host = u->host();
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
-    return "callback_url host '" + host + "' does not resolve";
-  std::optional<std::string> problem;
-  for (addrinfo* p = res; p; p = p->ai_next) {
-    char ip[INET6_ADDRSTRLEN] = {};
-    if (p->ai_family == AF_INET)
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr, ip, sizeof ip);
-    else if (p->ai_family == AF_INET6)
-      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr, ip, sizeof ip);
-    if (addresses) addresses->push_back(ip);
-    if (!allow_private && !is_public_address(ip)) {
-      problem = "callback_url resolves to a private, loopback or link-local address (" +
-                std::string(ip) + "); set webhooks.allow_private to allow it";
-      break;
-    }
-  }
-  ::freeaddrinfo(res);
-  return problem;
 }
 
 }  // namespace relay::gateway

@@ -12,6 +12,7 @@
 #include "common/utf8.hpp"
 #include "crypto/streaming_aead.hpp"
 #include "gateway/api_steps.hpp"
+#include "gateway/callback_url.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/submission.hpp"
 #include "multipart/parser.hpp"

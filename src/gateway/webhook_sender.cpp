@@ -11,6 +11,7 @@
 #include "common/errors.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
+#include "gateway/callback_url.hpp"
 #include "gateway/job_json.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/webhook_signature.hpp"
@@ -42,7 +43,7 @@ Attempt post(const std::string& url, const std::vector<std::string>& pinned,
   // Pin the addresses that were checked, so that DNS cannot change them between the check and
   // the connection (rebinding).
   auto u = boost::urls::parse_absolute_uri(url);
-  curl_slist* resolve = nullptr;
+  http::Headers resolve;  // (a curl_slist, like headers)
   if (u && !pinned.empty()) {
     std::string port =
         u->has_port() ? std::string(u->port()) : (u->scheme() == "https" ? "443" : "80");
@@ -52,10 +53,9 @@ Attempt post(const std::string& url, const std::vector<std::string>& pinned,
     for (size_t i = 0; i < pinned.size(); ++i)
       entry += (i ? "," : "") +
                (pinned[i].find(':') != std::string::npos ? "[" + pinned[i] + "]" : pinned[i]);
-    resolve = curl_slist_append(resolve, entry.c_str());
-    curl_easy_setopt(easy.get(), CURLOPT_RESOLVE, resolve);
+    resolve.add(entry);
+    curl_easy_setopt(easy.get(), CURLOPT_RESOLVE, resolve.get());
   }
-  std::string retry_after;
   curl_easy_setopt(easy.get(), CURLOPT_URL, url.c_str());
   curl_easy_setopt(easy.get(), CURLOPT_POST, 1L);
   curl_easy_setopt(easy.get(), CURLOPT_POSTFIELDS, body.data());
@@ -67,23 +67,9 @@ Attempt post(const std::string& url, const std::vector<std::string>& pinned,
   curl_easy_setopt(easy.get(), CURLOPT_PROTOCOLS_STR, "http,https");
   curl_write_callback discard = [](char*, size_t s, size_t n, void*) { return s * n; };
   curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, discard);
-  curl_write_callback on_header = [](char* d, size_t s, size_t n, void* u) {
-    std::string_view line(d, s * n);
-    if (line.size() > 12 &&
-        (line.substr(0, 12) == "Retry-After:" || line.substr(0, 12) == "retry-after:")) {
-      std::string v(line.substr(12));
-      while (!v.empty() && (v.front() == ' ')) v.erase(0, 1);
-      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.pop_back();
-      *static_cast<std::string*>(u) = v;
-    }
-    return s * n;
-  };
-  curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &retry_after);
-  struct FreeResolve {
-    curl_slist*& list;
-    ~FreeResolve() { curl_slist_free_all(list); }
-  } free_resolve{resolve};
+  http::HeaderMap answer_headers;
+  curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, &http::collect_headers);
+  curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &answer_headers);
   http::Transfer t(easy.get(), stop);  // throws Aborted on stop: the claim then lapses
   CURLcode rc = t.run();
   if (rc != CURLE_OK) {
@@ -91,6 +77,7 @@ Attempt post(const std::string& url, const std::vector<std::string>& pinned,
     return a;
   }
   a.status = http::response_code(easy.get());
+  const std::string retry_after = answer_headers["retry-after"];
   if (!retry_after.empty()) {
     std::int64_t secs = 0;
     auto [p, ec] =

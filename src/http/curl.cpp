@@ -76,6 +76,25 @@ CURLcode Transfer::run() {
   return result_;
 }
 
+std::optional<std::pair<std::string, std::string>> header_line(std::string_view line) {
+  const auto colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  std::string name(line.substr(0, colon));
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string_view v = line.substr(colon + 1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() &&
+         (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '\t'))
+    v.remove_suffix(1);
+  return std::pair{std::move(name), std::string(v)};
+}
+
+size_t collect_headers(char* data, size_t size, size_t n, void* user) {
+  if (auto h = header_line(std::string_view(data, size * n)))
+    (*static_cast<HeaderMap*>(user))[h->first] = std::move(h->second);
+  return size * n;
+}
+
 size_t append_to_string(char* data, size_t size, size_t n, void* user) {
   auto* s = static_cast<std::string*>(user);
   if (s->size() < (1 << 20)) s->append(data, size * n);

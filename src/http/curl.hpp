@@ -7,7 +7,9 @@
 
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <stop_token>
@@ -93,6 +95,15 @@ bool Transfer::run_until(Ready ready) {
 }
 
 long response_code(CURL* easy);
+
+// The headers of an answer: lowercase names (a repeated header keeps its last value).
+using HeaderMap = std::map<std::string, std::string>;
+// One header line ("Name: value\r\n") as {lowercase name, value without surrounding blanks};
+// nullopt for the status line and the blank line that ends the headers.
+std::optional<std::pair<std::string, std::string>> header_line(std::string_view line);
+// A CURLOPT_HEADERFUNCTION filling the HeaderMap in its user pointer: the one place response
+// headers are read (S3's ETag, a webhook receiver's Retry-After, relayctl's answers).
+size_t collect_headers(char* data, size_t size, size_t n, void* user);
 
 // A CURLOPT_WRITEFUNCTION that appends to the std::string in its user pointer, up to 1 MiB:
 // for error documents and small XML/JSON answers, never for payloads.

@@ -1,5 +1,5 @@
 #pragma once
-// relayctl's HTTP client for the gateway API (libcurl).
+// relayctl's calls to the gateway API, on the project's libcurl wrapper (src/http/).
 
 #include <map>
 #include <string>

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "sidecar/spool.hpp"
-#include "storage/byte_stream.hpp"
+#include "common/byte_stream.hpp"
 
 namespace relay::sidecar {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "storage/byte_stream.hpp"
+#include "common/byte_stream.hpp"
 
 namespace relay::sidecar {
 

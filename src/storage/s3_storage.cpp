@@ -35,20 +35,6 @@ ErrorKind kind_for(long status, const std::string& code) {
   throw StorageError(ErrorKind::unavailable, what + ": " + http::describe(code));
 }
 
-// Captures the ETag response header (multipart parts).
-size_t capture_etag(char* data, size_t size, size_t n, void* user) {
-  std::string_view line(data, size * n);
-  if (line.size() > 5 && (line.substr(0, 5) == "ETag:" || line.substr(0, 5) == "etag:" ||
-                          line.substr(0, 5) == "Etag:")) {
-    std::string_view v = line.substr(5);
-    while (!v.empty() && (v.front() == ' ')) v.remove_prefix(1);
-    while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' '))
-      v.remove_suffix(1);
-    *static_cast<std::string*>(user) = std::string(v);
-  }
-  return size * n;
-}
-
 // Feeds a ByteSource into a curl upload; exceptions are parked in the Transfer and rethrown.
 struct UploadFeed {
   ByteSource* source;
@@ -239,9 +225,10 @@ std::string S3Storage::request(const std::string& method, const std::string& key
   }
   curl_easy_setopt(easy.get(), CURLOPT_WRITEFUNCTION, &append_to_string);
   curl_easy_setopt(easy.get(), CURLOPT_WRITEDATA, &response);
+  http::HeaderMap answer_headers;
   if (etag) {
-    curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, &capture_etag);
-    curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, etag);
+    curl_easy_setopt(easy.get(), CURLOPT_HEADERFUNCTION, &http::collect_headers);
+    curl_easy_setopt(easy.get(), CURLOPT_HEADERDATA, &answer_headers);
   }
   Transfer t(easy.get(), std::move(stop));
   feed.transfer = &t;
@@ -249,6 +236,7 @@ std::string S3Storage::request(const std::string& method, const std::string& key
   if (rc != CURLE_OK) fail_transfer(method + " " + key, rc);
   long status = http::response_code(easy.get());
   if (status >= 300) fail_http(method + " " + key, status, response);
+  if (etag) *etag = answer_headers["etag"];
   return response;
 }
 

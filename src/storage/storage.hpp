@@ -11,7 +11,7 @@
 #include <stop_token>
 #include <string>
 
-#include "storage/byte_stream.hpp"
+#include "common/byte_stream.hpp"
 
 namespace relay::storage {
 

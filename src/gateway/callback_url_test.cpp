@@ -1,4 +1,4 @@
-#include "gateway/job_json.hpp"
+#include "gateway/callback_url.hpp"
 
 #include <gtest/gtest.h>
 

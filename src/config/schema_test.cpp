@@ -1,4 +1,4 @@
-#include "common/config_schema.hpp"
+#include "config/schema.hpp"
 
 #include <gtest/gtest.h>
 
