@@ -17,10 +17,12 @@
 #include <iostream>
 #include <numeric>
 
+#include "common/job_id.hpp"
 #include "common/time.hpp"
 #include "harness.hpp"
 #include "redis/job_store.hpp"
 #include "storage/file_storage.hpp"
+#include "storage/object_keys.hpp"
 
 using namespace relay;
 using namespace relay::testing;

@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "common/errors.hpp"
+#include "common/job_id.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "common/time.hpp"

@@ -4,6 +4,7 @@
 #include "common/periodic.hpp"
 #include "redis/job_record.hpp"
 #include "redis/schedules.hpp"
+#include "storage/object_keys.hpp"
 
 namespace relay::gateway {
 

@@ -6,6 +6,7 @@
 
 #include <boost/url/parse.hpp>
 
+#include "common/job_id.hpp"
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "common/time.hpp"
@@ -16,6 +17,7 @@
 #include "gateway/metrics.hpp"
 #include "gateway/submission.hpp"
 #include "multipart/parser.hpp"
+#include "storage/object_keys.hpp"
 
 namespace relay::gateway {
 namespace {

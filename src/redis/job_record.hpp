@@ -68,12 +68,4 @@ struct JobRecord {
   std::optional<JobStatus> parsed_status() const { return parse_status(status); }
 };
 
-// Job ids are random 128-bit UUIDv4s in canonical lowercase form; every route validates them.
-std::string new_job_id();
-bool is_valid_job_id(std::string_view id);
-
-// Storage keys (SPEC §6), relative to storage.url.
-std::string input_object_key(std::string_view service_type, std::string_view id);
-std::string result_object_key(std::string_view service_type, std::string_view id);
-
 }  // namespace relay

@@ -10,6 +10,7 @@
 #include "common/utf8.hpp"
 #include "crypto/primed_source.hpp"
 #include "sidecar/inference_client.hpp"
+#include "storage/object_keys.hpp"
 
 namespace relay::sidecar {
 namespace {

@@ -18,10 +18,12 @@
 #include <sstream>
 
 #include "common/hex.hpp"
+#include "common/job_id.hpp"
 #include "harness.hpp"
 #include "http_client.hpp"
 #include "redis/job_store.hpp"
 #include "redis/lua_scripts.hpp"
+#include "storage/object_keys.hpp"
 
 namespace relay::testing {
 namespace {

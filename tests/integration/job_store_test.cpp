@@ -1,6 +1,7 @@
 // The Lua steps of SPEC §4 against a real redis-server: fencing by lease token, terminal states
 // that never change, and the atomic submit.
 
+#include "common/job_id.hpp"
 #include "relay_fixture.hpp"
 
 namespace relay::testing {

@@ -10,10 +10,12 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/job_id.hpp"
 #include "common/time.hpp"
 #include "harness.hpp"
 #include "redis/job_store.hpp"
 #include "redis/slot.hpp"
+#include "storage/object_keys.hpp"
 #include "storage/storage.hpp"
 
 namespace relay::testing {
@@ -25,6 +27,7 @@ struct SubmitOptions {
   std::string params;
   bool priority = false;
   bool upload_input = true;
+  std::optional<std::uint64_t> size;  // recorded input size, when the stream does not know it
 };
 
 class RelayTest : public ::testing::Test {
@@ -81,6 +84,12 @@ class RelayTest : public ::testing::Test {
   // Stores the input (unless told not to) and submits the job; returns its id.
   std::string submit(storage::Storage& storage, const std::string& content,
                      const SubmitOptions& o = {}) {
+    MemorySource src(content);
+    return submit(storage, src, o, store_);
+  }
+  // The same with the input as a stream and through another job store (a restarted Redis).
+  std::string submit(storage::Storage& storage, ByteSource& input, const SubmitOptions& o,
+                     redis::JobStore& store) {
     JobRecord r;
     r.id = new_job_id();
     r.service_type = "svc";
@@ -90,16 +99,13 @@ class RelayTest : public ::testing::Test {
     r.input_key = input_object_key(r.service_type, r.id);
     r.input_filename = o.filename;
     r.input_content_type = o.content_type;
-    r.input_size = std::to_string(content.size());
+    if (auto n = o.size ? o.size : input.size()) r.input_size = std::to_string(*n);
     r.params = o.params;
     r.priority = o.priority ? "1" : "";
     r.attempts = "0";
     r.created_at = format_now();
-    if (o.upload_input) {
-      MemorySource src(content);
-      storage.put(r.input_key, src, {});
-    }
-    EXPECT_TRUE(store_.submit(r, o.priority));
+    if (o.upload_input) storage.put(r.input_key, input, {});
+    EXPECT_TRUE(store.submit(r, o.priority));
     return r.id;
   }
 

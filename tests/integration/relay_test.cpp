@@ -426,21 +426,11 @@ TEST_F(RelayTest, LargeInputStreamsInBoundedMemory) {
   };
   const std::uint64_t size = 512ull << 20;
   Pattern pattern(size);
-  JobRecord r;
-  r.id = new_job_id();
-  r.service_type = "svc";
-  r.model = model_;
-  r.status = "pending";
-  r.input_key = input_object_key(r.service_type, r.id);
-  r.input_filename = "big.bin";
-  r.input_size = std::to_string(size);
-  r.created_at = format_now();
-  st->put(r.input_key, pattern, {});
-  ASSERT_TRUE(store_.submit(r, false));
+  const std::string id = submit(*st, pattern, {.filename = "big.bin", .size = size}, store_);
 
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(300s), 0);
-  auto rec = record(r.id);
+  auto rec = record(id);
   ASSERT_EQ(rec.status, "completed") << rec.error_message;
   auto result = s3.aws_cat("jobs/" + rec.result_key);
   EXPECT_EQ(file_part(result).at("size").as_int64(), static_cast<std::int64_t>(size));
@@ -589,16 +579,8 @@ TEST_F(RelayTest, RedisRestartMidJobIsSurvived) {
   for (auto& [k, v] : durable.env()) env[k] = v;
   env["RELAY_LEASE_TTL"] = "3s";
   auto st = storage_for(env);
-  JobRecord r;
-  r.id = new_job_id();
-  r.service_type = "svc";
-  r.model = model_;
-  r.status = "pending";
-  r.input_key = input_object_key("svc", r.id);
-  r.created_at = format_now();
   MemorySource src("input");
-  st->put(r.input_key, src, {});
-  ASSERT_TRUE(store.submit(r, false));
+  const std::string id = submit(*st, src, {}, store);
   auto relay = start_relay(env);
   ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
   durable.stop();
@@ -606,7 +588,7 @@ TEST_F(RelayTest, RedisRestartMidJobIsSurvived) {
   ASSERT_EQ(relay->wait_exit(30s), 0);
   auto conn2 = durable.connect();
   redis::JobStore store2(conn2, keys_);
-  auto rec = store2.get(model_, r.id);
+  auto rec = store2.get(model_, id);
   ASSERT_TRUE(rec.has_value());
   EXPECT_EQ(rec->status, "completed") << rec->error_message;
   EXPECT_EQ(redis::as_integer(conn2.command({"XLEN", keys_.events(model_)}).get()), 1);
@@ -625,18 +607,10 @@ TEST_F(RelayTest, RedisRestartWhileIdleIsSurvived) {
   ASSERT_TRUE(wait_for_blocked_client()) << "relay did not come back to BLMOVE";
   redis::JobStore store(conn, keys_);
   auto st = storage_for(env);
-  JobRecord r;
-  r.id = new_job_id();
-  r.service_type = "svc";
-  r.model = model_;
-  r.status = "pending";
-  r.input_key = input_object_key("svc", r.id);
-  r.created_at = format_now();
   MemorySource src("after restart");
-  st->put(r.input_key, src, {});
-  ASSERT_TRUE(store.submit(r, false));
+  const std::string id = submit(*st, src, {}, store);
   ASSERT_EQ(relay->wait_exit(20s), 0);
-  EXPECT_EQ(store.get(model_, r.id)->status, "completed");
+  EXPECT_EQ(store.get(model_, id)->status, "completed");
 }
 
 // Storage that is not there yet (a volume still mounting) is waited for like Redis, not

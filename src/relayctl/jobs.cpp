@@ -1,0 +1,134 @@
+// relayctl's commands for a user's jobs, through the gateway's HTTP API: submit, status, wait,
+// result, cancel.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "common/time.hpp"
+#include "relayctl/commands.hpp"
+#include "relayctl/http.hpp"
+
+namespace relay::ctl {
+namespace {
+
+int exit_for(const std::string& status) {
+  if (status == "completed") return 0;
+  if (status == "failed") return 3;
+  if (status == "cancelled") return 4;
+  return 5;  // still pending or processing
+}
+
+void print_job(const boost::json::object& j) {
+  std::printf("%-44s %-10s %-24s %-24s %s\n", "JOB", "STATUS", "CREATED", "FINISHED", "ERROR");
+  std::string err;
+  if (auto it = j.find("error"); it != j.end() && it->value().is_object())
+    err = field(it->value().as_object(), "code") + ": " + field(it->value().as_object(), "message");
+  std::printf("%-44s %-10s %-24s %-24s %s\n",
+              (field(j, "service_type") + "/" + field(j, "id")).c_str(), field(j, "status").c_str(),
+              field(j, "created_at").c_str(), field(j, "finished_at").c_str(), err.c_str());
+}
+
+std::vector<std::string> auth(const Options& o) {
+  std::vector<std::string> h;
+  if (!o.api_key.empty()) h.push_back("Authorization: Bearer " + o.api_key);
+  return h;
+}
+
+int api_error(const Options& o, const HttpAnswer& a) {
+  if (a.status == 0)
+    std::cerr << "relayctl: cannot reach the gateway at " << o.gateway << ": " << a.error << "\n";
+  else
+    std::cerr << "relayctl: HTTP " << a.status << ": " << a.body << "\n";
+  return 1;
+}
+
+std::optional<std::string> job_url(const Options& o, const std::string& r) {
+  auto slash = r.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == r.size()) return std::nullopt;
+  return o.gateway + "/jobs/" + r;
+}
+
+// Long-polls until the job ends or --timeout passes; the last answer.
+HttpAnswer wait_for(const Options& o, const std::string& url) {
+  auto limit = parse_duration(o.timeout).value_or(std::chrono::seconds(60));
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  HttpAnswer a;
+  do {
+    auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline -
+                                                                 std::chrono::steady_clock::now())
+                    .count();
+    a = http_call("GET", url + "?wait=" + std::to_string(std::clamp<long long>(left, 1, 60)),
+                  auth(o));
+    if (a.status != 200) return a;
+    auto st = field(boost::json::parse(a.body).as_object(), "status");
+    if (exit_for(st) != 5) return a;
+  } while (std::chrono::steady_clock::now() < deadline);
+  return a;
+}
+
+// Prints the job (JSON or a table); its status's exit code.
+int show(const Options& o, const HttpAnswer& a) {
+  auto j = boost::json::parse(a.body).as_object();
+  if (o.as_json)
+    std::cout << a.body << "\n";
+  else
+    print_job(j);
+  return exit_for(field(j, "status"));
+}
+
+}  // namespace
+
+int submit(const Options& o) {
+  Upload u{o.file, {}, !o.as_json && ::isatty(2)};
+  if (!o.operation.empty()) u.fields["operation"] = o.operation;
+  if (!o.callback.empty()) u.fields["callback_url"] = o.callback;
+  if (!o.params.empty()) u.fields["params"] = boost::json::serialize(parse_params(o.params));
+  auto headers = auth(o);
+  if (o.priority) headers.push_back(env_or("RELAY_PRIORITY_HEADER", "X-Priority") + ": 1");
+  auto a = http_call("POST", o.gateway + "/jobs/" + o.service_type, headers, &u);
+  if (a.status != 202) return api_error(o, a);
+  auto j = boost::json::parse(a.body).as_object();
+  std::string r = field(j, "service_type") + "/" + field(j, "id");
+  if (!o.wait) {
+    if (o.as_json)
+      std::cout << a.body << "\n";
+    else
+      std::cout << r << "\n";
+    return 0;
+  }
+  auto done = wait_for(o, o.gateway + "/jobs/" + r);
+  if (done.status != 200) return api_error(o, done);
+  return show(o, done);
+}
+
+int job(const Options& o, JobVerb verb) {
+  auto url = job_url(o, o.ref);
+  if (!url) throw std::invalid_argument("expected SERVICE_TYPE/ID, got '" + o.ref + "'");
+  if (verb == JobVerb::status || verb == JobVerb::wait) {
+    auto a = verb == JobVerb::wait ? wait_for(o, *url) : http_call("GET", *url, auth(o));
+    if (a.status != 200) return api_error(o, a);
+    return show(o, a);
+  }
+  if (verb == JobVerb::result) {
+    auto a = http_call("GET", *url + "/result", auth(o), nullptr, o.out_file);
+    if (a.status != 200) {
+      if (!o.out_file.empty()) std::filesystem::remove(o.out_file);
+      return api_error(o, a);
+    }
+    if (o.out_file.empty()) std::cout << a.body << (a.body.ends_with("\n") ? "" : "\n");
+    return 0;
+  }
+  auto a = http_call("DELETE", *url, auth(o));
+  if (a.status != 200 && a.status != 202) return api_error(o, a);
+  // The job's exit code (4: cancelled), except that a job its relay is still stopping
+  // (5, "still running") is a cancel under way: 0. Printed once.
+  const int code = show(o, a);
+  return code == 5 ? 0 : code;
+}
+
+}  // namespace relay::ctl
