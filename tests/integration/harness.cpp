@@ -514,8 +514,10 @@ SentinelRedis::SentinelRedis() {
     // Sentinels rewrite their config file: one each, writable.
     std::string conf = dir_.path() + "/sentinel-" + std::to_string(i) + ".conf";
     std::ofstream(conf) << "port " << port << "\nbind 127.0.0.1\ndir " << dir_.path()
-                        << "\nsentinel monitor relaytest 127.0.0.1 " << nodes_[0]->port()
-                        << " 2\nsentinel down-after-milliseconds relaytest 1000\n"
+                        << "\nsentinel monitor relaytest 127.0.0.1 "
+                        << nodes_[0]->port()
+                        // 2 s: a loaded CI machine must not look like a dead master
+                        << " 2\nsentinel down-after-milliseconds relaytest 2000\n"
                            "sentinel failover-timeout relaytest 10000\n";
     sentinels_.push_back(std::make_unique<Process>(
         std::vector<std::string>{"/usr/bin/redis-server", conf, "--sentinel"}, Env{},
@@ -591,9 +593,24 @@ void SentinelRedis::kill_master() {
     if (n->port() == before) killed = n.get();
   killed->stop();
   wait_for_new_master(before);
+  const int promoted = master_port();
   // Back as a replica of the new master, as an orchestrator would restart it: the sentinels
-  // reconfigure it (until then the new master has no replica to acknowledge writes).
+  // reconfigure it (until then the new master has no replica to acknowledge writes). Waited
+  // for, so that the test goes on with the topology settled.
   killed->start();
+  const bool settled = wait_until(
+      [&] {
+        try {
+          redis::Endpoint e;
+          e.port = killed->port();
+          auto role = redis::Connection::open(e).command({"ROLE"});
+          return redis::as_string(role->element[0]) == "slave" && master_port() == promoted;
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      30s);
+  if (!settled) throw std::runtime_error("the restarted master did not become a replica");
 }
 
 void SentinelRedis::wait_for_new_master(int before) {
