@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <stop_token>
 #include <string>
 
@@ -26,23 +27,23 @@ struct PeriodicTask {
 
 // Runs task until stop is requested; returns promptly once it is, even mid-interval.
 inline void run_periodically(const PeriodicTask& task, std::stop_token stop) {
-  auto last_log = std::chrono::steady_clock::time_point{};
-  int unreported = 0;
+  std::optional<std::chrono::steady_clock::time_point> last_log;
+  int unreported = 0;  // failures not logged since the last line
   while (!stop.stop_requested()) {
     bool more = false;
     try {
       more = task.pass();
-      unreported = 0;
     } catch (const std::exception& e) {
       if (task.on_error) task.on_error();
       const auto now = std::chrono::steady_clock::now();
-      if (last_log == std::chrono::steady_clock::time_point{} || now - last_log >= task.log_every) {
+      if (!last_log || now - *last_log >= task.log_every) {
         log::warn(task.name + " pass failed; retrying",
-                  {{"error", e.what()}, {"failures_since_last_report", unreported}});
+                  {{"error", e.what()}, {"failures_not_logged", unreported}});
         last_log = now;
         unreported = 0;
+      } else {
+        ++unreported;
       }
-      ++unreported;
     }
     if (!more) sleep_unless_stopped(task.interval, stop);
   }

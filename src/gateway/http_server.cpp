@@ -96,12 +96,14 @@ class BodyReader {
           buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
       const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
       if (!out.empty() && ready == 0 && !hold) break;
-      // A read buffer sized for what is there (4 KiB when waiting: a thousand trickling
-      // clients must not each hold 64 KiB for the few bytes they send), not zero-filled.
+      // A large read when bytes are waiting, 4 KiB when the read will wait (a thousand trickling
+      // clients must not each hold a large buffer for the few bytes they send); not zero-filled.
       const std::size_t want = std::min(max - out.size(), ready > 0 ? kRead : std::size_t{4096});
       // Beast reads the socket into buffer_ as much as its free capacity, at least 512 bytes:
-      // without room a fast upload would take a system call per 512 bytes.
-      if (ready > 0) buffer_.reserve(kRead);
+      // without room a large upload would take a system call per 512 bytes. (A small body does
+      // not need it, and a kept-alive connection would hold the room afterwards.)
+      const auto declared = parser_.content_length();
+      if (ready > 0 && (!declared || *declared > kSmallPiece)) buffer_.reserve(kRead);
       std::unique_ptr<char[]> scratch(new char[want]);
       parser_.get().body().data = scratch.get();
       parser_.get().body().size = want;
@@ -118,8 +120,10 @@ class BodyReader {
       if (!pace_->record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
     }
     stream_.expires_never();
-    // A client that will keep us waiting mid-body holds no read buffer.
-    if (!done() && buffer_.size() == 0) buffer_.shrink_to_fit();
+    // Unless the read stopped on a full piece (more is coming at once), the room goes: a client
+    // that keeps us waiting, or a finished request's kept-alive connection, holds no large buffer.
+    if (out.size() < max && buffer_.size() == 0 && buffer_.capacity() > kSmallPiece)
+      buffer_.shrink_to_fit();
   }
 
   double rate() const { return pace_ ? pace_->rate() : 0; }
@@ -379,24 +383,17 @@ struct HttpServer::Impl {
     }
     // The next piece is read while the last one is stored: the client and storage move at once.
     std::string piece, next;
+    auto store = [&]() -> asio::awaitable<std::optional<Response>> {
+      if (piece.empty()) co_return std::nullopt;
+      co_return co_await run_blocking(uploads, [&] { return intake.write(piece); });
+    };
     while (!body.done()) {
       next.clear();
-      std::optional<Response> refused;
-      if (piece.empty()) {
-        co_await body.read(next, kPiece, true);
-      } else {
-        auto store = [&]() -> asio::awaitable<std::optional<Response>> {
-          co_return co_await run_blocking(uploads, [&] { return intake.write(piece); });
-        };
-        refused = co_await (store() && body.read(next, kPiece, true));
-      }
+      auto refused = co_await (store() && body.read(next, kPiece, true));
       if (refused) co_return std::move(*refused);
       std::swap(piece, next);
     }
-    if (!piece.empty()) {
-      auto refused = co_await run_blocking(uploads, [&] { return intake.write(piece); });
-      if (refused) co_return std::move(*refused);
-    }
+    if (auto refused = co_await store()) co_return std::move(*refused);
     co_return co_await run_blocking(uploads, [&] { return intake.finish(); });
   }
 
