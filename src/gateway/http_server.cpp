@@ -28,9 +28,12 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 
 #include "common/log.hpp"
 #include "gateway/metrics.hpp"
@@ -49,11 +52,12 @@ using namespace boost::asio::experimental::awaitable_operators;
 constexpr auto kHeaderTimeout = std::chrono::seconds(60);  // idle keep-alive and slow headers
 // Read before the handler runs: a body this small costs one trip to the request pool.
 constexpr std::size_t kPrefetch = 64 * 1024;
-// What an upload hands the upload pool at a time, at most; and below what size a piece waits
-// (up to kHold) for more before it is handed on.
-constexpr std::size_t kPiece = 256 * 1024;
+// What an upload hands the upload pool at a time, at most (each hand-off costs two thread
+// switches: at 1 MiB they are a few percent of a fast upload's CPU; a fast upload holds two
+// pieces); and below what size a piece waits (up to kHold) for more before it is handed on.
+constexpr std::size_t kPiece = 1024 * 1024;
 constexpr std::size_t kSmallPiece = 16 * 1024;
-constexpr std::size_t kRead = 256 * 1024;  // one socket read at most
+constexpr std::size_t kRead = 256 * 1024;  // Beast's read buffer for a chunked body
 constexpr auto kHold = std::chrono::seconds(1);
 
 // Runs f on the blocking pool; the coroutine resumes on its own executor afterwards.
@@ -69,23 +73,59 @@ struct Cut {
   std::string reason;
 };
 
+// Bytes of a body as they arrive, in storage that a read fills in place: growing it does not
+// zero-fill (std::string would), and it keeps its room between pieces of one upload.
+class Piece {
+ public:
+  std::string_view view() const { return {data_.get(), size_}; }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void clear() { size_ = 0; }
+  // At least n bytes of room after the content, never more than `limit` in all: grown
+  // geometrically, so a piece filled by many reads is copied a bounded number of times.
+  std::span<char> room(std::size_t n, std::size_t limit) {
+    if (capacity_ - size_ < n) {
+      const std::size_t grown = std::min(limit, std::max(size_ + n, 2 * capacity_));
+      auto bigger = std::make_unique_for_overwrite<char[]>(grown);
+      if (size_ > 0) std::memcpy(bigger.get(), data_.get(), size_);
+      data_ = std::move(bigger);
+      capacity_ = grown;
+    }
+    return {data_.get() + size_, std::min(capacity_, limit) - size_};
+  }
+  void grew(std::size_t n) { size_ += n; }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  std::size_t size_ = 0, capacity_ = 0;
+};
+
 // A request's body, read asynchronously on the I/O thread: a slow client costs this coroutine
 // and the bytes it holds, never a thread. Each read is bounded by server.body_idle_timeout, and
 // the client's pace is judged by UploadPace (server.min_upload_rate).
+//
+// A body of declared length is read straight from the socket into the piece, past Beast's
+// parser (which would copy every byte twice more: into its buffer, then out of it): the bytes
+// that came with the header are taken from the buffer first, and exactly the declared length
+// is consumed, so a pipelined next request stays in the buffer for the next parser. A chunked
+// body goes through the parser.
 class BodyReader {
  public:
   BodyReader(beast::tcp_stream& stream, beast::flat_buffer& buffer,
              http::request_parser<http::buffer_body>& parser, const Config& cfg)
-      : stream_(stream), buffer_(buffer), parser_(parser), cfg_(cfg) {}
+      : stream_(stream), buffer_(buffer), parser_(parser), cfg_(cfg) {
+    if (!parser_.is_done() && !parser_.chunked() && parser_.content_length())
+      remaining_ = *parser_.content_length();
+  }
 
-  bool done() const { return parser_.is_done(); }
+  bool done() const { return remaining_ ? *remaining_ == 0 : parser_.is_done(); }
   std::uint64_t received() const { return pace_ ? pace_->bytes() : 0; }
 
   // Appends to out what arrives, at least one read's worth: then more while more is already
   // there, until `max` bytes, or the end. With hold_small, a piece under kSmallPiece also waits
   // for more for up to a second, so that a trickle is handed on in pieces, not byte by byte.
   // Throws Cut, or beast::system_error when the client goes away.
-  asio::awaitable<void> read(std::string& out, std::size_t max, bool hold_small) {
+  asio::awaitable<void> read(Piece& out, std::size_t max, bool hold_small) {
     const auto start = Clock::now();
     // One deadline for the call (it waits for the client at most once: later reads find bytes
     // already there, or are the short hold of a small piece), not one per read.
@@ -96,26 +136,12 @@ class BodyReader {
           buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
       const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
       if (!out.empty() && ready == 0 && !hold) break;
-      // A large read when bytes are waiting, 4 KiB when the read will wait (a thousand trickling
-      // clients must not each hold a large buffer for the few bytes they send); not zero-filled.
-      const std::size_t want = std::min(max - out.size(), ready > 0 ? kRead : std::size_t{4096});
-      // Beast reads the socket into buffer_ as much as its free capacity, at least 512 bytes:
-      // without room a large upload would take a system call per 512 bytes. (A small body does
-      // not need it, and a kept-alive connection would hold the room afterwards.)
-      const auto declared = parser_.content_length();
-      if (ready > 0 && (!declared || *declared > kSmallPiece)) buffer_.reserve(kRead);
-      std::unique_ptr<char[]> scratch(new char[want]);
-      parser_.get().body().data = scratch.get();
-      parser_.get().body().size = want;
+      // Room for what is waiting, 4 KiB when the read will wait: a thousand trickling clients
+      // must not each hold a large buffer for the few bytes they send.
+      const auto room = out.room(std::max<std::size_t>(ready, 4096), max);
       const auto t0 = Clock::now();
-      beast::error_code ec;
-      co_await http::async_read_some(stream_, buffer_, parser_,
-                                     asio::redirect_error(asio::use_awaitable, ec));
-      const std::size_t got = want - parser_.get().body().size;
-      out.append(scratch.get(), got);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec == beast::error::timeout) throw Cut{"no byte for server.body_idle_timeout"};
-      if (ec) throw beast::system_error(ec);
+      const std::size_t got = co_await read_some(room);
+      out.grew(got);
       if (!pace_) pace_.emplace(cfg_.body_idle_timeout / 2, cfg_.min_upload_rate);
       if (!pace_->record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
     }
@@ -129,11 +155,42 @@ class BodyReader {
   double rate() const { return pace_ ? pace_->rate() : 0; }
 
  private:
+  // One read into `to`: from the bytes already buffered, or the socket.
+  asio::awaitable<std::size_t> read_some(std::span<char> to) {
+    beast::error_code ec;
+    std::size_t got = 0;
+    if (remaining_) {
+      to = to.first(static_cast<std::size_t>(std::min<std::uint64_t>(to.size(), *remaining_)));
+      if (buffer_.size() > 0) {
+        got = asio::buffer_copy(asio::buffer(to.data(), to.size()), buffer_.data());
+        buffer_.consume(got);
+      } else {
+        got = co_await stream_.async_read_some(asio::buffer(to.data(), to.size()),
+                                               asio::redirect_error(asio::use_awaitable, ec));
+      }
+      *remaining_ -= got;
+    } else {
+      // Beast reads the socket into buffer_ as much as its free capacity, at least 512 bytes:
+      // without room a large upload would take a system call per 512 bytes.
+      if (buffer_.size() == 0) buffer_.reserve(kRead);
+      parser_.get().body().data = to.data();
+      parser_.get().body().size = to.size();
+      co_await http::async_read_some(stream_, buffer_, parser_,
+                                     asio::redirect_error(asio::use_awaitable, ec));
+      got = to.size() - parser_.get().body().size;
+      if (ec == http::error::need_buffer) ec = {};
+    }
+    if (ec == beast::error::timeout) throw Cut{"no byte for server.body_idle_timeout"};
+    if (ec) throw beast::system_error(ec);
+    co_return got;
+  }
+
   beast::tcp_stream& stream_;
   beast::flat_buffer& buffer_;
   http::request_parser<http::buffer_body>& parser_;
   const Config& cfg_;
-  std::optional<UploadPace> pace_;  // from the first read: most requests have no body
+  std::optional<std::uint64_t> remaining_;  // of a body of declared length, read directly
+  std::optional<UploadPace> pace_;          // from the first read: most requests have no body
 };
 
 }  // namespace
@@ -314,7 +371,11 @@ struct HttpServer::Impl {
         // A small body (or the first piece of a large one) is read before the handler runs,
         // so that a small submission costs one trip to the pool. A client waiting for
         // `100 Continue` is asked for its body only once the handler accepted the header.
-        if (r.has_body && !expect_continue) co_await body.read(r.body, kPrefetch, false);
+        if (r.has_body && !expect_continue) {
+          Piece first;
+          co_await body.read(first, kPrefetch, false);
+          r.body.assign(first.view());
+        }
         r.body_complete = body.done();
         // (No co_await inside ?: — GCC 12 miscompiles it.)
         if (auto at_once = Api::answer_at_once(r))
@@ -382,10 +443,10 @@ struct HttpServer::Impl {
                                  asio::use_awaitable);
     }
     // The next piece is read while the last one is stored: the client and storage move at once.
-    std::string piece, next;
+    Piece piece, next;
     auto store = [&]() -> asio::awaitable<std::optional<Response>> {
       if (piece.empty()) co_return std::nullopt;
-      co_return co_await run_blocking(uploads, [&] { return intake.write(piece); });
+      co_return co_await run_blocking(uploads, [&] { return intake.write(piece.view()); });
     };
     while (!body.done()) {
       next.clear();

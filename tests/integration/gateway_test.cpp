@@ -1303,6 +1303,60 @@ TEST_F(GatewayTest, AnEarlyAnswerReachesAClientStillSending) {
   }
 }
 
+// Requests pipelined on one connection, bodies and all, each get their own answer in order and
+// store exactly their own bytes: a body of declared length is read straight from the socket
+// (past the parser), so it must take exactly its length and leave the next request's bytes.
+TEST_F(GatewayTest, PipelinedRequestsEachGetTheirBytesAndAnswer) {
+  start_gateway();
+  std::string big(300 * 1024, '\0');  // beyond the first read before the handler: taken in pieces
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 23);
+  const std::string wire =
+      "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Content-Length: " +
+      std::to_string(big.size()) + "\r\n\r\n" + big +
+      "POST /jobs/echo?filename=b.txt HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n"
+      "POST /jobs/echo?filename=c.txt HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Content-Length: 3\r\n\r\nxyz"
+      "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  int fd = raw_connect(gateway_->url());
+  ASSERT_GE(fd, 0);
+  // In odd-sized writes, so that bodies and heads are split anywhere.
+  for (size_t at = 0; at < wire.size();) {
+    const size_t n = std::min<size_t>(wire.size() - at, 7919);
+    ASSERT_EQ(::send(fd, wire.data() + at, n, MSG_NOSIGNAL), static_cast<ssize_t>(n));
+    at += n;
+  }
+  // Four answers, each with a Content-Length: split them as they come.
+  std::string in;
+  std::vector<std::pair<int, std::string>> answers;
+  while (answers.size() < 4) {
+    const auto end = in.find("\r\n\r\n");
+    const auto cl = in.find("Content-Length: ");
+    if (end != std::string::npos && cl != std::string::npos && cl < end) {
+      const size_t len = std::stoul(in.substr(cl + 16));
+      if (in.size() >= end + 4 + len) {
+        answers.emplace_back(std::stoi(in.substr(9, 3)), in.substr(end + 4, len));
+        in.erase(0, end + 4 + len);
+        continue;
+      }
+    }
+    std::string more = recv_some(fd, 10);
+    ASSERT_FALSE(more.empty()) << "after " << answers.size() << " answers";
+    in += more;
+  }
+  ::close(fd);
+  const std::string expected[] = {big, "hello world", "xyz"};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(answers[i].first, 202) << i << ": " << answers[i].second;
+    const std::string id = str(parse(HttpResult{202, answers[i].second, {}}), "id");
+    std::ifstream in_file(files_.path() + "/" + input_object_key("echo", id), std::ios::binary);
+    const std::string stored((std::istreambuf_iterator<char>(in_file)), {});
+    EXPECT_TRUE(stored == expected[i]) << i << ": " << stored.size() << " bytes stored";
+  }
+  EXPECT_EQ(answers[3].first, 200);
+}
+
 // Client-chosen names appear in job JSON, which must stay valid UTF-8: raw bytes become U+FFFD
 // and a long name is cut on a character boundary (at most 255 bytes).
 TEST_F(GatewayTest, FilenamesBecomeValidUtf8) {
