@@ -80,12 +80,11 @@ std::string submit(redis::JobStore& store, storage::Storage& st, const std::stri
   r.id = new_job_id();
   r.service_type = "bench";
   r.model = model;
-  r.status = "pending";
   r.input_key = input_object_key(r.service_type, r.id);
   r.input_filename = "input.bin";
   r.input_content_type = "application/octet-stream";
-  r.input_size = std::to_string(input.size());
-  r.created_at = format_rfc3339(wall_now());
+  r.input_size = input.size();
+  r.created_at = wall_now();
   MemorySource src(input);
   st.put(r.input_key, src, {});
   store.submit(r, false);
@@ -124,7 +123,7 @@ int main(int argc, char** argv) {
     int code = relay.wait_blocking();
     wall.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     auto rec = store.get(model, id);
-    if (code != 0 || !rec || rec->status != "completed") {
+    if (code != 0 || !rec || rec->status != JobStatus::completed) {
       std::cerr << "one-shot job " << id << " did not complete (exit " << code << ")\n"
                 << relay.log();
       return 1;

@@ -48,15 +48,8 @@ Api::Api(const Config& config, storage::Storage& storage, const crypto::Encrypti
     : cfg_(config),
       storage_(storage),
       enc_(encryption),
-      endpoint_(config.redis.endpoint()),
+      redis_(config.redis.endpoint()),
       keys_(config.redis.keys()) {}
-
-// One Redis connection per pool thread.
-redis::LazyConnection& Api::redis_here() const {
-  thread_local std::optional<redis::LazyConnection> conn;
-  if (!conn) conn.emplace(endpoint_);
-  return *conn;
-}
 
 std::optional<std::string> Api::tenant_of(const Request& req) const {
   if (!cfg_.auth_enabled) return std::string("default");
@@ -93,10 +86,14 @@ std::optional<Response> Api::answer_at_once(const Request& req) {
 }
 
 Response Api::handle(const Request& req, bool deadline_passed) {
-  Context ctx{redis_here(), {}};
+  auto conn = redis_.borrow();
+  Context ctx{*conn, {}};
   try {
     return route(req, ctx, deadline_passed);
   } catch (...) {
+    // Whatever a failed step left on the connection (a reply in flight) is not the next
+    // request's.
+    conn->reset();
     return failure(std::current_exception(), req.target);
   }
 }
@@ -105,7 +102,6 @@ Response Api::failure(std::exception_ptr e, std::string_view target) {
   try {
     std::rethrow_exception(e);
   } catch (const redis::IoError& e) {
-    redis_here().reset();
     log::warn("redis unavailable", {{"error", e.what()}});
     auto r = error_response(503, "redis_unavailable", "the job store is unavailable; retry later");
     set_retry_after(r, "1");
@@ -210,8 +206,7 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
     return error_response(404, "job_not_found", "no job " + id);
   Response r;
   r.body = job_json(*rec);
-  auto st = rec->parsed_status();
-  if (wait.count() > 0 && !deadline_passed && st && !is_terminal(*st)) {
+  if (wait.count() > 0 && !deadline_passed && !is_terminal(rec->status)) {
     r.wait_job = id;
     r.wait_until = std::chrono::steady_clock::now() + wait;
   }
@@ -224,9 +219,10 @@ Response Api::get_result(Context& ctx, const std::string& svc, const std::string
   });
   if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
     return error_response(404, "job_not_found", "no job " + id);
-  if (rec->status != "completed" || rec->result_key.empty())
-    return error_response(409, "no_result",
-                          "the job is " + rec->status + "; results exist for completed jobs");
+  if (rec->status != JobStatus::completed || rec->result_key.empty())
+    return error_response(
+        409, "no_result",
+        "the job is " + std::string(to_string(rec->status)) + "; results exist for completed jobs");
   Response r;
   try {
     r.stream = storage_.open(rec->result_key, {});
@@ -266,20 +262,24 @@ Response Api::cancel(Context& ctx, const std::string& svc, const std::string& id
   if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
     return error_response(404, "job_not_found", "no job " + id);
   bool retried = false;
-  std::string outcome = step(
-      ctx, [&](redis::JobStore& store, redis::Connection&) { return store.cancel(model, id); },
+  using redis::CancelOutcome;
+  CancelOutcome outcome = step(
+      ctx, [&](redis::JobStore& store, redis::Connection&) { return store.cancel(model, svc, id); },
       [&](int) { retried = true; });
-  if (outcome == "missing") return error_response(404, "job_not_found", "no job " + id);
+  if (outcome == CancelOutcome::missing)
+    return error_response(404, "job_not_found", "no job " + id);
   rec = step(ctx, get);
   // A retried cancel that finds the job cancelled: the first attempt ran, its reply was lost.
-  if (outcome == "terminal" && retried && rec && rec->status == "cancelled") outcome = "cancelled";
-  if (outcome == "terminal")
-    return error_response(409, "job_finished",
-                          "the job is already " + (rec ? rec->status : std::string("finished")));
+  if (outcome == CancelOutcome::terminal && retried && rec && rec->status == JobStatus::cancelled)
+    outcome = CancelOutcome::cancelled;
+  if (outcome == CancelOutcome::terminal)
+    return error_response(
+        409, "job_finished",
+        "the job is already " + std::string(rec ? to_string(rec->status) : "finished"));
   Response r;
-  r.status = outcome == "cancelled" ? 200 : 202;  // 202: the relay is stopping it
+  r.status = outcome == CancelOutcome::cancelled ? 200 : 202;  // 202: the relay is stopping it
   r.body = rec ? job_json(*rec) : "{}";
-  log::info(outcome == "cancelled" ? "job cancelled" : "job cancellation requested",
+  log::info(outcome == CancelOutcome::cancelled ? "job cancelled" : "job cancellation requested",
             {{"job_id", id}});
   return r;
 }
@@ -287,11 +287,12 @@ Response Api::cancel(Context& ctx, const std::string& svc, const std::string& id
 Response Api::ready() {
   json::object checks;
   bool ok = true;
+  auto conn = redis_.borrow();
   try {
-    redis::JobStore(redis_here().get(), keys_).ping();
+    redis::JobStore(conn->get(), keys_).ping();
     checks["redis"] = "ok";
   } catch (const std::exception& e) {
-    redis_here().reset();
+    conn->reset();
     // /readyz is unauthenticated: the cause (addresses, paths) goes to the log, not the answer.
     log::warn("not ready: redis", {{"error", e.what()}});
     checks["redis"] = "unavailable";
@@ -332,8 +333,9 @@ Response Api::metrics_text() {
             m.webhook_attempts.snapshot());
   // Queue gauges, read now.
   std::map<std::vector<std::string>, double> depth, oldest;
+  auto conn = redis_.borrow();
   try {
-    redis::JobStore store(redis_here().get(), keys_);
+    redis::JobStore store(conn->get(), keys_);
     for (const auto& model : cfg_.models()) {
       auto q = store.queue_depth(model);
       depth[{model, "pending"}] = static_cast<double>(q.pending);
@@ -342,13 +344,13 @@ Response Api::metrics_text() {
       double age = 0;
       if (q.oldest_pending) {
         if (auto rec = store.get(model, *q.oldest_pending))
-          if (auto created = parse_rfc3339(rec->created_at))
+          if (auto created = rec->created_at)
             age = std::chrono::duration<double>(wall_now() - *created).count();
       }
       oldest[{model}] = age;
     }
   } catch (const redis::IoError&) {
-    redis_here().reset();
+    conn->reset();
   }
   w.gauge("relay_queue_depth", "Jobs per model and queue (pending, processing, deadletter).",
           {"model", "queue"}, depth);

@@ -19,6 +19,7 @@
 #include "gateway/config.hpp"
 #include "gateway/job_json.hpp"
 #include "gateway/submission.hpp"
+#include "redis/connection_pool.hpp"
 #include "redis/job_record.hpp"
 #include "storage/storage.hpp"
 
@@ -88,7 +89,6 @@ class Api {
   // The answer to a request that failed with e: Redis or storage unavailable (503), or a body
   // that could not be read (400, closing).
   Response failure(std::exception_ptr e, std::string_view target);
-  redis::LazyConnection& redis_here() const;  // this thread's connection
   Response get_job(const Request& req, Context& ctx, const std::string& service_type,
                    const std::string& id, bool deadline_passed);
   Response get_result(Context& ctx, const std::string& service_type, const std::string& id);
@@ -100,7 +100,8 @@ class Api {
   const Config& cfg_;
   storage::Storage& storage_;
   const crypto::Encryption& enc_;
-  redis::Endpoint endpoint_;  // parsed once: handle() runs per request
+  // Requests borrow a connection for their duration (one per busy pool thread at most).
+  mutable redis::ConnectionPool redis_;
   redis::Keys keys_;
 };
 

@@ -2,7 +2,8 @@
 
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
-#include <charconv>
+
+#include "common/time.hpp"
 
 namespace relay::gateway {
 
@@ -18,34 +19,31 @@ std::string job_json(const JobRecord& r) {
   o["service_type"] = r.service_type;
   o["model"] = r.model;
   o["operation"] = or_null(r.operation);
-  o["status"] = r.status;
-  o["created_at"] = or_null(r.created_at);
-  o["started_at"] = or_null(r.started_at);
-  o["finished_at"] = or_null(r.finished_at);
-  std::int64_t attempts = 0;
-  std::from_chars(r.attempts.data(), r.attempts.data() + r.attempts.size(), attempts);
-  o["attempts"] = attempts;
+  auto time_or_null = [](const std::optional<WallTime>& t) -> json::value {
+    if (!t) return nullptr;
+    return json::value(format_rfc3339(*t));
+  };
+  o["status"] = to_string(r.status);
+  o["created_at"] = time_or_null(r.created_at);
+  o["started_at"] = time_or_null(r.started_at);
+  o["finished_at"] = time_or_null(r.finished_at);
+  o["attempts"] = r.attempts;
   if (r.error_code.empty())
     o["error"] = nullptr;
   else
     o["error"] = json::object{{"code", r.error_code}, {"message", r.error_message}};
-  o["result_url"] = r.status == "completed"
+  o["result_url"] = r.status == JobStatus::completed
                         ? json::value("/jobs/" + r.service_type + "/" + r.id + "/result")
                         : nullptr;
-  std::int64_t size = 0;
-  std::from_chars(r.input_size.data(), r.input_size.data() + r.input_size.size(), size);
   o["input"] = json::object{{"filename", or_null(r.input_filename)},
                             {"content_type", or_null(r.input_content_type)},
-                            {"size", size}};
-  o["priority"] = r.priority == "1";
-  o["cancel_requested"] = r.cancel_requested == "1";
+                            {"size", r.input_size}};
+  o["priority"] = r.priority;
+  o["cancel_requested"] = r.cancel_requested;
   o["callback_url"] = or_null(r.callback_url);
   if (!r.webhook_status.empty()) {
     json::object w{{"status", r.webhook_status}};
-    std::int64_t n = 0;
-    std::from_chars(r.webhook_attempts.data(),
-                    r.webhook_attempts.data() + r.webhook_attempts.size(), n);
-    w["attempts"] = n;
+    w["attempts"] = r.webhook_attempts;
     boost::system::error_code ec;
     auto last = json::parse(r.webhook_last, ec);
     w["last_attempt"] = ec ? json::value(nullptr) : last;

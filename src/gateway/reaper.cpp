@@ -20,12 +20,12 @@ ReapStats Reaper::pass() {
       if (!seen.count(id)) ids.push_back(id);
     for (const auto& id : ids) {
       auto outcome = store.reap(model, id, p_.grace, p_.max_attempts);
-      if (outcome == "requeued") {
+      if (outcome == redis::ReapOutcome::requeued) {
         ++stats.requeued;
         metrics().reaped.add(1);
         log::warn("job reaped: its relay stopped without finishing; requeued",
                   {{"job_id", id}, {"model", model}});
-      } else if (outcome == "deadlettered") {
+      } else if (outcome == redis::ReapOutcome::deadlettered) {
         ++stats.deadlettered;
         metrics().deadlettered.add(1);
         log::error("job dead-lettered after repeated relay crashes",

@@ -64,7 +64,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
     }
     if (!idem_key_.empty()) {
       try {
-        redis::JobStore(api_.redis_here().get(), api_.keys_).release_idempotency(idem_key_);
+        auto conn = api_.redis_.borrow();
+        redis::JobStore(conn->get(), api_.keys_).release_idempotency(idem_key_);
       } catch (...) {  // best effort: the reservation expires on its own
       }
     }
@@ -136,7 +137,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
     if (idem_key_.empty()) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_renewal_ < api_.cfg_.idempotency_reservation / 3) return;
-    redis::JobStore(api_.redis_here().get(), api_.keys_)
+    auto conn = api_.redis_.borrow();
+    redis::JobStore(conn->get(), api_.keys_)
         .renew_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
     last_renewal_ = now;
   }
@@ -199,21 +201,20 @@ class Api::Upload final : public Intake, private multipart::Handler {
     r.service_type = svc_;
     r.model = st_.model;
     r.operation = sub_.operation;
-    r.status = "pending";
     r.tenant = tenant_;
     r.input_key = input_key_;
     // Shown in job JSON: valid UTF-8, cut on a character boundary.
     r.input_filename = sub_.filename.empty() ? "input" : utf8_clean(sub_.filename, 255);
     r.input_content_type =
         sub_.content_type.empty() ? "application/octet-stream" : utf8_clean(sub_.content_type, 255);
-    r.input_size = std::to_string(size_);
+    r.input_size = size_;
     r.params = sub_.params;
     r.callback_url = sub_.callback_url;
-    r.priority = priority_ ? "1" : "";
-    r.attempts = "0";
+    r.priority = priority_;
     r.key_id = api_.enc_.enabled ? api_.enc_.active_id : "";
-    r.created_at = format_rfc3339(wall_now());
-    Context ctx{api_.redis_here(), tenant_};
+    r.created_at = wall_now();
+    auto conn = api_.redis_.borrow();
+    Context ctx{*conn, tenant_};
     // An attempt that fails after Redis received it may have run: a retry that then finds the
     // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
     bool retried = false;

@@ -1,8 +1,8 @@
 #include "redis/job_record.hpp"
 
-#include <stdexcept>
+#include <charconv>
 
-#include "common/random.hpp"
+#include "common/time.hpp"
 
 namespace relay {
 
@@ -31,53 +31,103 @@ std::optional<JobStatus> parse_status(std::string_view s) {
 
 namespace {
 
-// One table maps field names to members, so to_fields and from_fields cannot disagree.
-using Member = std::string JobRecord::*;
-constexpr std::pair<std::string_view, Member> kMembers[] = {
-    {field::id, &JobRecord::id},
-    {field::service_type, &JobRecord::service_type},
-    {field::model, &JobRecord::model},
-    {field::operation, &JobRecord::operation},
-    {field::status, &JobRecord::status},
-    {field::tenant, &JobRecord::tenant},
-    {field::input_key, &JobRecord::input_key},
-    {field::input_filename, &JobRecord::input_filename},
-    {field::input_content_type, &JobRecord::input_content_type},
-    {field::input_size, &JobRecord::input_size},
-    {field::result_key, &JobRecord::result_key},
-    {field::result_content_type, &JobRecord::result_content_type},
-    {field::params, &JobRecord::params},
-    {field::callback_url, &JobRecord::callback_url},
-    {field::priority, &JobRecord::priority},
-    {field::attempts, &JobRecord::attempts},
-    {field::error_code, &JobRecord::error_code},
-    {field::error_message, &JobRecord::error_message},
-    {field::created_at, &JobRecord::created_at},
-    {field::started_at, &JobRecord::started_at},
-    {field::finished_at, &JobRecord::finished_at},
-    {field::holder, &JobRecord::holder},
-    {field::key_id, &JobRecord::key_id},
-    {field::cancel_requested, &JobRecord::cancel_requested},
-    {field::timings, &JobRecord::timings},
-    {field::webhook_status, &JobRecord::webhook_status},
-    {field::webhook_attempts, &JobRecord::webhook_attempts},
-    {field::webhook_last, &JobRecord::webhook_last},
-};
+// How each type of field is written and read. An empty result means "absent".
+std::string encode(const std::string& v) {
+  return v;
+}
+std::string encode(JobStatus v) {
+  return std::string(to_string(v));
+}
+std::string encode(bool v) {
+  return v ? "1" : "";
+}
+std::string encode(std::uint64_t v) {
+  return std::to_string(v);
+}
+std::string encode(std::int64_t v) {
+  return std::to_string(v);
+}
+std::string encode(const std::optional<WallTime>& v) {
+  return v ? format_rfc3339(*v) : "";
+}
+
+[[noreturn]] void bad(std::string_view name, std::string_view value) {
+  throw RecordError("job record field " + std::string(name) + ": cannot read \"" +
+                    std::string(value.substr(0, 64)) + "\"");
+}
+void decode(std::string_view, std::string_view s, std::string& v) {
+  v = s;
+}
+void decode(std::string_view name, std::string_view s, JobStatus& v) {
+  auto st = parse_status(s);
+  if (!st) bad(name, s);
+  v = *st;
+}
+void decode(std::string_view, std::string_view s, bool& v) {
+  v = s == "1";
+}
+template <typename Int>
+void decode(std::string_view name, std::string_view s, Int& v) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) bad(name, s);
+}
+void decode(std::string_view name, std::string_view s, std::optional<WallTime>& v) {
+  v = parse_rfc3339(s);
+  if (!v) bad(name, s);
+}
+
+// The one list of fields: to_fields and from_fields both walk it, so they cannot disagree.
+template <typename Record, typename F>
+void for_each_field(Record& r, F&& f) {
+  f(field::id, r.id);
+  f(field::service_type, r.service_type);
+  f(field::model, r.model);
+  f(field::operation, r.operation);
+  f(field::status, r.status);
+  f(field::tenant, r.tenant);
+  f(field::input_key, r.input_key);
+  f(field::input_filename, r.input_filename);
+  f(field::input_content_type, r.input_content_type);
+  f(field::input_size, r.input_size);
+  f(field::result_key, r.result_key);
+  f(field::result_content_type, r.result_content_type);
+  f(field::params, r.params);
+  f(field::callback_url, r.callback_url);
+  f(field::priority, r.priority);
+  f(field::attempts, r.attempts);
+  f(field::error_code, r.error_code);
+  f(field::error_message, r.error_message);
+  f(field::created_at, r.created_at);
+  f(field::started_at, r.started_at);
+  f(field::finished_at, r.finished_at);
+  f(field::holder, r.holder);
+  f(field::key_id, r.key_id);
+  f(field::cancel_requested, r.cancel_requested);
+  f(field::timings, r.timings);
+  f(field::webhook_status, r.webhook_status);
+  f(field::webhook_attempts, r.webhook_attempts);
+  f(field::webhook_last, r.webhook_last);
+}
 
 }  // namespace
 
 Fields JobRecord::to_fields() const {
   Fields out;
-  for (const auto& [name, member] : kMembers)
-    if (!(this->*member).empty()) out.emplace_back(std::string(name), this->*member);
+  for_each_field(*this, [&](std::string_view name, const auto& value) {
+    std::string text = encode(value);
+    // webhook_attempts stays absent until the first attempt (the job JSON shows no webhook).
+    if (name == field::webhook_attempts && text == "0") text.clear();
+    if (!text.empty()) out.emplace_back(std::string(name), std::move(text));
+  });
   return out;
 }
 
 JobRecord JobRecord::from_fields(const Fields& fields) {
   JobRecord r;
   for (const auto& [k, v] : fields)
-    for (const auto& [name, member] : kMembers)
-      if (name == k) r.*member = v;
+    for_each_field(r, [&](std::string_view name, auto& member) {
+      if (name == k) decode(name, v, member);
+    });
   return r;
 }
 

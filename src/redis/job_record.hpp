@@ -1,8 +1,14 @@
 #pragma once
-// The job record `job:<id>` (a Redis hash). Field names are SPEC §3's, defined once here; operators
-// read them with `redis-cli HGETALL job:<id>`, so they never change.
+// The job record `job:<id>` (a Redis hash), typed. Field names are SPEC §3's, defined once here;
+// operators read them with `redis-cli HGETALL job:<id>`, so they never change, and neither does
+// how values are written: numbers in decimal, flags as "1" (absent when false), times as
+// RFC 3339 UTC with milliseconds. Lua steps write some fields themselves (status, started_at,
+// attempts...), in the same forms.
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -51,21 +57,40 @@ inline bool is_terminal(JobStatus s) {
 }
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
+using WallTime = std::chrono::system_clock::time_point;
 
-// Every field is a string, as stored; empty means absent (HSET never writes empty values).
+// A stored value that does not parse as its field's type: a record written by something other
+// than Relay's steps (a surprise, answered 500 where it is caught).
+class RecordError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct JobRecord {
-  std::string id, service_type, model, operation, status, tenant;
-  std::string input_key, input_filename, input_content_type, input_size, result_key;
-  std::string result_content_type;
-  std::string params, callback_url, priority, attempts;
+  std::string id, service_type, model, operation;
+  JobStatus status = JobStatus::pending;
+  std::string tenant;
+  std::string input_key, input_filename, input_content_type;
+  std::uint64_t input_size = 0;
+  std::string result_key, result_content_type;
+  std::string params;  // JSON object text, as the client sent it (numbers kept verbatim)
+  std::string callback_url;
+  bool priority = false;
+  std::int64_t attempts = 0;  // times a relay crashed holding it (the reaper counts)
   std::string error_code, error_message;
-  std::string created_at, started_at, finished_at;
-  std::string holder, key_id, cancel_requested, timings;
-  std::string webhook_status, webhook_attempts, webhook_last;
+  std::optional<WallTime> created_at, started_at, finished_at;
+  std::string holder;  // the relay holding it while processing
+  std::string key_id;  // the encryption key of its input (empty: not encrypted)
+  bool cancel_requested = false;
+  std::string timings;  // JSON object text, written by the relay
+  std::string webhook_status, webhook_last;
+  std::int64_t webhook_attempts = 0;
 
+  // Absent values (empty strings, false flags, unset times, a zero webhook_attempts) are left
+  // out: HSET never writes an empty value. input_size and attempts are always written.
   Fields to_fields() const;
+  // Unknown fields are ignored; a value that does not parse throws RecordError.
   static JobRecord from_fields(const Fields& fields);
-  std::optional<JobStatus> parsed_status() const { return parse_status(status); }
 };
 
 }  // namespace relay

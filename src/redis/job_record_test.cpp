@@ -4,61 +4,108 @@
 
 #include <set>
 
+#include "common/time.hpp"
+
 namespace relay {
 namespace {
 
-TEST(JobRecord, FieldsRoundTripAndEmptyOnesAreOmitted) {
+JobRecord full_record() {
+  JobRecord r;
+  r.id = "0b5e2c1e-8c1a-4f4e-9d6a-0d6f1c2b3a4d";
+  r.service_type = "ocr";
+  r.model = "m1";
+  r.operation = "read";
+  r.status = JobStatus::completed;
+  r.tenant = "acme";
+  r.input_key = "ocr/x/input";
+  r.input_filename = "scan.tiff";
+  r.input_content_type = "image/tiff";
+  r.input_size = 12'345'678'901;
+  r.result_key = "ocr/x/result.json";
+  r.result_content_type = "text/plain";
+  r.params = R"({"lang":"en","dpi":300.50})";
+  r.callback_url = "https://hooks.example/x";
+  r.priority = true;
+  r.attempts = 2;
+  r.error_code = "model_error";
+  r.error_message = "boom";
+  r.created_at = *parse_rfc3339("2026-11-30T12:00:00.001Z");
+  r.started_at = *parse_rfc3339("2026-11-30T12:00:01.500Z");
+  r.finished_at = *parse_rfc3339("2026-11-30T12:00:09.999Z");
+  r.holder = "relay-7";
+  r.key_id = "k2";
+  r.cancel_requested = true;
+  r.timings = R"({"total_ms":8499.000})";
+  r.webhook_status = "delivered";
+  r.webhook_attempts = 3;
+  r.webhook_last = R"({"status":200})";
+  return r;
+}
+
+std::map<std::string, std::string> as_map(const Fields& f) {
+  return {f.begin(), f.end()};
+}
+
+TEST(JobRecord, EveryFieldRoundTripsThroughItsStoredForm) {
+  const JobRecord r = full_record();
+  const Fields stored = r.to_fields();
+  const auto back = JobRecord::from_fields(stored);
+  EXPECT_EQ(as_map(back.to_fields()), as_map(stored));
+  EXPECT_EQ(back.status, JobStatus::completed);
+  EXPECT_EQ(back.input_size, 12'345'678'901u);
+  EXPECT_TRUE(back.priority);
+  EXPECT_EQ(back.attempts, 2);
+  EXPECT_EQ(back.created_at, r.created_at);
+  EXPECT_EQ(back.finished_at, r.finished_at);
+  EXPECT_TRUE(back.cancel_requested);
+  EXPECT_EQ(back.webhook_attempts, 3);
+  EXPECT_EQ(back.params, r.params) << "params are kept as the client wrote them";
+}
+
+// What operators read with HGETALL, and what the Lua steps write: these forms never change.
+TEST(JobRecord, StoresValuesInTheirDocumentedForms) {
+  const auto m = as_map(full_record().to_fields());
+  EXPECT_EQ(m.at("status"), "completed");
+  EXPECT_EQ(m.at("input_size"), "12345678901");
+  EXPECT_EQ(m.at("priority"), "1");
+  EXPECT_EQ(m.at("cancel_requested"), "1");
+  EXPECT_EQ(m.at("attempts"), "2");
+  EXPECT_EQ(m.at("created_at"), "2026-11-30T12:00:00.001Z");
+  EXPECT_EQ(m.at("webhook_attempts"), "3");
+}
+
+TEST(JobRecord, AbsentValuesAreLeftOutButSizesAndAttemptsAreAlwaysWritten) {
   JobRecord r;
   r.id = "x";
-  r.status = "pending";
-  r.timings = R"({"total":1})";
-  auto f = r.to_fields();
-  EXPECT_EQ(f.size(), 3u);
-  auto back = JobRecord::from_fields(f);
-  EXPECT_EQ(back.id, "x");
-  EXPECT_EQ(back.timings, r.timings);
-  EXPECT_TRUE(back.error_code.empty());
+  const auto m = as_map(r.to_fields());
+  EXPECT_EQ(m, (std::map<std::string, std::string>{
+                   {"id", "x"}, {"status", "pending"}, {"input_size", "0"}, {"attempts", "0"}}));
+  const auto back = JobRecord::from_fields(r.to_fields());
+  EXPECT_FALSE(back.priority);
+  EXPECT_FALSE(back.created_at);
+  EXPECT_EQ(back.webhook_attempts, 0);
+}
+
+TEST(JobRecord, AValueThatDoesNotParseIsAnError) {
+  EXPECT_THROW(JobRecord::from_fields({{"status", "done"}}), RecordError);
+  EXPECT_THROW(JobRecord::from_fields({{"input_size", "12kb"}}), RecordError);
+  EXPECT_THROW(JobRecord::from_fields({{"input_size", "-1"}}), RecordError);
+  EXPECT_THROW(JobRecord::from_fields({{"attempts", ""}}), RecordError);
+  EXPECT_THROW(JobRecord::from_fields({{"created_at", "yesterday"}}), RecordError);
+  // Fields it does not know (a newer version's) are not its business.
+  EXPECT_EQ(JobRecord::from_fields({{"id", "x"}, {"future_field", "?"}}).id, "x");
 }
 
 TEST(JobRecord, UsesExactlyTheSpecFieldNames) {
-  JobRecord r;
-  for (auto* m : {&r.id,
-                  &r.service_type,
-                  &r.model,
-                  &r.operation,
-                  &r.status,
-                  &r.tenant,
-                  &r.input_key,
-                  &r.input_filename,
-                  &r.input_content_type,
-                  &r.input_size,
-                  &r.result_key,
-                  &r.params,
-                  &r.callback_url,
-                  &r.priority,
-                  &r.attempts,
-                  &r.error_code,
-                  &r.error_message,
-                  &r.created_at,
-                  &r.started_at,
-                  &r.finished_at,
-                  &r.holder,
-                  &r.key_id,
-                  &r.cancel_requested,
-                  &r.timings,
-                  &r.webhook_status,
-                  &r.webhook_attempts,
-                  &r.webhook_last})
-    *m = "v";
   std::set<std::string> names;
-  for (auto& [k, v] : r.to_fields()) names.insert(k);
-  std::set<std::string> spec{"id", "service_type", "model", "operation", "status", "tenant",
-                             "input_key", "input_filename", "input_content_type", "input_size",
-                             "result_key", "params", "callback_url", "priority", "attempts",
-                             "error_code", "error_message", "created_at", "started_at",
-                             "finished_at", "holder", "key_id", "cancel_requested", "timings",
-                             // the gateway's webhook bookkeeping, beside SPEC §3's fields:
-                             "webhook_status", "webhook_attempts", "webhook_last"};
+  for (auto& [k, v] : full_record().to_fields()) names.insert(k);
+  std::set<std::string> spec{
+      "id", "service_type", "model", "operation", "status", "tenant", "input_key", "input_filename",
+      "input_content_type", "input_size", "result_key", "result_content_type", "params",
+      "callback_url", "priority", "attempts", "error_code", "error_message", "created_at",
+      "started_at", "finished_at", "holder", "key_id", "cancel_requested", "timings",
+      // the gateway's webhook bookkeeping, beside SPEC §3's fields:
+      "webhook_status", "webhook_attempts", "webhook_last"};
   EXPECT_EQ(names, spec);
 }
 

@@ -92,17 +92,18 @@ HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string&
   return {as_integer(r->element[0]) == 1, as_integer(r->element[1]) == 1};
 }
 
-FinishOutcome JobStore::finish(const std::string& model, const std::string& id,
-                               const std::string& token, JobStatus status, const Fields& fields,
-                               const std::string& payload,
+FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
                                std::optional<std::string>* next_pending) {
+  const std::string& model = c.model;
+  const std::string& id = c.job_id;
   std::vector<std::string> args{id,
                                 token,
-                                std::string(to_string(status)),
+                                std::string(to_string(c.status)),
                                 keys_.completed_channel(model),
-                                payload,
+                                c.payload(),
                                 std::to_string(kEventsMaxLen)};
-  for (const auto& [k, v] : fields) {
+  for (auto& [k, v] : c.fields()) {
+    if (k == field::status) continue;  // ARGV[3]
     args.push_back(k);
     args.push_back(v);
   }
@@ -132,15 +133,24 @@ bool JobStore::give_back(const std::string& model, const std::string& id,
   return as_integer(r.get()) == 1;
 }
 
-std::string JobStore::cancel(const std::string& model, const std::string& id) {
-  std::string now = format_rfc3339(wall_now());
-  std::string payload = R"({"job_id":")" + id + R"(","status":"cancelled","model":")" + model +
-                        R"(","finished_at":")" + now + "\"}";
+CancelOutcome JobStore::cancel(const std::string& model, const std::string& service_type,
+                               const std::string& id) {
+  Completion c;
+  c.job_id = id;
+  c.model = model;
+  c.service_type = service_type;
+  c.status = JobStatus::cancelled;
+  c.finished_at = wall_now();
   auto r =
       conn_.eval(lua::cancel, {keys_.job(model, id), keys_.pending(model), keys_.events(model)},
-                 {id, now, keys_.completed_channel(model), keys_.cancel_channel(model),
-                  std::to_string(kEventsMaxLen), payload});
-  return as_string(r.get());
+                 {id, format_rfc3339(c.finished_at), keys_.completed_channel(model),
+                  keys_.cancel_channel(model), std::to_string(kEventsMaxLen), c.payload()});
+  const std::string tag = as_string(r.get());
+  if (tag == "cancelled") return CancelOutcome::cancelled;
+  if (tag == "requested") return CancelOutcome::requested;
+  if (tag == "terminal") return CancelOutcome::terminal;
+  if (tag == "missing") return CancelOutcome::missing;
+  throw ReplyError("cancel: unexpected reply " + tag);
 }
 
 std::string JobStore::webhook_id(const std::string& job_id) {
@@ -253,15 +263,33 @@ bool JobStore::requeue_deadletter(const std::string& model, const std::string& i
   return as_integer(r.get()) == 1;
 }
 
-std::string JobStore::reap(const std::string& model, const std::string& id,
+ReapOutcome JobStore::reap(const std::string& model, const std::string& id,
                            std::chrono::milliseconds grace, long long max_attempts) {
+  Completion c;
+  c.job_id = id;
+  c.model = model;
+  c.status = JobStatus::failed;
+  c.finished_at = wall_now();
+  c.error_code = "dead_lettered";
   auto r = conn_.eval(
       lua::reap,
       {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id), keys_.pending(model),
        keys_.deadletter(model), keys_.suspects(model), keys_.events(model)},
-      {id, std::to_string(grace.count()), std::to_string(max_attempts), format_rfc3339(wall_now()),
-       keys_.completed_channel(model), std::to_string(kEventsMaxLen)});
-  return as_string(r.get());
+      {id, std::to_string(grace.count()), std::to_string(max_attempts),
+       format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen)});
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("reap: unexpected reply");
+  const std::string tag = as_string(r->element[0]);
+  if (tag == "alive") return ReapOutcome::alive;
+  if (tag == "gone") return ReapOutcome::gone;
+  if (tag == "marked") return ReapOutcome::marked;
+  if (tag == "waiting") return ReapOutcome::waiting;
+  if (tag == "requeued") return ReapOutcome::requeued;
+  if (tag != "deadlettered" || r->elements < 2) throw ReplyError("reap: unexpected reply " + tag);
+  // The transition is durable (record, events stream); its live signal follows, built here with
+  // the record's service type the step returned.
+  c.service_type = as_string(r->element[1]);
+  conn_.command({"PUBLISH", keys_.completed_channel(model), c.payload()});
+  return ReapOutcome::deadlettered;
 }
 
 std::vector<std::string> JobStore::list(const std::string& key) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "redis/completion.hpp"
 #include "redis/connection.hpp"
 #include "redis/job_record.hpp"
 #include "redis/keys.hpp"
@@ -26,6 +27,12 @@ struct HeartbeatResult {
 };
 
 enum class FinishOutcome { ok, terminal, lease_lost, missing };
+// See lua/cancel.lua: cancelled at once (it was pending), requested (the relay stops it), or
+// nothing changed (already terminal, or no such job).
+enum class CancelOutcome { cancelled, requested, terminal, missing };
+// See lua/reap.lua: the id has a lease; it left processing; first seen lease-less; seen within
+// the grace period; back in pending; dead-lettered.
+enum class ReapOutcome { alive, gone, marked, waiting, requeued, deadlettered };
 
 struct QueueDepth {
   long long pending = 0, processing = 0, deadletter = 0;
@@ -60,16 +67,17 @@ class JobStore {
                     std::chrono::milliseconds lease_ttl);
   HeartbeatResult heartbeat(const std::string& model, const std::string& id,
                             const std::string& token, std::chrono::milliseconds lease_ttl);
-  // next_pending (when given and ok): the id then at the head of pending, for take()'s hint.
-  FinishOutcome finish(const std::string& model, const std::string& id, const std::string& token,
-                       JobStatus status, const Fields& fields, const std::string& payload,
+  // The relay's last step (lua/finish.lua), fenced by its lease token. next_pending (when given
+  // and ok): the id then at the head of pending, for take()'s hint.
+  FinishOutcome finish(const Completion& c, const std::string& token,
                        std::optional<std::string>* next_pending = nullptr);
   bool give_back(const std::string& model, const std::string& id, const std::string& token);
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
 
-  // Cancel (gateway): "cancelled", "requested", "terminal" or "missing"; see lua/cancel.lua.
-  std::string cancel(const std::string& model, const std::string& id);
+  // Cancel (gateway); see lua/cancel.lua.
+  CancelOutcome cancel(const std::string& model, const std::string& service_type,
+                       const std::string& id);
 
   // Completion consumer (gateway): schedules the job's webhook, once per transition. Returns
   // false when the job has no callback_url or the webhook was scheduled already.
@@ -105,8 +113,8 @@ class JobStore {
   // Operators: a dead-lettered job back into pending; false when it is not dead-lettered.
   bool requeue_deadletter(const std::string& model, const std::string& id);
 
-  // Reaper (gateway): one id of the processing list; see lua/reap.lua for the outcomes.
-  std::string reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
+  // Reaper (gateway): one id of the processing list; see lua/reap.lua.
+  ReapOutcome reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
                    long long max_attempts);
   std::vector<std::string> list(const std::string& key);
   std::vector<std::string> hash_keys(const std::string& key);

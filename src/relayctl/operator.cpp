@@ -70,8 +70,7 @@ int queues(const Options& o) {
     double age = 0;
     if (q.oldest_pending)
       if (auto rec = db.store.get(m, *q.oldest_pending))
-        if (auto t = parse_rfc3339(rec->created_at))
-          age = std::chrono::duration<double>(wall_now() - *t).count();
+        if (auto t = rec->created_at) age = std::chrono::duration<double>(wall_now() - *t).count();
     out.push_back(boost::json::object{{"model", m},
                                       {"pending", q.pending},
                                       {"processing", q.processing},
@@ -139,15 +138,13 @@ int enqueue(const Options& o) {
   r.service_type = o.service_type;
   r.model = o.model;
   r.operation = o.operation;
-  r.status = "pending";
   r.input_key = input_object_key(o.service_type, r.id);
   r.input_filename = std::filesystem::path(o.file).filename().string();
   r.input_content_type = guess_content_type(o.file);
-  r.input_size = std::to_string(std::filesystem::file_size(o.file));
+  r.input_size = std::filesystem::file_size(o.file);
   if (!p.empty()) r.params = boost::json::serialize(p);
-  if (o.priority) r.priority = "1";
-  r.attempts = "0";
-  r.created_at = format_rfc3339(wall_now());
+  r.priority = o.priority;
+  r.created_at = wall_now();
   FileSource src(o.file);
   objects->put(r.input_key, src, {});  // input first: a record never points at nothing
   if (!db.store.submit(r, o.priority)) throw std::runtime_error("job id collision");

@@ -89,11 +89,10 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
                   const crypto::Encryption& enc, const JobRecord& job, JobControl& control) {
   const auto start = Clock::now();
   Timings timings;
-  if (auto created = parse_rfc3339(job.created_at)) {
-    if (auto started = parse_rfc3339(job.started_at))
-      timings.set("queue_wait",
-                  std::chrono::duration<double, std::milli>(*started - *created).count());
-  }
+  if (job.created_at && job.started_at)
+    timings.set(
+        "queue_wait",
+        std::chrono::duration<double, std::milli>(*job.started_at - *job.created_at).count());
   double download_ms = 0;
   Stage stage = Stage::prepare;
   JobResult result;
@@ -131,8 +130,7 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     // model is even contacted, so a wrong key, a wrong job binding or a damaged start never
     // reaches it. A segment that fails later aborts the request mid-body (the model sees the
     // connection drop, never a complete request).
-    std::optional<std::uint64_t> plain_size;
-    if (!job.input_size.empty()) plain_size = std::stoull(job.input_size);
+    std::optional<std::uint64_t> plain_size = job.input_size;
     std::unique_ptr<crypto::DecryptingSource> decrypting;
     std::unique_ptr<crypto::PrimedSource> primed;
     ByteSource* plaintext = &downloaded;

@@ -223,7 +223,7 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     current_ = &control;
     current_id_ = job_id;
   }
-  if (job.cancel_requested == "1") control.stop(StopReason::cancelled);
+  if (job.cancel_requested) control.stop(StopReason::cancelled);
   if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);
 
   JobResult result;
@@ -243,7 +243,6 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   }
 
   // The last step: one script writes the outcome (or gives the job back).
-  const std::string finished_at = format_rfc3339(wall_now());
   std::string outcome;
   if (result.disposition == Disposition::given_back) {
     bool ok = redis::with_retry(conn, retry_for, {}, [&](redis::Connection& c) {
@@ -253,27 +252,19 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   } else if (result.disposition == Disposition::abandoned) {
     outcome = "lease_lost";
   } else {
-    JobStatus status = result.disposition == Disposition::completed   ? JobStatus::completed
-                       : result.disposition == Disposition::cancelled ? JobStatus::cancelled
-                                                                      : JobStatus::failed;
-    Fields fields{{std::string(field::finished_at), finished_at},
-                  {std::string(field::timings), result.timings.json()}};
-    boost::json::object payload{{"job_id", job_id},
-                                {"status", to_string(status)},
-                                {"service_type", job.service_type},
-                                {"model", cfg_.model},
-                                {"finished_at", finished_at}};
-    if (status == JobStatus::completed) {
-      fields.emplace_back(field::result_key, result.result_key);
-      if (!result.result_content_type.empty())
-        fields.emplace_back(field::result_content_type, result.result_content_type);
-      payload["result_key"] = result.result_key;
-    }
-    if (status == JobStatus::failed) {
-      fields.emplace_back(field::error_code, result.error_code);
-      fields.emplace_back(field::error_message, result.error_message.substr(0, 2048));
-      payload["error_code"] = result.error_code;
-    }
+    const redis::Completion completion{
+        .job_id = job_id,
+        .model = cfg_.model,
+        .service_type = job.service_type,
+        .status = result.disposition == Disposition::completed   ? JobStatus::completed
+                  : result.disposition == Disposition::cancelled ? JobStatus::cancelled
+                                                                 : JobStatus::failed,
+        .finished_at = wall_now(),
+        .result_key = result.result_key,
+        .result_content_type = result.result_content_type,
+        .error_code = result.error_code,
+        .error_message = result.error_message,
+        .timings = result.timings.json()};
     // A retried finish may find the job terminal by its own first attempt (the reply was lost,
     // or too few replicas acknowledged it in time): the lease was ours until then, so nobody
     // else could have ended it — that is this outcome, written.
@@ -282,15 +273,14 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
         conn, retry_for, {},
         [&](redis::Connection& c) {
           redis::JobStore store(c, keys);
-          auto f = store.finish(cfg_.model, job_id, token, status, fields,
-                                boost::json::serialize(payload), &next_pending_);
+          auto f = store.finish(completion, token, &next_pending_);
           if (f == redis::FinishOutcome::ok || (retried && f == redis::FinishOutcome::terminal))
             store.require_replicas(cfg_.redis.wait_replicas);
           return f;
         },
         [&](int) { retried = true; });
     if (retried && fin == redis::FinishOutcome::terminal) fin = redis::FinishOutcome::ok;
-    outcome = fin == redis::FinishOutcome::ok ? std::string(to_string(status))
+    outcome = fin == redis::FinishOutcome::ok ? std::string(to_string(completion.status))
                                               : std::string(redis::to_string(fin));
   }
 

@@ -19,6 +19,7 @@
 
 #include "common/hex.hpp"
 #include "common/job_id.hpp"
+#include "common/time.hpp"
 #include "harness.hpp"
 #include "http_client.hpp"
 #include "redis/job_store.hpp"
@@ -195,7 +196,7 @@ TEST_F(GatewayTest, RawBodyWithQueryOptions) {
   EXPECT_EQ(rec->operation, "transcribe");
   EXPECT_EQ(rec->input_filename, "a.wav");
   EXPECT_EQ(rec->input_content_type, "audio/wav");
-  EXPECT_EQ(rec->input_size, "5000");
+  EXPECT_EQ(rec->input_size, 5000u);
   EXPECT_EQ(rec->params, R"({"k":1})");
 }
 
@@ -338,7 +339,8 @@ TEST_F(GatewayTest, ApiKeysAndTenantIsolation) {
   EXPECT_EQ(http("GET", url("/jobs/echo/" + id), {"X-API-Key: key-b"}).status, 404);
   EXPECT_EQ(http("DELETE", url("/jobs/echo/" + id), {"Authorization: Bearer key-b"}).status, 404);
   EXPECT_EQ(str(job(id), "status"), "") << "no key, no job";
-  EXPECT_EQ(store_.get("m1", id)->status, "pending") << "tenant b's cancel changed nothing";
+  EXPECT_EQ(store_.get("m1", id)->status, JobStatus::pending)
+      << "tenant b's cancel changed nothing";
   EXPECT_EQ(http("GET", url("/healthz")).status, 200) << "probes need no key";
 }
 
@@ -761,20 +763,21 @@ TEST_F(GatewayTest, TheDequeueToLeaseWindowIsNeverReaped) {
     r.id = new_job_id();
     r.service_type = "echo";
     r.model = "m1";
-    r.status = "pending";
-    r.created_at = "2026-11-30T00:00:00.000Z";
+    r.created_at = parse_rfc3339("2026-11-30T00:00:00.000Z");
     store_.submit(r, false);
     return r.id;
   }();
   ASSERT_EQ(store_.pop("m1", 1s), id);  // the relay's BLMOVE; no lease yet
-  EXPECT_EQ(store_.reap("m1", id, 10s, 3), "marked") << "first lease-less sighting";
-  EXPECT_EQ(store_.reap("m1", id, 10s, 3), "waiting") << "second sighting within the grace";
+  using redis::ReapOutcome;
+  EXPECT_EQ(store_.reap("m1", id, 10s, 3), ReapOutcome::marked) << "first lease-less sighting";
+  EXPECT_EQ(store_.reap("m1", id, 10s, 3), ReapOutcome::waiting)
+      << "second sighting within the grace";
   EXPECT_EQ(list(keys_.processing("m1")), std::vector<std::string>{id});
   // The relay takes its lease: the mark is dropped, the job is alive.
   ASSERT_EQ(store_.begin("m1", id, "tok", 5s).outcome, redis::BeginOutcome::ok);
-  EXPECT_EQ(store_.reap("m1", id, 0s, 3), "alive");
+  EXPECT_EQ(store_.reap("m1", id, 0s, 3), ReapOutcome::alive);
   EXPECT_TRUE(store_.hash_keys(keys_.suspects("m1")).empty());
-  EXPECT_EQ(store_.get("m1", id)->status, "processing");
+  EXPECT_EQ(store_.get("m1", id)->status, JobStatus::processing);
   // And with the real loop running beside a real relay, jobs keep completing un-reaped.
   start_gateway({{"RELAY_GC_REAP_GRACE", "0ms"}});
   InferenceServer inference;
@@ -784,8 +787,8 @@ TEST_F(GatewayTest, TheDequeueToLeaseWindowIsNeverReaped) {
   ASSERT_EQ(relay->wait_exit(30s), 0);
   for (auto& j : ids) {
     auto rec = store_.get("m1", j);
-    EXPECT_EQ(rec->status, "completed");
-    EXPECT_EQ(rec->attempts, "0") << "never reaped";
+    EXPECT_EQ(rec->status, JobStatus::completed);
+    EXPECT_EQ(rec->attempts, 0) << "never reaped";
   }
 }
 
@@ -887,11 +890,10 @@ TEST_F(WebhookTest, EventsADeadReplicaLeftUnacknowledgedAreClaimed) {
     r.id = new_job_id();
     r.service_type = "echo";
     r.model = "m1";
-    r.status = "pending";
     r.tenant = "default";
     r.input_key = input_object_key("echo", r.id);
     r.callback_url = receiver.url();
-    r.created_at = "2026-11-30T00:00:00.000Z";
+    r.created_at = parse_rfc3339("2026-11-30T00:00:00.000Z");
     std::filesystem::create_directories(files_.path() + "/echo/" + r.id);
     std::ofstream(files_.path() + "/" + r.input_key) << "input";
     store_.submit(r, false);

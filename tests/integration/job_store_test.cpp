@@ -14,10 +14,22 @@ JobRecord pending_job(const std::string& model) {
   r.id = new_job_id();
   r.service_type = "svc";
   r.model = model;
-  r.status = "pending";
   r.input_key = "svc/" + r.id + "/input";
-  r.created_at = "2026-11-30T00:00:00.000Z";
+  r.created_at = parse_rfc3339("2026-11-30T00:00:00.000Z");
   return r;
+}
+
+// The relay's last step for r.
+redis::Completion ending(const JobRecord& r, JobStatus status) {
+  redis::Completion c;
+  c.job_id = r.id;
+  c.model = r.model;
+  c.service_type = r.service_type;
+  c.status = status;
+  c.finished_at = *parse_rfc3339("2026-11-30T00:00:01.000Z");
+  c.result_key = "x";
+  c.error_code = "x";
+  return c;
 }
 
 TEST_F(JobStoreTest, SubmitWritesRecordAndQueueTogetherAndRefusesADuplicateId) {
@@ -25,7 +37,7 @@ TEST_F(JobStoreTest, SubmitWritesRecordAndQueueTogetherAndRefusesADuplicateId) {
   ASSERT_TRUE(store_.submit(r, false));
   EXPECT_EQ(list(keys_.pending(model_)), std::vector<std::string>{r.id});
   EXPECT_EQ(status(r.id), "pending");
-  r.status = "completed";
+  r.status = JobStatus::completed;
   EXPECT_FALSE(store_.submit(r, false));
   EXPECT_EQ(status(r.id), "pending") << "a duplicate id changes nothing";
   EXPECT_EQ(list(keys_.pending(model_)).size(), 1u);
@@ -37,7 +49,7 @@ TEST_F(JobStoreTest, BeginTakesLeaseAndMarksProcessing) {
   ASSERT_EQ(store_.pop(model_, 1s), r.id);
   auto b = store_.begin(model_, r.id, "tok-1", 5s);
   ASSERT_EQ(b.outcome, redis::BeginOutcome::ok);
-  EXPECT_EQ(b.record.status, "processing");
+  EXPECT_EQ(b.record.status, JobStatus::processing);
   EXPECT_EQ(b.record.holder, "tok-1");
   EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, r.id)}).get()), "tok-1");
   auto ttl = redis::as_integer(conn_.command({"PTTL", keys_.lease(model_, r.id)}).get());
@@ -70,8 +82,7 @@ TEST_F(JobStoreTest, FinishWithAStaleTokenWritesNothing) {
   store_.begin(model_, r.id, "old-holder", 5s);
   // The job was reaped and taken by another relay.
   conn_.command({"SET", keys_.lease(model_, r.id), "new-holder"});
-  auto out =
-      store_.finish(model_, r.id, "old-holder", JobStatus::completed, {{"result_key", "x"}}, "{}");
+  auto out = store_.finish(ending(r, JobStatus::completed), "old-holder");
   EXPECT_EQ(out, redis::FinishOutcome::lease_lost);
   EXPECT_EQ(status(r.id), "processing");
   EXPECT_TRUE(record(r.id).result_key.empty());
@@ -86,19 +97,20 @@ TEST_F(JobStoreTest, TerminalStatesNeverChange) {
   store_.submit(r, false);
   store_.pop(model_, 1s);
   store_.begin(model_, r.id, "tok", 5s);
-  ASSERT_EQ(store_.finish(model_, r.id, "tok", JobStatus::completed, {{"finished_at", "T1"}}, "{}"),
-            redis::FinishOutcome::ok);
+  const auto first = ending(r, JobStatus::completed);
+  ASSERT_EQ(store_.finish(first, "tok"), redis::FinishOutcome::ok);
   EXPECT_EQ(events_count(), 1);
   // A late duplicate of the last step, a late give-back and a late begin: all no-ops.
   conn_.command({"SET", keys_.lease(model_, r.id), "tok"});
-  EXPECT_EQ(store_.finish(model_, r.id, "tok", JobStatus::failed, {{"finished_at", "T2"}}, "{}"),
-            redis::FinishOutcome::terminal);
+  auto late = ending(r, JobStatus::failed);
+  late.finished_at += std::chrono::seconds(1);
+  EXPECT_EQ(store_.finish(late, "tok"), redis::FinishOutcome::terminal);
   EXPECT_FALSE(store_.give_back(model_, r.id, "tok"));
   conn_.command({"RPUSH", keys_.processing(model_), r.id});
   EXPECT_EQ(store_.begin(model_, r.id, "tok2", 5s).outcome, redis::BeginOutcome::terminal);
   auto rec = record(r.id);
-  EXPECT_EQ(rec.status, "completed");
-  EXPECT_EQ(rec.finished_at, "T1");
+  EXPECT_EQ(rec.status, JobStatus::completed);
+  EXPECT_EQ(rec.finished_at, first.finished_at);
   EXPECT_EQ(rec.holder, "tok");
   EXPECT_EQ(events_count(), 1);
   EXPECT_TRUE(list(keys_.pending(model_)).empty());
@@ -136,9 +148,62 @@ TEST_F(JobStoreTest, HashTagKeysWorkForEveryStep) {
   ASSERT_EQ(store.pop(model_, 1s), r.id);
   ASSERT_EQ(store.begin(model_, r.id, "t", 5s).outcome, redis::BeginOutcome::ok);
   EXPECT_TRUE(exists("pfx:relay:{m1}:lease:" + r.id));
-  EXPECT_EQ(store.finish(model_, r.id, "t", JobStatus::failed, {{"error_code", "x"}}, "{}"),
-            redis::FinishOutcome::ok);
+  EXPECT_EQ(store.finish(ending(r, JobStatus::failed), "t"), redis::FinishOutcome::ok);
   EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", "pfx:jobs:{m1}:events"}).get()), 1);
+}
+
+// The three writers of a terminal state — the relay's finish, the cancel of a pending job and
+// the reaper's dead letter — publish the same documented payload (redis/completion.hpp), and
+// it agrees with the record each wrote.
+TEST_F(JobStoreTest, EveryTerminalWriterPublishesTheDocumentedCompletion) {
+  auto sub = redis_.connect();
+  sub.append({"SUBSCRIBE", keys_.completed_channel(model_)});
+  sub.read_reply();
+  auto next = [&] {
+    auto msg = sub.read_reply();
+    EXPECT_EQ(msg->elements, 3u);
+    auto c = redis::Completion::from_payload(redis::as_string(msg->element[2]));
+    EXPECT_TRUE(c) << redis::as_string(msg->element[2]);
+    return c.value_or(redis::Completion{});
+  };
+
+  auto finished = pending_job(model_);
+  store_.submit(finished, false);
+  store_.pop(model_, 1s);
+  store_.begin(model_, finished.id, "tok", 5s);
+  ASSERT_EQ(store_.finish(ending(finished, JobStatus::completed), "tok"), redis::FinishOutcome::ok);
+  auto c = next();
+  EXPECT_EQ(c.job_id, finished.id);
+  EXPECT_EQ(c.status, JobStatus::completed);
+  EXPECT_EQ(c.service_type, "svc");
+  EXPECT_EQ(c.model, model_);
+  EXPECT_EQ(c.result_key, "x");
+  EXPECT_EQ(c.finished_at, record(finished.id).finished_at);
+
+  auto cancelled = pending_job(model_);
+  store_.submit(cancelled, false);
+  ASSERT_EQ(store_.cancel(model_, "svc", cancelled.id), redis::CancelOutcome::cancelled);
+  c = next();
+  EXPECT_EQ(c.job_id, cancelled.id);
+  EXPECT_EQ(c.status, JobStatus::cancelled);
+  EXPECT_EQ(c.service_type, "svc");
+  EXPECT_EQ(c.finished_at, record(cancelled.id).finished_at);
+
+  auto dead = pending_job(model_);
+  store_.submit(dead, false);
+  store_.pop(model_, 1s);  // taken, never leased: a relay that died at once
+  EXPECT_EQ(store_.reap(model_, dead.id, 0ms, 1), redis::ReapOutcome::marked);
+  EXPECT_EQ(store_.reap(model_, dead.id, 0ms, 1), redis::ReapOutcome::deadlettered);
+  c = next();
+  EXPECT_EQ(c.job_id, dead.id);
+  EXPECT_EQ(c.status, JobStatus::failed);
+  EXPECT_EQ(c.error_code, "dead_lettered");
+  EXPECT_EQ(c.service_type, "svc");
+  EXPECT_EQ(c.model, model_);
+  auto rec = record(dead.id);
+  EXPECT_EQ(rec.error_code, "dead_lettered");
+  EXPECT_EQ(c.finished_at, rec.finished_at);
+  EXPECT_EQ(events_count(), 3);
 }
 
 }  // namespace
@@ -157,7 +222,7 @@ TEST_F(JobStoreTest, TakeMovesLeasesAndMarksInOneStepSkippingStaleEntries) {
   auto taken = store_.take(model_, "tok", 5s);
   ASSERT_TRUE(taken.has_value());
   EXPECT_EQ(taken->first, live.id);
-  EXPECT_EQ(taken->second.status, "processing");
+  EXPECT_EQ(taken->second.status, JobStatus::processing);
   EXPECT_EQ(taken->second.holder, "tok");
   EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, live.id)}).get()), "tok");
   EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{live.id})

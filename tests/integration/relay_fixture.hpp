@@ -95,15 +95,13 @@ class RelayTest : public ::testing::Test {
     r.service_type = "svc";
     r.model = model_;
     r.operation = o.operation;
-    r.status = "pending";
     r.input_key = input_object_key(r.service_type, r.id);
     r.input_filename = o.filename;
     r.input_content_type = o.content_type;
-    if (auto n = o.size ? o.size : input.size()) r.input_size = std::to_string(*n);
+    if (auto n = o.size ? o.size : input.size()) r.input_size = *n;
     r.params = o.params;
-    r.priority = o.priority ? "1" : "";
-    r.attempts = "0";
-    r.created_at = format_now();
+    r.priority = o.priority;
+    r.created_at = wall_now();
     if (o.upload_input) storage.put(r.input_key, input, {});
     EXPECT_TRUE(store.submit(r, o.priority));
     return r.id;
@@ -113,7 +111,11 @@ class RelayTest : public ::testing::Test {
     auto r = store_.get(model_, id);
     return r ? *r : JobRecord{};
   }
-  std::string status(const std::string& id) { return record(id).status; }
+  // "" when there is no such job.
+  std::string status(const std::string& id) {
+    auto r = store_.get(model_, id);
+    return r ? std::string(to_string(r->status)) : std::string();
+  }
 
   std::vector<std::string> list(const std::string& key) {
     auto r = conn_.command({"LRANGE", key, "0", "-1"});
@@ -142,8 +144,6 @@ class RelayTest : public ::testing::Test {
   long long events_count() {
     return redis::as_integer(conn_.command({"XLEN", keys_.events(model_)}).get());
   }
-
-  static std::string format_now() { return format_rfc3339(wall_now()); }
 
   RedisServer redis_;
   TempDir files_, logs_;

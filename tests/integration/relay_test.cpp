@@ -50,10 +50,10 @@ TEST_F(RelayTest, HappyPathOnFilesystemStorage) {
   ASSERT_EQ(relay->wait_exit(20s), 0);
 
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "completed");
+  EXPECT_EQ(rec.status, JobStatus::completed);
   EXPECT_EQ(rec.result_key, "svc/" + id + "/result.json");
-  EXPECT_FALSE(rec.started_at.empty());
-  EXPECT_FALSE(rec.finished_at.empty());
+  EXPECT_TRUE(rec.started_at);
+  EXPECT_TRUE(rec.finished_at);
   EXPECT_TRUE(rec.holder.starts_with(rec.holder.substr(0, 1)));
   auto timings = boost::json::parse(rec.timings).as_object();
   for (const char* stage : {"queue_wait", "download", "inference", "upload", "total"})
@@ -78,9 +78,15 @@ TEST_F(RelayTest, HappyPathOnFilesystemStorage) {
   EXPECT_EQ(events_count(), 1);
   auto msg = sub.read_reply();
   ASSERT_EQ(msg->elements, 3u);
-  auto payload = boost::json::parse(redis::as_string(msg->element[2])).as_object();
-  EXPECT_EQ(payload.at("job_id").as_string(), id);
-  EXPECT_EQ(payload.at("status").as_string(), "completed");
+  // The documented payload (redis/completion.hpp), agreeing with the record.
+  auto payload = redis::Completion::from_payload(redis::as_string(msg->element[2]));
+  ASSERT_TRUE(payload);
+  EXPECT_EQ(payload->job_id, id);
+  EXPECT_EQ(payload->status, JobStatus::completed);
+  EXPECT_EQ(payload->service_type, "svc");
+  EXPECT_EQ(payload->model, model_);
+  EXPECT_EQ(payload->result_key, rec.result_key);
+  EXPECT_EQ(payload->finished_at, rec.finished_at);
   // One structured summary line with the stage timings.
   EXPECT_NE(relay->log().find(R"("msg":"job finished","job_id":")" + id), std::string::npos);
 }
@@ -98,7 +104,7 @@ TEST_F(RelayTest, HappyPathOnS3BehindSignatureCheck) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(30s), 0);
   auto rec = record(id);
-  ASSERT_EQ(rec.status, "completed") << rec.error_message << "\n" << s3.log();
+  ASSERT_EQ(rec.status, JobStatus::completed) << rec.error_message << "\n" << s3.log();
   // Read back by an independent S3 client (awscli), under the prefix of storage.url.
   std::string result = s3.aws_cat("jobs/" + rec.result_key);
   ASSERT_FALSE(result.empty());
@@ -116,7 +122,7 @@ TEST_F(RelayTest, WrongS3SecretIsRejectedAndTheJobFails) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(20s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "download_failed");
   EXPECT_NE(rec.error_message.find("SignatureDoesNotMatch"), std::string::npos)
       << rec.error_message;
@@ -196,7 +202,7 @@ TEST_F(RelayTest, InferenceErrorFailsTheJobWithStatusAndBody) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(20s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "inference_failed");
   EXPECT_NE(rec.error_message.find("HTTP 500"), std::string::npos) << rec.error_message;
   EXPECT_NE(rec.error_message.find("injected failure"), std::string::npos) << rec.error_message;
@@ -213,7 +219,7 @@ TEST_F(RelayTest, MissingInputObjectFailsTheJob) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(20s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "download_failed");
   EXPECT_TRUE(inference.events().empty()) << "inference must not be called without an input";
 }
@@ -227,7 +233,7 @@ TEST_F(RelayTest, MissingInputObjectOnS3FailsWithNoSuchKey) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(20s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "download_failed");
   EXPECT_NE(rec.error_message.find("NoSuchKey"), std::string::npos) << rec.error_message;
 }
@@ -245,7 +251,7 @@ TEST_F(RelayTest, S3UnreachableAtUploadFailsTheJob) {
   s3->kill();
   ASSERT_EQ(relay->wait_exit(20s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "upload_failed") << rec.error_message;
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
 }
@@ -287,7 +293,7 @@ TEST_F(RelayTest, CancelDuringInferenceAbortsTheRequest) {
       << inference.events();
   ASSERT_EQ(relay->wait_exit(10s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "cancelled");
+  EXPECT_EQ(rec.status, JobStatus::cancelled);
   EXPECT_TRUE(rec.result_key.empty());
   EXPECT_FALSE(exists(keys_.lease(model_, id)));
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
@@ -344,9 +350,9 @@ TEST_F(RelayTest, LostLeaseStopsTheJobWithoutWritingIt) {
   ASSERT_TRUE(wait_until([&] { return inference.saw("dropped /predict"); }, 5s));
   ASSERT_EQ(relay->wait_exit(10s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "processing")
+  EXPECT_EQ(rec.status, JobStatus::processing)
       << "fencing: the relay must write nothing after losing its lease";
-  EXPECT_TRUE(rec.finished_at.empty());
+  EXPECT_FALSE(rec.finished_at);
   EXPECT_EQ(events_count(), 0);
   EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{id}) << "left for the reaper";
   EXPECT_NE(relay->log().find("lease lost"), std::string::npos);
@@ -367,7 +373,7 @@ TEST_F(RelayTest, SigtermMidJobGivesTheJobBack) {
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
   EXPECT_FALSE(exists(keys_.lease(model_, first)));
   auto rec = record(first);
-  EXPECT_EQ(rec.status, "pending");
+  EXPECT_EQ(rec.status, JobStatus::pending);
   EXPECT_TRUE(rec.holder.empty());
   EXPECT_EQ(events_count(), 0);
   EXPECT_TRUE(inference.saw("dropped /predict"));
@@ -431,7 +437,7 @@ TEST_F(RelayTest, LargeInputStreamsInBoundedMemory) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(300s), 0);
   auto rec = record(id);
-  ASSERT_EQ(rec.status, "completed") << rec.error_message;
+  ASSERT_EQ(rec.status, JobStatus::completed) << rec.error_message;
   auto result = s3.aws_cat("jobs/" + rec.result_key);
   EXPECT_EQ(file_part(result).at("size").as_int64(), static_cast<std::int64_t>(size));
   std::cerr << "relay peak RSS: /proc VmHWM " << relay->peak_rss_proc_kib() << " KiB, ru_maxrss "
@@ -457,9 +463,9 @@ TEST_F(RelayTest, TerminalJobInThePendingListIsDroppedUnchanged) {
   auto relay = start_relay(env, {"--max-jobs", "1"});
   ASSERT_EQ(relay->wait_exit(20s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "cancelled");
-  EXPECT_EQ(rec.finished_at, "2026-01-01T00:00:00.000Z");
-  EXPECT_TRUE(rec.started_at.empty());
+  EXPECT_EQ(rec.status, JobStatus::cancelled);
+  EXPECT_EQ(rec.finished_at, parse_rfc3339("2026-01-01T00:00:00.000Z"));
+  EXPECT_FALSE(rec.started_at);
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
   EXPECT_TRUE(inference.events().empty());
 }
@@ -478,7 +484,7 @@ TEST_F(RelayTest, LargeResultIsSpooledInTheConfiguredDirectory) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(120s), 0);
   auto rec = record(id);
-  ASSERT_EQ(rec.status, "completed") << rec.error_message;
+  ASSERT_EQ(rec.status, JobStatus::completed) << rec.error_message;
   auto src = st->open(rec.result_key, {});
   ASSERT_TRUE(src->size());
   EXPECT_GT(*src->size(), 100ull << 20);
@@ -544,7 +550,7 @@ TEST_F(RelayTest, InferenceTimeoutFailsTheJob) {
   auto relay = start_relay(env);
   ASSERT_EQ(relay->wait_exit(20s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "inference_timeout") << rec.error_message;
   EXPECT_TRUE(inference.saw("dropped /predict"));
 }
@@ -559,7 +565,7 @@ TEST_F(RelayTest, InferenceServerDyingMidJobFailsTheJob) {
   inference.reset();  // SIGKILL: the model server crashed
   ASSERT_EQ(relay->wait_exit(20s), 0);
   auto rec = record(id);
-  EXPECT_EQ(rec.status, "failed");
+  EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "inference_unreachable") << rec.error_message;
 }
 
@@ -590,7 +596,7 @@ TEST_F(RelayTest, RedisRestartMidJobIsSurvived) {
   redis::JobStore store2(conn2, keys_);
   auto rec = store2.get(model_, id);
   ASSERT_TRUE(rec.has_value());
-  EXPECT_EQ(rec->status, "completed") << rec->error_message;
+  EXPECT_EQ(rec->status, JobStatus::completed) << rec->error_message;
   EXPECT_EQ(redis::as_integer(conn2.command({"XLEN", keys_.events(model_)}).get()), 1);
 }
 
@@ -610,7 +616,7 @@ TEST_F(RelayTest, RedisRestartWhileIdleIsSurvived) {
   MemorySource src("after restart");
   const std::string id = submit(*st, src, {}, store);
   ASSERT_EQ(relay->wait_exit(20s), 0);
-  EXPECT_EQ(store.get(model_, id)->status, "completed");
+  EXPECT_EQ(store.get(model_, id)->status, JobStatus::completed);
 }
 
 // Storage that is not there yet (a volume still mounting) is waited for like Redis, not
@@ -632,7 +638,7 @@ TEST_F(RelayTest, StorageNotYetAvailableIsWaitedFor) {
   auto st = storage_for(env);
   auto id = submit(*st, "once mounted");
   ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
-  EXPECT_EQ(record(id).status, "completed");
+  EXPECT_EQ(record(id).status, JobStatus::completed);
 }
 
 TEST_F(RelayTest, SigtermDuringTheHealthWaitExitsZero) {
