@@ -10,7 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 
-extern char** environ;
+#include "common/exec_args.hpp"
 
 namespace relay::ctl {
 namespace {
@@ -29,17 +29,7 @@ Child::Child(std::string name, std::vector<std::string> argv,
     : name_(std::move(name)) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) {
-    std::string kv(*e);
-    if (!env.count(kv.substr(0, kv.find('=')))) envs.push_back(kv);
-  }
-  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : envs) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
+  const ExecArgs exec(argv, env);
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
@@ -49,7 +39,7 @@ Child::Child(std::string name, std::vector<std::string> argv,
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execve(cargv[0], cargv.data(), cenv.data());
+    ::execve(exec.argv()[0], exec.argv(), exec.envp());
     std::perror(("relayctl: cannot run " + argv[0]).c_str());
     ::_exit(127);
   }

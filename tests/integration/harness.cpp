@@ -19,9 +19,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/exec_args.hpp"
 #include "redis/slot.hpp"
 
-extern char** environ;
 
 namespace relay::testing {
 
@@ -78,18 +78,7 @@ TempDir::~TempDir() {
 
 Process::Process(std::vector<std::string> argv, const Env& env, std::string log_path)
     : log_path_(std::move(log_path)) {
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) {
-    std::string kv(*e);
-    auto name = kv.substr(0, kv.find('='));
-    if (!env.count(name)) envs.push_back(kv);
-  }
-  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : envs) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
+  const ExecArgs exec(argv, env);
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork");
   if (pid_ == 0) {
@@ -104,7 +93,7 @@ Process::Process(std::vector<std::string> argv, const Env& env, std::string log_
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execve(cargv[0], cargv.data(), cenv.data());
+    ::execve(exec.argv()[0], exec.argv(), exec.envp());
     std::perror("execve");
     ::_exit(127);
   }

@@ -1,0 +1,165 @@
+#pragma once
+// The gateway suites' fixture: the real gateway binary over HTTP, real redis-server (plain, TLS,
+// cluster), filesystem storage, real relays against the no-op inference server. The suites:
+// gateway_test.cpp (the API and a job's life), gateway_http_test.cpp (HTTP at the edge: framing,
+// slow and hostile clients, limits, shutdown), webhook_test.cpp, encryption_test.cpp,
+// redis_trouble_test.cpp (Redis restarting, loading, busy, failing).
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/sha.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <sstream>
+
+#include "common/hex.hpp"
+#include "common/job_id.hpp"
+#include "common/time.hpp"
+#include "harness.hpp"
+#include "http_client.hpp"
+#include "redis/job_store.hpp"
+#include "redis/lua_scripts.hpp"
+#include "storage/object_keys.hpp"
+
+namespace relay::testing {
+
+namespace json = boost::json;
+
+inline std::string sha256_hex(const std::string& s) {
+  unsigned char d[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
+  return to_hex(d, sizeof d);
+}
+
+inline json::object parse(const HttpResult& r) {
+  boost::system::error_code ec;
+  auto v = json::parse(r.body, ec);
+  if (ec || !v.is_object()) return {};
+  return v.as_object();
+}
+
+inline std::string str(const json::object& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
+}
+
+inline int raw_connect(const std::string& gateway_url) {
+  auto port = std::stoi(gateway_url.substr(gateway_url.rfind(':') + 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  return fd;
+}
+
+inline std::string error_code(const HttpResult& r) {
+  auto o = parse(r);
+  if (auto it = o.find("error"); it != o.end() && it->value().is_object())
+    return str(it->value().as_object(), "code");
+  return "";
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  GatewayTest() : GatewayTest(false, {}) {}
+  GatewayTest(bool persistent_redis, std::vector<std::string> redis_args)
+      : redis_(persistent_redis, std::move(redis_args)),
+        conn_(redis_.connect()),
+        store_(conn_, keys_) {}
+
+  void TearDown() override {
+    if (HasFailure() && gateway_) std::cerr << "---- gateway log ----\n" << gateway_->log() << "\n";
+  }
+
+  Env gateway_env(Env extra = {}) {
+    Env env{{"RELAY_REDIS_URL", redis_.url()},
+            {"RELAY_STORAGE_URL", "file://" + files_.path()},
+            {"RELAY_SERVICE_TYPES", "echo=m1,other=m2"},
+            {"RELAY_AUTH_ENABLED", "false"},
+            {"RELAY_GC_REAP_INTERVAL", "100ms"},
+            {"RELAY_GC_REAP_GRACE", "300ms"},
+            {"RELAY_EVENTS_CLAIM_IDLE", "1s"},
+            {"RELAY_WEBHOOKS_ALLOW_PRIVATE", "false"},
+            {"RELAY_LOG_LEVEL", "debug"}};
+    for (auto& [k, v] : redis_.env()) env[k] = v;
+    for (auto& [k, v] : extra) env[k] = v;
+    return env;
+  }
+  void start_gateway(Env extra = {}) {
+    gateway_ = std::make_unique<GatewayServer>(gateway_env(std::move(extra)));
+  }
+  std::string url(const std::string& path) const { return gateway_->url() + path; }
+
+  std::unique_ptr<Process> start_relay(const InferenceServer& inference, Env extra = {},
+                                       std::vector<std::string> args = {}) {
+    Env env{{"RELAY_MODEL", "m1"},
+            {"RELAY_REDIS_URL", redis_.url()},
+            {"RELAY_STORAGE_URL", "file://" + files_.path()},
+            {"RELAY_INFERENCE_URL", inference.url()},
+            {"RELAY_RELAY_HEALTH_INTERVAL", "50ms"},
+            {"RELAY_QUEUE_POP_TIMEOUT", "2s"}};
+    for (auto& [k, v] : redis_.env()) env[k] = v;
+    for (auto& [k, v] : extra) env[k] = v;
+    std::vector<std::string> argv{relay_binary()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<Process>(argv, env,
+                                     logs_.path() + "/relay-" + std::to_string(++relays_) + ".log");
+  }
+
+  HttpResult submit(const std::string& content, std::vector<std::string> headers = {},
+                    std::vector<FormPart> extra = {}, const std::string& svc = "echo") {
+    std::vector<FormPart> form{{"file", content, "input.txt", "text/plain"}};
+    form.insert(form.end(), extra.begin(), extra.end());
+    return http("POST", url("/jobs/" + svc), headers, {}, form);
+  }
+  std::string submit_id(const std::string& content, std::vector<std::string> headers = {}) {
+    auto r = submit(content, std::move(headers));
+    EXPECT_EQ(r.status, 202) << r.body;
+    return str(parse(r), "id");
+  }
+  json::object job(const std::string& id, const std::string& query = "") {
+    return parse(http("GET", url("/jobs/echo/" + id + query)));
+  }
+  std::vector<std::string> list(const std::string& key) { return store_.list(key); }
+  // Files under the storage root (all, or only the temporaries of uploads in progress), read
+  // while the gateway may be removing folders: a vanished entry ends the walk, not the test.
+  std::vector<std::filesystem::path> storage_files(bool only_temporaries = false) {
+    std::vector<std::filesystem::path> out;
+    std::error_code ec;
+    for (std::filesystem::recursive_directory_iterator it(files_.path(), ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::error_code e;
+      if (!it->is_regular_file(e)) continue;
+      if (!only_temporaries || it->path().filename().string().find(".tmp-") != std::string::npos)
+        out.push_back(it->path());
+    }
+    return out;
+  }
+  size_t stored_files() { return storage_files().size(); }
+  size_t temporaries() { return storage_files(true).size(); }
+  long long job_records() {
+    auto r = conn_.command({"KEYS", "job:*"});
+    return static_cast<long long>(r->elements);
+  }
+
+  RedisServer redis_;
+  TempDir files_, logs_;
+  redis::Connection conn_;
+  redis::Keys keys_{"", RedisServer::cluster_by_default()};  // cluster mode tags keys
+  redis::JobStore store_;
+  std::unique_ptr<GatewayServer> gateway_;
+  int relays_ = 0;
+};
+
+}  // namespace relay::testing

@@ -1,0 +1,399 @@
+// The gateway at the edge of the internet: HTTP framing, slow and hostile clients, connection
+// and file limits, shutdown with requests in flight (fixture: gateway_fixture.hpp).
+
+#include "gateway_fixture.hpp"
+
+namespace relay::testing {
+namespace {
+
+TEST_F(GatewayTest, MalformedHttpGetsA400AndTheServerStaysUp) {
+  start_gateway();
+  // Raw bytes over a socket: not HTTP at all.
+  int fd = raw_connect(gateway_->url());
+  ASSERT_GE(fd, 0);
+  std::string junk = "GARBAGE \x01\x02 nonsense\r\n\r\n";
+  ASSERT_GT(::write(fd, junk.data(), junk.size()), 0);
+  char buf[512] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(std::string(buf).find("400"), std::string::npos) << buf;
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+}
+
+TEST_F(GatewayTest, SigtermStopsCleanly) {
+  start_gateway();
+  EXPECT_EQ(gateway_->stop(), 0);
+}
+
+// SIGTERM with uploads stalled mid-body: they get server.shutdown_timeout to finish, then are
+// cut, and the process exits 0 within that time and a second (it used to wait for ever on the
+// pool threads blocked reading them).
+TEST_F(GatewayTest, SigtermWithStalledUploadsExitsInTime) {
+  start_gateway({{"RELAY_SERVER_SHUTDOWN_TIMEOUT", "2s"}, {"RELAY_SERVER_BLOCKING_THREADS", "2"}});
+  std::vector<int> stalled;
+  for (int i = 0; i < 2; ++i) {
+    int fd = raw_connect(gateway_->url());
+    std::string head =
+        "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        "Content-Length: 1000000\r\n\r\nsome bytes, then nothing";
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    stalled.push_back(fd);
+  }
+  auto uploading = [&] { return temporaries() == 2; };  // both inputs are being stored
+  ASSERT_TRUE(wait_until(uploading, 10s)) << gateway_->log();
+  // Both blocking threads hold a stalled upload: liveness is answered all the same.
+  EXPECT_EQ(http("GET", url("/healthz"), {}, {}, {}, 2000).status, 200);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(gateway_->stop(), 0) << gateway_->log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << gateway_->log();
+  for (int fd : stalled) ::close(fd);
+}
+
+// The gateway's shape (issue 10): a slow client holds a coroutine, never a thread. With two
+// request threads and two upload threads, eight uploads stalled mid-body — raw and multipart,
+// each with its input already being stored — leave every other request answered: liveness,
+// readiness, metrics, status, and new submissions (which would otherwise wait for the idle
+// timeout, 60 s). Then the stalled clients go and leave nothing behind.
+TEST_F(GatewayTest, StalledUploadsHoldNoThread) {
+  start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "2"}, {"RELAY_SERVER_UPLOAD_THREADS", "2"}});
+  const std::string done_id = submit_id("before");
+  std::vector<int> stalled;
+  for (int i = 0; i < 8; ++i) {
+    int fd = raw_connect(gateway_->url());
+    std::string head;
+    if (i % 2 == 0) {
+      head =
+          "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+          "Content-Length: 1000000\r\n\r\nsome bytes, then nothing";
+    } else {
+      head =
+          "POST /jobs/echo HTTP/1.1\r\nHost: x\r\n"
+          "Content-Type: multipart/form-data; boundary=XX\r\nContent-Length: 1000000\r\n\r\n"
+          "--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"b\"\r\n\r\n"
+          "the start of a file";
+    }
+    ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+    stalled.push_back(fd);
+  }
+  ASSERT_TRUE(wait_until([&] { return temporaries() == 8; }, 10s)) << gateway_->log();
+  // Answered at once: a client timeout of 2 s, against the 60 s the stalls would hold a thread.
+  constexpr long kPatience = 2000;
+  EXPECT_EQ(http("GET", url("/healthz"), {}, {}, {}, kPatience).status, 200);
+  EXPECT_EQ(http("GET", url("/readyz"), {}, {}, {}, kPatience).status, 200);
+  EXPECT_EQ(http("GET", url("/metrics"), {}, {}, {}, kPatience).status, 200);
+  EXPECT_EQ(http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, kPatience).status, 200);
+  for (int i = 0; i < 4; ++i) {
+    auto r = http("POST", url("/jobs/echo?filename=n.txt"), {"Content-Type: text/plain"},
+                  "a new job " + std::to_string(i), {}, kPatience);
+    EXPECT_EQ(r.status, 202) << r.body;
+  }
+  for (int fd : stalled) ::close(fd);
+  ASSERT_TRUE(wait_until([&] { return temporaries() == 0; }, 10s)) << gateway_->log();
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 5u) << "the five answered submissions, no other";
+}
+
+TEST_F(GatewayTest, ClientDisconnectingMidUploadLeavesNothing) {
+  start_gateway();
+  int fd = raw_connect(gateway_->url());
+  ASSERT_GE(fd, 0);
+  std::string head =
+      "POST /jobs/echo HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/octet-stream\r\nContent-Length: 1000000\r\n\r\n";
+  std::string part(50'000, 'x');
+  ASSERT_GT(::write(fd, head.data(), head.size()), 0);
+  ASSERT_GT(::write(fd, part.data(), part.size()), 0);
+  ::close(fd);  // gone, 950 kB short
+  ASSERT_TRUE(wait_until(
+      [&] { return gateway_->log().find("upload abandoned by the client") != std::string::npos; },
+      20s))
+      << gateway_->log();
+  EXPECT_EQ(stored_files(), 0u);
+  EXPECT_EQ(job_records(), 0);
+  EXPECT_TRUE(list(keys_.pending("m1")).empty());
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+}
+
+// With 128 open files allowed (soft and hard) and 200 clients connecting, the gateway fits its
+// connections under the limit, refuses the rest, and serves again once they leave: it neither
+// stops nor exits (the accept loop used to end on EMFILE, and the process then exited 0).
+TEST_F(GatewayTest, ALowOpenFileLimitIsSurvived) {
+  Env env =
+      gateway_env({{"RELAY_SERVER_BLOCKING_THREADS", "2"}, {"RELAY_SERVER_UPLOAD_THREADS", "2"}});
+  const int port = free_port();
+  env["RELAY_SERVER_LISTEN"] = "127.0.0.1:" + std::to_string(port);
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  TempDir dir;
+  Process gw({"/usr/bin/prlimit", "--nofile=128:128", "--", gateway_binary()}, env,
+             dir.path() + "/gw.log");
+  ASSERT_TRUE(wait_until([&] { return port_open(port); }, 20s)) << gw.log();
+  std::vector<int> clients;
+  for (int i = 0; i < 200; ++i) clients.push_back(raw_connect(base));
+  // Requests on fresh connections are refused (closed) or answered; none hangs the server.
+  for (int i = 0; i < 20; ++i) http("GET", base + "/healthz", {}, {}, {}, 2000);
+  EXPECT_TRUE(gw.running()) << gw.log();
+  for (int c : clients)
+    if (c >= 0) ::close(c);
+  EXPECT_TRUE(wait_until([&] { return http("GET", base + "/healthz").status == 200; }, 20s))
+      << gw.log();
+  // Submissions work too (storage, Redis: the reserve kept descriptors for them).
+  auto r = http("POST", base + "/jobs/echo?filename=a.txt", {"Content-Type: text/plain"}, "x");
+  EXPECT_EQ(r.status, 202) << r.body;
+  EXPECT_NE(gw.log().find("\"max_connections\":32"), std::string::npos)
+      << "128 files less the reserve (64 + 8 per pool thread)\n"
+      << gw.log();
+  gw.signal(SIGTERM);
+  EXPECT_EQ(gw.wait_exit(20s), 0) << gw.log();
+}
+
+// Sends a raw-body submission of `total` bytes in `step`-byte pieces every `every`; returns the
+// HTTP status line's code, or 0 when the gateway cut the connection without an answer.
+int trickle_upload(const std::string& base, size_t total, size_t step,
+                   std::chrono::milliseconds every) {
+  int fd = raw_connect(base);
+  std::string head =
+      "POST /jobs/echo?filename=slow.bin HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/octet-stream\r\nContent-Length: " +
+      std::to_string(total) + "\r\n\r\n";
+  bool cut = ::send(fd, head.data(), head.size(), MSG_NOSIGNAL) < 0;
+  const std::string piece(step, 'x');
+  for (size_t sent = 0; !cut && sent < total; sent += step) {
+    std::this_thread::sleep_for(every);
+    size_t n = std::min(step, total - sent);
+    cut = ::send(fd, piece.data(), n, MSG_NOSIGNAL) < 0;
+  }
+  char buf[512] = {};
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  ::close(fd);
+  if (n <= 12 || std::string_view(buf).substr(0, 9) != "HTTP/1.1 ") return 0;
+  return std::atoi(buf + 9);
+}
+
+// Progress is bytes, not filled buffers: a client on a bad link (2 KiB/s here, for more than
+// twice body_idle_timeout) completes its upload; a trickle under min_upload_rate is cut.
+TEST_F(GatewayTest, SlowUploadsCompleteAndTricklesAreCut) {
+  start_gateway(
+      {{"RELAY_SERVER_BODY_IDLE_TIMEOUT", "4s"}, {"RELAY_SERVER_MIN_UPLOAD_RATE", "1024"}});
+  EXPECT_EQ(trickle_upload(gateway_->url(), 20 * 1024, 1024, std::chrono::milliseconds(500)), 202)
+      << gateway_->log();
+  // 64 bytes/s: under the floor once a window (2 s) has been measured; told so with a 408.
+  EXPECT_EQ(trickle_upload(gateway_->url(), 4096, 64, std::chrono::milliseconds(1000)), 408);
+  EXPECT_NE(gateway_->log().find("slower than server.min_upload_rate"), std::string::npos)
+      << gateway_->log();
+}
+
+// A download has no total deadline: a reader slower than body_idle_timeout per whole result,
+// but steady, gets all of it.
+TEST_F(GatewayTest, ASlowReaderGetsTheWholeResult) {
+  start_gateway({{"RELAY_SERVER_BODY_IDLE_TIMEOUT", "2s"}});
+  InferenceServer inference({.result_bytes = 3 << 20});
+  auto id = submit_id("big result");
+  ASSERT_EQ(start_relay(inference)->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  int fd = raw_connect(gateway_->url());
+  std::string req =
+      "GET /jobs/echo/" + id + "/result HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_GT(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), 0);
+  int small = 16 * 1024;  // a small receive buffer, read 64 KiB per 100 ms: ~640 KiB/s, ~5 s
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  std::string got;
+  std::vector<char> buf(64 * 1024);
+  const auto started = std::chrono::steady_clock::now();
+  for (;;) {
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_WAITALL);
+    if (n <= 0) break;
+    got.append(buf.data(), static_cast<size_t>(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::close(fd);
+  const auto took = std::chrono::steady_clock::now() - started;
+  const auto body = got.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_GE(got.size() - body - 4, static_cast<size_t>(3 << 20)) << "the whole result";
+  EXPECT_GT(took, std::chrono::seconds(2)) << "slower than body_idle_timeout in all";
+}
+
+// kill -9 mid-upload with an Idempotency-Key: the reservation lapses by itself (it lived only
+// while the upload progressed), so a retry succeeds within idempotency.reservation, not a
+// week later; and the temporary object the crash left is swept away on the next start.
+TEST_F(GatewayTest, ACrashMidUploadFreesItsIdempotencyKeyAndLeavesNothing) {
+  start_gateway(
+      {{"RELAY_IDEMPOTENCY_RESERVATION", "3s"}, {"RELAY_SERVER_BODY_IDLE_TIMEOUT", "2s"}});
+  auto temporaries = [&] { return storage_files(true); };
+  int fd = raw_connect(gateway_->url());
+  std::string head =
+      "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Idempotency-Key: crash-1\r\nContent-Length: 10000000\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  const std::string chunk(256 * 1024, 'x');
+  ASSERT_GT(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(wait_until([&] { return !temporaries().empty(); }, 10s)) << "the upload is under way";
+  gateway_->kill();
+  ::close(fd);
+  gateway_->start();
+  HttpResult retry;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        retry = submit("the retry", {"Idempotency-Key: crash-1"});
+        return retry.status == 202;
+      },
+      15s))
+      << retry.status << " " << retry.body;
+  EXPECT_EQ(str(job(str(parse(retry), "id")), "status"), "pending");
+  // Leftovers older than twice body_idle_timeout are swept when the gateway starts.
+  auto left = temporaries();
+  ASSERT_FALSE(left.empty());
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::error_code ec;
+        auto age = std::filesystem::file_time_type::clock::now() -
+                   std::filesystem::last_write_time(left[0], ec);
+        return ec || age > std::chrono::seconds(5);
+      },
+      20s));
+  EXPECT_EQ(gateway_->stop(), 0);
+  gateway_->start();
+  EXPECT_TRUE(wait_until([&] { return temporaries().empty(); }, 10s)) << gateway_->log();
+}
+
+std::string recv_some(int fd, int timeout_s) {
+  char buf[4096];
+  timeval tv{timeout_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// Expect: 100-continue gets "100 Continue" once the request is acceptable (then the body is
+// read), and the final answer at once when it is not (no body needed).
+TEST_F(GatewayTest, ExpectContinueIsAnsweredWhenTheRequestIsAcceptable) {
+  start_gateway();
+  int fd = raw_connect(gateway_->url());
+  std::string head =
+      "POST /jobs/echo?filename=a.txt HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n";
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(recv_some(fd, 5).starts_with("HTTP/1.1 100 Continue\r\n"));
+  ::send(fd, "hello", 5, MSG_NOSIGNAL);
+  EXPECT_TRUE(recv_some(fd, 5).starts_with("HTTP/1.1 202"));
+  ::close(fd);
+  fd = raw_connect(gateway_->url());
+  head =
+      "POST /jobs/nosuch HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+      "Content-Length: 5\r\n\r\n";
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  EXPECT_TRUE(recv_some(fd, 5).starts_with("HTTP/1.1 404"));
+  ::close(fd);
+}
+
+// An early answer to a request whose body is still coming (404 here) reaches the client: the
+// gateway half-closes and drops the rest instead of resetting the connection under it.
+TEST_F(GatewayTest, AnEarlyAnswerReachesAClientStillSending) {
+  start_gateway();
+  // As simple HTTP clients do: send the whole body, then read the answer. A connection reset
+  // while sending (the server closed with unread data) loses the answer.
+  for (int round = 0; round < 3; ++round) {
+    int fd = raw_connect(gateway_->url());
+    const size_t total = 24u << 20;
+    std::string head =
+        "POST /jobs/nosuch HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(total) +
+        "\r\n\r\n";
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    const std::string chunk(64 * 1024, 'x');
+    bool send_failed = false;
+    for (size_t sent = 0; sent < total && !send_failed; sent += chunk.size())
+      send_failed = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0;
+    EXPECT_FALSE(send_failed) << "round " << round << ": " << std::strerror(errno);
+    EXPECT_TRUE(recv_some(fd, 10).starts_with("HTTP/1.1 404")) << "round " << round;
+    ::close(fd);
+  }
+}
+
+// Requests pipelined on one connection, bodies and all, each get their own answer in order and
+// store exactly their own bytes: a body of declared length is read straight from the socket
+// (past the parser), so it must take exactly its length and leave the next request's bytes.
+TEST_F(GatewayTest, PipelinedRequestsEachGetTheirBytesAndAnswer) {
+  start_gateway();
+  std::string big(300 * 1024, '\0');  // beyond the first read before the handler: taken in pieces
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 23);
+  const std::string wire =
+      "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Content-Length: " +
+      std::to_string(big.size()) + "\r\n\r\n" + big +
+      "POST /jobs/echo?filename=b.txt HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n"
+      "POST /jobs/echo?filename=c.txt HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Content-Length: 3\r\n\r\nxyz"
+      "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  int fd = raw_connect(gateway_->url());
+  ASSERT_GE(fd, 0);
+  // In odd-sized writes, so that bodies and heads are split anywhere.
+  for (size_t at = 0; at < wire.size();) {
+    const size_t n = std::min<size_t>(wire.size() - at, 7919);
+    ASSERT_EQ(::send(fd, wire.data() + at, n, MSG_NOSIGNAL), static_cast<ssize_t>(n));
+    at += n;
+  }
+  // Four answers, each with a Content-Length: split them as they come.
+  std::string in;
+  std::vector<std::pair<int, std::string>> answers;
+  while (answers.size() < 4) {
+    const auto end = in.find("\r\n\r\n");
+    const auto cl = in.find("Content-Length: ");
+    if (end != std::string::npos && cl != std::string::npos && cl < end) {
+      const size_t len = std::stoul(in.substr(cl + 16));
+      if (in.size() >= end + 4 + len) {
+        answers.emplace_back(std::stoi(in.substr(9, 3)), in.substr(end + 4, len));
+        in.erase(0, end + 4 + len);
+        continue;
+      }
+    }
+    std::string more = recv_some(fd, 10);
+    ASSERT_FALSE(more.empty()) << "after " << answers.size() << " answers";
+    in += more;
+  }
+  ::close(fd);
+  const std::string expected[] = {big, "hello world", "xyz"};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(answers[i].first, 202) << i << ": " << answers[i].second;
+    const std::string id = str(parse(HttpResult{202, answers[i].second, {}}), "id");
+    std::ifstream in_file(files_.path() + "/" + input_object_key("echo", id), std::ios::binary);
+    const std::string stored((std::istreambuf_iterator<char>(in_file)), {});
+    EXPECT_TRUE(stored == expected[i]) << i << ": " << stored.size() << " bytes stored";
+  }
+  EXPECT_EQ(answers[3].first, 200);
+}
+
+TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
+  start_gateway({{"RELAY_SERVER_MAX_CONNECTIONS", "2"}});
+  int a = raw_connect(gateway_->url()), b = raw_connect(gateway_->url());
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  // Both are open and idle; a third is accepted and closed at once.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        int c = raw_connect(gateway_->url());
+        char byte;
+        timeval tv{2, 0};
+        ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        bool closed = ::read(c, &byte, 1) == 0;
+        ::close(c);
+        return closed;
+      },
+      10s));
+  ::close(a);
+  ::close(b);
+  EXPECT_TRUE(wait_until([&] { return http("GET", url("/healthz")).status == 200; }, 10s))
+      << "served again once under the limit";
+}
+
+TEST_F(GatewayTest, OversizedHeadersAre431) {
+  start_gateway();
+  auto r = http("GET", url("/healthz"), {"X-Big: " + std::string(20000, 'a')});
+  EXPECT_EQ(r.status, 431);
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+}
+
+}  // namespace
+}  // namespace relay::testing

@@ -1,0 +1,181 @@
+// Redis in trouble under a running gateway and relays: down, restarting, loading, busy, a lost
+// reply. Nothing is lost, clients see 503s with Retry-After, never a 4xx or a crash.
+
+#include "gateway_fixture.hpp"
+
+namespace relay::testing {
+namespace {
+
+TEST_F(GatewayTest, RedisOutageIs503ThenRecovery) {
+  start_gateway({{"RELAY_REDIS_RETRY_TIMEOUT", "1s"}});
+  redis_.stop();
+  auto r = submit("during the outage");  // retried for redis.retry_timeout, then refused
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(error_code(r), "redis_unavailable");
+  EXPECT_FALSE(r.headers["retry-after"].empty()) << "every 503 says when to retry";
+  auto ready = http("GET", url("/readyz"));
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_FALSE(ready.headers["retry-after"].empty());
+  // Unauthenticated: no address or path in the answer (the log has the cause).
+  EXPECT_EQ(ready.body.find("127.0.0.1"), std::string::npos) << ready.body;
+  EXPECT_EQ(ready.body.find(files_.path()), std::string::npos) << ready.body;
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+  EXPECT_EQ(stored_files(), 0u) << "the input of a refused submission is removed";
+  redis_.start();
+  ASSERT_TRUE(wait_until([&] { return http("GET", url("/readyz")).status == 200; }, 20s));
+  EXPECT_EQ(submit("after the outage").status, 202);
+}
+
+// Redis restarting, loading, busy, or losing a reply: nothing is lost, no request is answered 4xx
+// for it, no relay exits non-zero.
+class RedisTroubleTest : public GatewayTest {
+ protected:
+  // AOF on (a restart keeps the data); DEBUG for POPULATE (a data set that takes a while to load);
+  // scripts count as "busy" after 100 ms (BUSY replies to everyone else).
+  RedisTroubleTest()
+      : GatewayTest(true, {"--enable-debug-command", "yes", "--busy-reply-threshold", "100"}) {}
+
+  // Fills Redis with padding and rewrites the AOF, so that a restart spends a while in LOADING.
+  void make_loading_slow() {
+    conn_.command({"DEBUG", "POPULATE", "1500000", "pad", "64"});
+    conn_.command({"BGREWRITEAOF"});
+    ASSERT_TRUE(wait_until(
+        [&] {
+          auto info = redis::as_string(conn_.command({"INFO", "persistence"}).get());
+          return info.find("aof_rewrite_in_progress:0") != std::string::npos &&
+                 info.find("aof_rewrite_scheduled:0") != std::string::npos;
+        },
+        60s));
+  }
+};
+
+TEST_F(RedisTroubleTest, RestartWhileLoadingCostsNoJobNo4xxAndNoRelayExit) {
+  make_loading_slow();
+  start_gateway();
+  InferenceServer inference;
+  // Two relays idle in BLMOVE when Redis goes away, as under KEDA between jobs.
+  auto relay_a = start_relay(inference, {{"RELAY_QUEUE_POP_TIMEOUT", "120s"}}, {"--max-jobs", "0"});
+  auto relay_b = start_relay(inference, {{"RELAY_QUEUE_POP_TIMEOUT", "120s"}}, {"--max-jobs", "0"});
+  auto before = submit_id("before the restart");
+  ASSERT_TRUE(wait_until([&] { return str(job(before), "status") == "completed"; }, 20s));
+
+  redis_.stop();  // SIGKILL: AOF (fsync always) keeps every acknowledged write
+  // Submissions while Redis is down and then loading: each is retried, none refused.
+  std::atomic<bool> restarted{false};
+  auto submitter = std::async(std::launch::async, [&] {
+    std::vector<HttpResult> results;
+    for (int i = 0; i < 8 || !restarted; ++i)
+      results.push_back(submit("during " + std::to_string(i)));
+    return results;
+  });
+  redis_.start();
+  // The restart really passed through LOADING (otherwise this test proves nothing).
+  bool saw_loading = false;
+  wait_until(
+      [&] {
+        try {
+          redis_.connect().command({"PING"});
+          return true;
+        } catch (const redis::TransientError&) {
+          saw_loading = true;
+          return false;
+        } catch (const redis::IoError&) {
+          return false;
+        }
+      },
+      30s);
+  restarted = true;
+  auto results = submitter.get();
+  EXPECT_TRUE(saw_loading) << "Redis loaded too fast to test the LOADING window";
+
+  conn_ = redis_.connect();
+  std::vector<std::string> ids;
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, 202) << r.body;  // not 400 (LOADING was one), not 503 within the window
+    if (r.status == 202) ids.push_back(str(parse(r), "id"));
+  }
+  for (const auto& id : ids)
+    EXPECT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 30s)) << id;
+  EXPECT_TRUE(relay_a->running()) << "a relay exited because Redis restarted";
+  EXPECT_TRUE(relay_b->running()) << "a relay exited because Redis restarted";
+  relay_a->signal(SIGTERM);
+  relay_b->signal(SIGTERM);
+  EXPECT_EQ(relay_a->wait_exit(10s), 0);
+  EXPECT_EQ(relay_b->wait_exit(10s), 0);
+}
+
+TEST_F(RedisTroubleTest, BusyRedisIsWaitedOutMidJobAndAtSubmit) {
+  start_gateway();
+  InferenceServer inference({.delay_ms = 1500});
+  // A lease that outlives the busy spell: heartbeats fail meanwhile and are retried.
+  auto relay = start_relay(inference, {{"RELAY_LEASE_TTL", "4s"}});
+  auto id = submit_id("a job whose heartbeats meet a busy Redis");
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "processing"; }, 20s));
+  // A script that keeps Redis busy for 2 s: everyone else gets BUSY after 100 ms.
+  auto busy = std::async(std::launch::async, [ep = redis_.endpoint()] {
+    auto c = redis::Connection::open(ep);
+    c.command({"EVAL",
+               "local t = redis.call('TIME') local s = t[1] + t[2] / 1e6 "
+               "while true do local n = redis.call('TIME') "
+               "if n[1] + n[2] / 1e6 - s > 2 then return 1 end end",
+               "0"});
+  });
+  ASSERT_TRUE(wait_until(
+      [&] {
+        try {
+          conn_.command({"PING"});
+          return false;
+        } catch (const redis::TransientError&) {
+          return true;
+        }
+      },
+      5s))
+      << "Redis never answered BUSY";
+  auto during = submit("submitted while Redis is busy");
+  busy.get();
+  EXPECT_EQ(during.status, 202) << during.body;
+  EXPECT_EQ(relay->wait_exit(30s), 0);
+  EXPECT_EQ(str(job(id), "status"), "completed") << "the lease outlived the busy spell";
+}
+
+TEST_F(RedisTroubleTest, LostSubmitReplyIsAnsweredByWhatHappened) {
+  // The gateway reaches Redis through a proxy that loses the reply of the first submit step:
+  // the job was created, the gateway saw a broken connection.
+  // The script is loaded, so the step is one EVALSHA (no NOSCRIPT round first) and the lost
+  // reply is the step's own.
+  conn_.command({"SCRIPT", "LOAD", std::string(redis::lua::submit.source)});
+  int port = free_port();
+  TempDir dir;
+  Process proxy({"/usr/bin/python3", RELAY_TEST_DROP_REPLY_PROXY, "--port", std::to_string(port),
+                 "--upstream-port", std::to_string(redis_.port()), "--match",
+                 std::string(redis::lua::submit.sha1)},
+                Env{}, dir.path() + "/proxy.log");
+  ASSERT_TRUE(wait_until([&] { return port_open(port); }, 10s));
+  start_gateway({{"RELAY_REDIS_URL", "redis://127.0.0.1:" + std::to_string(port)}});
+  auto r = submit("once only");
+  ASSERT_EQ(r.status, 202) << r.body;
+  EXPECT_NE(proxy.log().find("dropped"), std::string::npos) << "the fault was not injected";
+  auto id = str(parse(r), "id");
+  EXPECT_EQ(job_records(), 1) << "one job, not two";
+  EXPECT_EQ(list(keys_.pending("m1")), std::vector<std::string>{id});
+  EXPECT_EQ(str(job(id), "status"), "pending");
+}
+
+TEST_F(RedisTroubleTest, PooledConnectionOfARestartedRedisIsReplacedBeforeUse) {
+  redis::LazyConnection lazy(redis_.endpoint());
+  lazy.get().command({"SET", "k", "v"});
+  redis_.stop();
+  redis_.start();
+  ASSERT_TRUE(wait_until([&] { return port_open(redis_.port()); }, 10s));
+  // The old socket is closed by the dead server: seen before use, replaced, no error.
+  ASSERT_TRUE(wait_until([&] {
+    try {
+      return redis::as_string(lazy.get().command({"GET", "k"}).get()) == "v";
+    } catch (const redis::TransientError&) {
+      return false;  // still loading
+    }
+  }));
+}
+
+}  // namespace
+}  // namespace relay::testing

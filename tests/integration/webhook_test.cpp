@@ -1,0 +1,246 @@
+// Webhooks end to end: signed deliveries to a real receiver, retries, replicas, dead letters.
+
+#include "gateway_fixture.hpp"
+
+namespace relay::testing {
+namespace {
+
+json::object line_json(const std::string& line) {
+  return json::parse(line).as_object();
+}
+
+class WebhookTest : public GatewayTest {
+ protected:
+  Env webhook_env(Env extra = {}) {
+    Env env{{"RELAY_WEBHOOKS_SECRET", WebhookReceiver::kSecret},
+            {"RELAY_WEBHOOKS_ALLOW_PRIVATE", "true"},  // the receiver is on loopback
+            {"RELAY_WEBHOOKS_INITIAL_BACKOFF", "100ms"}};
+    for (auto& [k, v] : extra) env[k] = v;
+    return env;
+  }
+  std::string submit_with_callback(const std::string& callback) {
+    auto r = submit("input", {}, {{"callback_url", callback}});
+    EXPECT_EQ(r.status, 202) << r.body;
+    return str(parse(r), "id");
+  }
+  std::string webhook_status(const std::string& id) {
+    auto j = job(id);
+    auto it = j.find("webhook");
+    if (it == j.end() || !it->value().is_object()) return "";
+    return str(it->value().as_object(), "status");
+  }
+};
+
+TEST_F(WebhookTest, DeliveredSignedAndVerifiedIndependently) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 20s)) << gateway_->log();
+  auto d = line_json(receiver.lines()[0]);
+  EXPECT_TRUE(d.at("valid").as_bool()) << "signature checked by Python's hmac";
+  EXPECT_EQ(
+      str(d, "id"), "msg_" + [&] {
+        std::string s;
+        for (char c : id)
+          if (c != '-') s += c;
+        return s;
+      }());
+  auto body = d.at("body").as_object();
+  EXPECT_EQ(str(body, "id"), id);
+  EXPECT_EQ(str(body, "status"), "completed");
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 10s));
+  EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 1);
+}
+
+TEST_F(WebhookTest, FailingReceiverIsRetriedWithTheSameWebhookId) {
+  WebhookReceiver receiver(/*fail_first=*/2);
+  receiver.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 30s))
+      << gateway_->log();
+  auto lines = receiver.lines();
+  ASSERT_EQ(lines.size(), 3u);
+  std::set<std::string> ids;
+  for (auto& l : lines) ids.insert(str(line_json(l), "id"));
+  EXPECT_EQ(ids.size(), 1u) << "retries carry the same webhook-id";
+  EXPECT_EQ(line_json(lines[0]).at("status").as_int64(), 500);
+  EXPECT_EQ(line_json(lines[2]).at("status").as_int64(), 200);
+  EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 3);
+}
+
+TEST_F(WebhookTest, ReceiverDownThenUpGetsTheWebhookOnRetry) {
+  WebhookReceiver receiver;  // its port is chosen, but nothing listens yet
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "retrying"; }, 20s)) << gateway_->log();
+  receiver.start();
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 30s))
+      << gateway_->log();
+  ASSERT_EQ(receiver.lines().size(), 1u);
+  EXPECT_TRUE(line_json(receiver.lines()[0]).at("valid").as_bool());
+  EXPECT_GE(job(id).at("webhook").as_object().at("attempts").as_int64(), 2);
+}
+
+TEST_F(WebhookTest, TwoReplicasDeliverEachWebhookExactlyOnce) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env({{"RELAY_EVENTS_CONSUMER", "replica-a"}}));
+  GatewayServer second(gateway_env(webhook_env({{"RELAY_EVENTS_CONSUMER", "replica-b"}})));
+  InferenceServer inference;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back(submit_with_callback(receiver.url()));
+  auto relay = start_relay(inference, {}, {"--max-jobs", "8"});
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& id : ids)
+          if (webhook_status(id) != "delivered") return false;
+        return true;
+      },
+      30s));
+  auto lines = receiver.lines();
+  std::set<std::string> delivered;
+  for (auto& l : lines) delivered.insert(str(line_json(l), "id"));
+  EXPECT_EQ(lines.size(), 8u) << "one delivery per transition, across two replicas";
+  EXPECT_EQ(delivered.size(), 8u);
+  // Both replicas consumed events: the work was shared, not duplicated.
+  EXPECT_NE(gateway_->log().find("\"job finished\""), std::string::npos);
+}
+
+TEST_F(WebhookTest, CallbackWithoutASecretIsRefused) {
+  start_gateway();  // no webhooks.secret
+  auto r = submit("x", {}, {{"callback_url", "http://example.com/hook"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_code(r), "webhooks_not_configured");
+}
+
+// A receiver that accepts connections and never answers (the kernel completes the handshake of
+// a listening socket nobody accepts on) holds five deliveries; another tenant's webhook to a
+// healthy receiver still goes out at once, not after the hanging ones time out.
+TEST_F(WebhookTest, HangingReceiverDelaysOnlyItsOwnWebhooks) {
+  const int hanging_port = free_port();
+  int hanging = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(hanging_port));
+  ASSERT_EQ(::bind(hanging, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(hanging, 64), 0);
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_hanging{hanging};
+  WebhookReceiver healthy;
+  healthy.start();
+  start_gateway(webhook_env({{"RELAY_WEBHOOKS_TIMEOUT", "60s"}}));
+  InferenceServer inference;
+  const std::string hanging_url = "http://127.0.0.1:" + std::to_string(hanging_port) + "/hook";
+  for (int i = 0; i < 5; ++i) submit_with_callback(hanging_url);
+  ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "5"})->wait_exit(30s), 0);
+  // Give the sender time to take up the hanging deliveries (they hold their connections).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto id = submit_with_callback(healthy.url());
+  ASSERT_EQ(start_relay(inference)->wait_exit(20s), 0);
+  // Served promptly: one hanging receiver holds at most webhooks.per_host_concurrency workers.
+  // (Before, one sender thread tried deliveries in turn: this waited for the 60 s timeouts.)
+  EXPECT_TRUE(wait_until([&] { return healthy.lines().size() == 1; }, 3s)) << gateway_->log();
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 10s));
+}
+
+TEST_F(WebhookTest, RetryAfterIsHonoured) {
+  WebhookReceiver receiver(/*fail_first=*/1, /*port=*/0, /*retry_after=*/2);
+  receiver.start();
+  start_gateway(webhook_env());  // initial backoff 100 ms: Retry-After must win
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 30s))
+      << gateway_->log();
+  auto lines = receiver.lines();
+  ASSERT_EQ(lines.size(), 2u);
+  double gap = line_json(lines[1]).at("received_at").to_number<double>() -
+               line_json(lines[0]).at("received_at").to_number<double>();
+  EXPECT_GE(gap, 1.9) << "the second attempt waited for Retry-After";
+}
+
+TEST_F(WebhookTest, DeadLetteredJobFiresItsWebhook) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env({{"RELAY_GC_MAX_REAP_ATTEMPTS", "1"}}));
+  auto id = submit_with_callback(receiver.url());
+  InferenceServer slow({.delay_ms = 30'000});
+  auto doomed = start_relay(slow, {{"RELAY_LEASE_TTL", "600ms"}});
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "processing"; }, 20s));
+  doomed->signal(SIGKILL);
+  doomed->wait_exit(5s);
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 30s)) << gateway_->log();
+  auto body = line_json(receiver.lines()[0]).at("body").as_object();
+  EXPECT_EQ(str(body, "status"), "failed");
+  EXPECT_EQ(str(body.at("error").as_object(), "code"), "dead_lettered");
+}
+
+TEST_F(WebhookTest, CompletionWhileTheGatewayIsDownIsDeliveredAfterRestart) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  ASSERT_EQ(gateway_->stop(), 0);
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_TRUE(receiver.lines().empty());
+  gateway_->start();
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 20s)) << gateway_->log();
+  EXPECT_EQ(str(line_json(receiver.lines()[0]).at("body").as_object(), "id"), id);
+}
+
+TEST_F(WebhookTest, EventsADeadReplicaLeftUnacknowledgedAreClaimed) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());  // creates the consumer group
+  ASSERT_EQ(gateway_->stop(), 0);
+  InferenceServer inference;
+  // Submitted by hand (the gateway is down): the same record the gateway writes.
+  auto id = [&] {
+    JobRecord r;
+    r.id = new_job_id();
+    r.service_type = "echo";
+    r.model = "m1";
+    r.tenant = "default";
+    r.input_key = input_object_key("echo", r.id);
+    r.callback_url = receiver.url();
+    r.created_at = parse_rfc3339("2026-11-30T00:00:00.000Z");
+    std::filesystem::create_directories(files_.path() + "/echo/" + r.id);
+    std::ofstream(files_.path() + "/" + r.input_key) << "input";
+    store_.submit(r, false);
+    return r.id;
+  }();
+  auto relay = start_relay(inference);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  // A replica reads the event, then dies before acknowledging it.
+  auto read = conn_.command({"XREADGROUP", "GROUP", "relay-gateway", "dead-replica", "COUNT", "10",
+                             "STREAMS", keys_.events("m1"), ">"});
+  ASSERT_EQ(read->type, REDIS_REPLY_ARRAY);
+  gateway_->start();  // events.claim_idle is 1 s in these tests
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 20s)) << gateway_->log();
+  EXPECT_EQ(str(line_json(receiver.lines()[0]).at("body").as_object(), "id"), id);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return redis::as_integer(
+                   conn_.command({"XPENDING", keys_.events("m1"), "relay-gateway"})->element[0]) ==
+               0;
+      },
+      10s));
+}
+
+}  // namespace
+}  // namespace relay::testing
