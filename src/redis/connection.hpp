@@ -160,9 +160,11 @@ class Connection {
   static std::vector<Endpoint> masters(const Endpoint& ep);
 
  private:
-  struct Transport;  // socket, TLS session, reply reader (connection.cpp)
-  struct Cluster;    // slot map and per-node connections (connection.cpp)
+  struct Transport;  // socket, TLS session, reply reader (transport.cpp)
+  struct Cluster;    // slot map and per-node connections (cluster.cpp)
   explicit Connection(std::unique_ptr<Transport> t);
+  static Connection open_cluster(const Endpoint& ep);       // cluster.cpp
+  static Connection open_via_sentinel(const Endpoint& ep);  // sentinel.cpp
   Reply checked(redisReply* r);
   Reply cluster_command(const std::vector<std::string>& argv);
 

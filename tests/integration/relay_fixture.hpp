@@ -21,13 +21,13 @@
 namespace relay::testing {
 
 struct SubmitOptions {
-  std::string operation;
+  std::string operation = {};
   std::string filename = "sample.txt";
   std::string content_type = "text/plain";
-  std::string params;
+  std::string params = {};
   bool priority = false;
   bool upload_input = true;
-  std::optional<std::uint64_t> size;  // recorded input size, when the stream does not know it
+  std::optional<std::uint64_t> size = {};  // recorded input size, when the stream does not know it
 };
 
 class RelayTest : public ::testing::Test {

@@ -1,0 +1,261 @@
+// Connection in Redis Cluster mode: commands routed by their key's slot to the master serving
+// it (a process-wide slot map per cluster), MOVED and ASK followed, failed nodes dropped.
+#include <charconv>
+#include <set>
+#include <shared_mutex>
+#include <thread>
+
+#include "common/log.hpp"
+#include "redis/connection_parts.hpp"
+#include "redis/slot.hpp"
+
+namespace relay::redis {
+
+namespace {
+
+std::string address(const std::string& host, int port) {
+  return host + ":" + std::to_string(port);
+}
+
+// The endpoint of one cluster node: the cluster's settings (auth, TLS) at another address.
+Endpoint node_endpoint(const Endpoint& ep, const std::string& addr) {
+  Endpoint node = ep;
+  node.cluster_seeds.clear();
+  auto colon = addr.rfind(':');
+  node.host = addr.substr(0, colon);
+  node.port = std::stoi(addr.substr(colon + 1));
+  return node;
+}
+}  // namespace
+
+// Which master serves each slot, shared by every connection of the process to one cluster.
+// Refreshed from CLUSTER SLOTS when marked stale (a MOVED, a lost node, CLUSTERDOWN), at most
+// every 100 ms; a MOVED also corrects its one slot at once.
+class SlotMap {
+ public:
+  static std::shared_ptr<SlotMap> of(const Endpoint& ep) {
+    static std::mutex mu;
+    static std::map<std::string, std::shared_ptr<SlotMap>> maps;
+    std::string id;
+    for (const auto& [h, p] : ep.cluster_seeds) id += address(h, p) + ",";
+    std::lock_guard lock(mu);
+    auto& m = maps[id];
+    if (!m) m = std::make_shared<SlotMap>();
+    return m;
+  }
+
+  // The master serving slot, refreshing first if needed; empty if no node serves it.
+  std::string owner(const Endpoint& ep, int slot) {
+    refresh_if_stale(ep);
+    std::shared_lock lock(mu_);
+    return owners_[static_cast<size_t>(slot)];
+  }
+  std::vector<std::string> masters(const Endpoint& ep) {
+    refresh_if_stale(ep);
+    std::shared_lock lock(mu_);
+    return masters_;
+  }
+  void moved(int slot, const std::string& addr) {
+    std::unique_lock lock(mu_);
+    owners_[static_cast<size_t>(slot)] = addr;
+    stale_ = true;
+  }
+  void mark_stale() {
+    std::unique_lock lock(mu_);
+    stale_ = true;
+  }
+
+  void refresh_if_stale(const Endpoint& ep) {
+    {
+      std::shared_lock lock(mu_);
+      if (!stale_ || (!masters_.empty() && Clock::now() - refreshed_ < kMinInterval)) return;
+    }
+    refresh(ep);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kMinInterval = std::chrono::milliseconds(100);
+
+  // Asks the known masters, then the seeds, until one answers.
+  void refresh(const Endpoint& ep) {
+    std::vector<std::string> candidates;
+    {
+      std::shared_lock lock(mu_);
+      candidates = masters_;
+    }
+    for (const auto& [h, p] : ep.cluster_seeds) candidates.push_back(address(h, p));
+    std::string errors;
+    for (const auto& addr : candidates) {
+      try {
+        auto c = Connection::open(node_endpoint(ep, addr));
+        auto r = c.command({"CLUSTER", "SLOTS"});
+        load(r.get(), node_endpoint(ep, addr).host);
+        return;
+      } catch (const ReplyError& e) {
+        throw ReplyError(std::string(e.what()) + " (from " + addr +
+                         "; is it a Redis Cluster node? redis.mode is cluster)");
+      } catch (const IoError& e) {
+        errors += std::string(" ") + e.what() + ";";
+      }
+    }
+    throw IoError("redis: no cluster node answered CLUSTER SLOTS:" + errors);
+  }
+
+  // CLUSTER SLOTS: [[start, end, [host, port, id...], replicas...]...]. An empty host means
+  // "the address you reached me at".
+  void load(const redisReply* r, const std::string& asked_host) {
+    std::vector<std::string> owners(kClusterSlots);
+    std::set<std::string> masters;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+      const redisReply* range = r->element[i];
+      if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
+      const redisReply* master = range->element[2];
+      if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
+      std::string host = as_string(master->element[0]);
+      if (host.empty() || host == "?") host = asked_host;
+      std::string addr = address(host, static_cast<int>(as_integer(master->element[1])));
+      auto from = as_integer(range->element[0]), to = as_integer(range->element[1]);
+      for (auto slot = from; slot <= to && slot < kClusterSlots; ++slot)
+        owners[static_cast<size_t>(slot)] = addr;
+      masters.insert(addr);
+    }
+    if (masters.empty()) throw IoError("redis: the cluster serves no slots (CLUSTERDOWN)");
+    std::unique_lock lock(mu_);
+    owners_ = std::move(owners);
+    masters_.assign(masters.begin(), masters.end());
+    stale_ = false;
+    refreshed_ = Clock::now();
+  }
+
+  std::shared_mutex mu_;
+  std::vector<std::string> owners_ = std::vector<std::string>(kClusterSlots);
+  std::vector<std::string> masters_;
+  bool stale_ = true;
+  Clock::time_point refreshed_{};
+};
+
+namespace {
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK ..." (after our "redis: " prefix) -> slot and address.
+struct Redirect {
+  bool ask = false;
+  int slot = 0;
+  std::string addr;
+};
+std::optional<Redirect> parse_redirect(std::string_view what) {
+  if (what.starts_with("redis: ")) what.remove_prefix(7);
+  Redirect r;
+  if (what.starts_with("MOVED "))
+    what.remove_prefix(6);
+  else if (what.starts_with("ASK ")) {
+    what.remove_prefix(4);
+    r.ask = true;
+  } else {
+    return std::nullopt;
+  }
+  auto space = what.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  auto [p, ec] = std::from_chars(what.data(), what.data() + space, r.slot);
+  if (ec != std::errc{} || r.slot < 0 || r.slot >= kClusterSlots) return std::nullopt;
+  r.addr = std::string(what.substr(space + 1));
+  if (r.addr.starts_with(":")) return std::nullopt;  // no host: not ours to guess
+  return r;
+}
+
+}  // namespace
+
+Connection& Connection::Cluster::node(const std::string& addr) {
+  {
+    std::lock_guard lock(mu);
+    auto it = nodes.find(addr);
+    if (it != nodes.end() && !it->second.stale()) return it->second;
+    if (it != nodes.end()) {
+      if (last == &it->second) last = nullptr;
+      nodes.erase(it);
+    }
+  }
+  Connection c = Connection::open(node_endpoint(ep, addr));
+  c.set_read_timeout(read_timeout);
+  std::lock_guard lock(mu);
+  return nodes.insert_or_assign(addr, std::move(c)).first->second;
+}
+void Connection::Cluster::drop(Connection* c) {
+  std::lock_guard lock(mu);
+  for (auto it = nodes.begin(); it != nodes.end(); ++it)
+    if (&it->second == c) {
+      nodes.erase(it);
+      break;
+    }
+  if (last == c) last = nullptr;
+  map->mark_stale();
+}
+Connection& Connection::Cluster::for_key(std::optional<std::string_view> key) {
+  if (!key) {
+    if (last && !last->stale()) return *last;
+    auto masters = map->masters(ep);
+    return node(masters[std::hash<std::thread::id>{}(std::this_thread::get_id()) % masters.size()]);
+  }
+  int slot = key_slot(*key);
+  std::string addr = map->owner(ep, slot);
+  if (addr.empty()) {
+    map->mark_stale();
+    throw TransientError("redis: CLUSTERDOWN no master serves slot " + std::to_string(slot), false);
+  }
+  return node(addr);
+}
+
+Connection Connection::open_cluster(const Endpoint& ep) {
+  Connection conn(nullptr);
+  conn.cluster_ = std::make_unique<Cluster>();
+  conn.cluster_->ep = ep;
+  conn.cluster_->map = SlotMap::of(ep);
+  conn.cluster_->map->refresh_if_stale(ep);  // reachable, and a cluster: or throw now
+  conn.server_ = ep;
+  return conn;
+}
+
+Reply Connection::cluster_command(const std::vector<std::string>& argv) {
+  auto& cl = *cluster_;
+  const auto key = routing_key(argv);
+  std::optional<std::string> ask;  // the node an ASK sent us to, for one attempt
+  for (int redirects = 0;; ++redirects) {
+    Connection* node = ask ? &cl.node(*ask) : &cl.for_key(key);
+    cl.last = node;
+    try {
+      if (!ask) return node->command(argv);
+      node->append({"ASKING"});
+      node->append(argv);
+      node->read_reply();
+      return node->read_reply();
+    } catch (const TransientError& e) {
+      // CLUSTERDOWN, TRYAGAIN (a multi-key step mid-migration): the caller backs off.
+      cl.map->mark_stale();
+      throw;
+    } catch (const IoError&) {
+      cl.drop(node);  // a failed node: its slots are probably served elsewhere by now
+      throw;
+    } catch (const ReplyError& e) {
+      auto redirect = parse_redirect(e.what());
+      if (!redirect || redirects >= 5) throw;
+      log::debug("redis cluster redirect", {{"kind", redirect->ask ? "ASK" : "MOVED"},
+                                            {"slot", redirect->slot},
+                                            {"to", redirect->addr}});
+      if (redirect->ask) {
+        ask = redirect->addr;
+      } else {
+        ask.reset();
+        cl.map->moved(redirect->slot, redirect->addr);
+      }
+    }
+  }
+}
+
+std::vector<Endpoint> Connection::masters(const Endpoint& ep) {
+  if (ep.cluster_seeds.empty()) return {ep};
+  std::vector<Endpoint> out;
+  for (const auto& addr : SlotMap::of(ep)->masters(ep)) out.push_back(node_endpoint(ep, addr));
+  return out;
+}
+
+}  // namespace relay::redis

@@ -1,0 +1,127 @@
+// Connection's transport: a TCP socket, optionally TLS (OpenSSL), and hiredis's reply reader.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+
+#include "redis/connection_parts.hpp"
+
+namespace relay::redis {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+std::string ssl_errors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "TLS error" : out;
+}
+
+struct SslCtxDeleter {
+  void operator()(SSL_CTX* c) const noexcept { SSL_CTX_free(c); }
+};
+
+// One SSL_CTX per distinct TLS configuration, for the life of the process: loading a CA bundle
+// costs milliseconds, a connection should not pay it.
+std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<SSL_CTX>> cache;
+  // TLS writes may raise SIGPIPE on a connection the server closed (OpenSSL writes with
+  // write(2)); every Relay process ignores it already, this makes it true for any caller.
+  static std::once_flag sigpipe;
+  std::call_once(sigpipe, [] { ::signal(SIGPIPE, SIG_IGN); });
+  std::string id = ep.tls_ca_file + '\n' + ep.tls_cert_file + '\n' + ep.tls_key_file + '\n' +
+                   (ep.tls_verify ? "1" : "0");
+  std::lock_guard lock(mu);
+  if (auto it = cache.find(id); it != cache.end()) return it->second;
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_client_method()), SslCtxDeleter{});
+  if (!ctx) throw IoError("redis: TLS: " + ssl_errors());
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  // Read whole TLS records (and what follows) per recv(2), not header then body: one system
+  // call per reply instead of two. Buffered bytes are seen by SSL_has_pending (stale()).
+  SSL_CTX_set_read_ahead(ctx.get(), 1);
+  if (ep.tls_verify) {
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+    bool ok = ep.tls_ca_file.empty()
+                  ? SSL_CTX_set_default_verify_paths(ctx.get()) == 1
+                  : SSL_CTX_load_verify_locations(ctx.get(), ep.tls_ca_file.c_str(), nullptr) == 1;
+    if (!ok) throw IoError("redis: TLS: cannot load CA certificates: " + ssl_errors());
+  } else {
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
+  }
+  if (!ep.tls_cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx.get(), ep.tls_cert_file.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx.get(), ep.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+      throw IoError("redis: TLS: cannot load the client certificate: " + ssl_errors());
+  }
+  cache.emplace(id, ctx);
+  return ctx;
+}
+
+bool is_ip_address(const std::string& host) {
+  in6_addr a6;
+  in_addr a4;
+  return ::inet_pton(AF_INET, host.c_str(), &a4) == 1 ||
+         ::inet_pton(AF_INET6, host.c_str(), &a6) == 1;
+}
+
+// A TCP connection to host:port within timeout; returns a blocking socket.
+int tcp_connect(const Endpoint& ep) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string where = ep.host + ":" + std::to_string(ep.port);
+  if (int rc = ::getaddrinfo(ep.host.c_str(), std::to_string(ep.port).c_str(), &hints, &res);
+      rc != 0)
+    throw IoError("redis: cannot resolve " + ep.host + ": " + ::gai_strerror(rc));
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(res, &::freeaddrinfo);
+  std::string last = "no address";
+  for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+    int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) {
+      last = std::strerror(errno);
+      continue;
+    }
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = ::poll(&p, 1, static_cast<int>(ep.connect_timeout.count()));
+      if (rc == 0) {
+        errno = ETIMEDOUT;
+        rc = -1;
+      } else if (rc > 0) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        errno = err;
+        rc = err == 0 ? 0 : -1;
+      }
+    }
+    if (rc == 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+      return fd;
+    }
+    last = std::strerror(errno);
+    ::close(fd);
+  }
+  throw IoError("redis: cannot connect to " + where + ": " + last);
+}
+
+}  // namespace relay::redis
