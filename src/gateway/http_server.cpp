@@ -1,4 +1,7 @@
-// The only translation unit of the gateway that includes Boost.Beast. The shape of a request:
+// The only translation unit of the gateway that includes Boost.Beast — on purpose, and why it is
+// longer than our other files: Beast and Asio's coroutines compile once here, not in every file
+// that touches a request (a build on 2 cores). Its parts, in order: the body reader, the server's
+// sessions, the answers. The shape of a request:
 //
 //   I/O thread (this file)              request pool             upload pool
 //   read the header

@@ -1,3 +1,7 @@
+// S3 over libcurl: requests signed with SigV4 (libcurl's), reads as streams, and the three ways
+// an object is written (one PUT from memory, one streamed PUT, a multipart upload), each with
+// its abandonment path. One file, a little over 400 lines, because all of them share the
+// request set-up and error mapping below.
 #include "storage/s3_storage.hpp"
 
 #include <boost/url/parse.hpp>

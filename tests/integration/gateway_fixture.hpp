@@ -8,7 +8,6 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <openssl/sha.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,6 +22,7 @@
 
 #include "common/hex.hpp"
 #include "common/job_id.hpp"
+#include "common/sha256.hpp"
 #include "common/time.hpp"
 #include "harness.hpp"
 #include "http_client.hpp"
@@ -33,12 +33,6 @@
 namespace relay::testing {
 
 namespace json = boost::json;
-
-inline std::string sha256_hex(const std::string& s) {
-  unsigned char d[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d);
-  return to_hex(d, sizeof d);
-}
 
 inline json::object parse(const HttpResult& r) {
   boost::system::error_code ec;

@@ -1,4 +1,5 @@
-// The gateway's API and a job's life through it, end to end (fixture: gateway_fixture.hpp).
+// The gateway's API and a job's life through it, end to end (fixture: gateway_fixture.hpp): one
+// test per route and per lifecycle rule, hence its length.
 
 #include "gateway_fixture.hpp"
 

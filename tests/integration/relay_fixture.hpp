@@ -30,6 +30,21 @@ struct SubmitOptions {
   std::optional<std::uint64_t> size = {};  // recorded input size, when the stream does not know it
 };
 
+inline std::string read_all(storage::Storage& st, const std::string& key) {
+  auto src = st.open(key, {});
+  std::string out, buf(65536, '\0');
+  while (size_t n = src->read(buf)) out.append(buf.data(), n);
+  return out;
+}
+
+// What the no-op server says it received, from the stored result.json.
+inline boost::json::object file_part(const std::string& result_json) {
+  auto v = boost::json::parse(result_json).as_object();
+  for (auto& p : v.at("parts").as_array())
+    if (p.as_object().at("name").as_string() == "file") return p.as_object();
+  return {};
+}
+
 class RelayTest : public ::testing::Test {
  protected:
   RelayTest() : conn_(redis_.connect()), store_(conn_, keys_) {}

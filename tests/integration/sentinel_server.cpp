@@ -1,0 +1,160 @@
+// The tests' Redis under Sentinel: a master, replicas and three sentinels; failovers graceful
+// and by crash.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "common/exec_args.hpp"
+#include "harness.hpp"
+#include "redis/slot.hpp"
+
+namespace relay::testing {
+
+SentinelRedis::SentinelRedis() {
+  // No 5 s wait before a diskless full sync (the default): the replica is in sync at once.
+  const std::vector<std::string> fast_sync{"--repl-diskless-sync-delay", "0"};
+  nodes_[0] = std::make_unique<RedisServer>(false, fast_sync, false);
+  auto replica_args = fast_sync;
+  replica_args.insert(replica_args.end(),
+                      {"--replicaof", "127.0.0.1", std::to_string(nodes_[0]->port())});
+  nodes_[1] = std::make_unique<RedisServer>(false, replica_args, false);
+  for (int i = 0; i < 3; ++i) {
+    int port = free_port();
+    sentinel_ports_.push_back(port);
+    // Sentinels rewrite their config file: one each, writable.
+    std::string conf = dir_.path() + "/sentinel-" + std::to_string(i) + ".conf";
+    std::ofstream(conf) << "port " << port << "\nbind 127.0.0.1\ndir " << dir_.path()
+                        << "\nsentinel monitor relaytest 127.0.0.1 "
+                        << nodes_[0]->port()
+                        // 2 s: a loaded CI machine must not look like a dead master
+                        << " 2\nsentinel down-after-milliseconds relaytest 2000\n"
+                           "sentinel failover-timeout relaytest 10000\n";
+    sentinels_.push_back(std::make_unique<Process>(
+        std::vector<std::string>{"/usr/bin/redis-server", conf, "--sentinel"}, Env{},
+        dir_.path() + "/sentinel-" + std::to_string(i) + ".log"));
+  }
+  for (int port : sentinel_ports_)
+    if (!wait_until([&] { return port_open(port); }, 10s))
+      throw std::runtime_error("a sentinel did not start");
+  // Ready when the replica is in sync, and every sentinel knows it and the other sentinels.
+  bool ready = wait_until(
+      [&] {
+        try {
+          auto info = redis::as_string(nodes_[1]->connect().command({"INFO", "replication"}).get());
+          if (info.find("master_link_status:up") == std::string::npos) return false;
+          for (int port : sentinel_ports_) {
+            redis::Endpoint ep;
+            ep.port = port;
+            auto c = redis::Connection::open(ep);
+            auto replicas = c.command({"SENTINEL", "replicas", "relaytest"});
+            auto peers = c.command({"SENTINEL", "sentinels", "relaytest"});
+            if (replicas->elements != 1 || peers->elements != 2) return false;
+          }
+          return true;
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      30s);
+  if (!ready) throw std::runtime_error("the sentinels did not see the replica and each other");
+}
+
+SentinelRedis::~SentinelRedis() = default;
+
+Env SentinelRedis::env() const {
+  std::string url = "redis://";
+  for (size_t i = 0; i < sentinel_ports_.size(); ++i)
+    url += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(sentinel_ports_[i]);
+  return {{"RELAY_REDIS_URL", url},
+          {"RELAY_REDIS_MODE", "sentinel"},
+          {"RELAY_REDIS_SENTINEL_MASTER", "relaytest"}};
+}
+
+redis::Endpoint SentinelRedis::endpoint() const {
+  return redis::parse_sentinel_urls(env().at("RELAY_REDIS_URL"), "relaytest");
+}
+
+int SentinelRedis::master_port() const {
+  for (int port : sentinel_ports_) {
+    try {
+      redis::Endpoint ep;
+      ep.port = port;
+      auto r =
+          redis::Connection::open(ep).command({"SENTINEL", "get-master-addr-by-name", "relaytest"});
+      if (r->elements == 2) return static_cast<int>(redis::as_integer(r->element[1]));
+    } catch (const std::exception&) {
+    }
+  }
+  return 0;
+}
+
+void SentinelRedis::failover() {
+  int before = master_port();
+  redis::Endpoint ep;
+  ep.port = sentinel_ports_[0];
+  redis::Connection::open(ep).command({"SENTINEL", "FAILOVER", "relaytest"});
+  wait_for_new_master(before);
+}
+
+void SentinelRedis::kill_master() {
+  int before = master_port();
+  RedisServer* killed = nullptr;
+  for (auto& n : nodes_)
+    if (n->port() == before) killed = n.get();
+  killed->stop();
+  wait_for_new_master(before);
+  const int promoted = master_port();
+  // Back as a replica of the new master, as an orchestrator would restart it: the sentinels
+  // reconfigure it (until then the new master has no replica to acknowledge writes). Waited
+  // for, so that the test goes on with the topology settled.
+  killed->start();
+  const bool settled = wait_until(
+      [&] {
+        try {
+          redis::Endpoint e;
+          e.port = killed->port();
+          auto role = redis::Connection::open(e).command({"ROLE"});
+          return redis::as_string(role->element[0]) == "slave" && master_port() == promoted;
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      30s);
+  if (!settled) throw std::runtime_error("the restarted master did not become a replica");
+}
+
+void SentinelRedis::wait_for_new_master(int before) {
+  bool done = wait_until(
+      [&] {
+        int now = master_port();
+        if (now == 0 || now == before) return false;
+        try {
+          redis::Endpoint m;
+          m.port = now;
+          auto role = redis::Connection::open(m).command({"ROLE"});
+          return redis::as_string(role->element[0]) == "master";
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      30s);
+  if (!done) throw std::runtime_error("the failover did not complete");
+}
+
+}  // namespace relay::testing
