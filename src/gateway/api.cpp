@@ -329,6 +329,9 @@ Response Api::metrics_text() {
             m.reaped.value());
   w.counter("relay_jobs_deadlettered_total", "Jobs dead-lettered after repeated relay crashes.",
             m.deadlettered.value());
+  w.counter("relay_jobs_expired_total",
+            "Jobs whose ttl passed while they waited in pending, by model.", {"model"},
+            m.expired.snapshot());
   w.counter("relay_webhook_attempts_total", "Webhook delivery attempts by outcome.", {"outcome"},
             m.webhook_attempts.snapshot());
   // Queue gauges, read now.

@@ -5,6 +5,7 @@
 
 #include <charconv>
 
+#include "common/time.hpp"
 #include "gateway/webhook_signature.hpp"
 
 namespace relay::gateway {
@@ -73,7 +74,9 @@ config::Schema schema(Config& c) {
   config::bind_encryption(s, c.encryption);
   s.section(
       "service_types", "",
-      "Service types clients submit to: `<name>: {model, operations: [...], max_input_size}`. "
+      "Service types clients submit to: `<name>: {model, operations: [...], max_input_size, "
+      "ttl, timeout}` (ttl: a job not started within it fails `expired`; timeout: one running "
+      "longer fails `timed_out`; both are defaults a submission may override). "
       "Environment form: `name=model,name=model`.",
       [&c] { c.service_types.clear(); },
       [&c](const YAML::Node& n) {
@@ -94,10 +97,16 @@ config::Schema schema(Config& c) {
               if (!f.second.IsSequence())
                 bad("service_types." + name + ".operations", "expected a list");
               for (const auto& op : f.second) st.operations.push_back(op.as<std::string>());
-            } else if (field == "max_input_size")
+            } else if (field == "max_input_size") {
               st.max_input_size = parse_size("service_types." + name + ".max_input_size",
                                              f.second.as<std::string>());
-            else
+            } else if (field == "ttl" || field == "timeout") {
+              auto d = parse_duration(f.second.as<std::string>());
+              if (!d || d->count() <= 0)
+                bad("service_types." + name + "." + field,
+                    "expected a positive duration (\"30s\", \"10m\", \"1h\")");
+              (field == "ttl" ? st.ttl : st.timeout) = *d;
+            } else
               bad("service_types." + name + "." + field, "unknown key");
           }
           c.service_types[name] = st;
@@ -131,6 +140,9 @@ config::Schema schema(Config& c) {
              "(covers the dequeue-to-lease window).");
   s.integer("gc.max_reap_attempts", &c.max_reap_attempts, 3, 1, 1000,
             "After this many crashed runs a job is dead-lettered (`failed`, `dead_lettered`).");
+  s.duration("gc.expire_interval", &c.expire_interval, "1s",
+             "How often jobs whose ttl passed in pending are failed `expired` and leave the "
+             "queue (a relay that takes one first fails it itself, without calling the model).");
   s.duration("idempotency.reservation", &c.idempotency_reservation, "2m",
              "How long an `Idempotency-Key` stays reserved for a submission whose upload has not "
              "finished: renewed while the upload progresses, so a gateway that crashes mid-upload "
@@ -190,6 +202,7 @@ void validate(const Config& c) {
   if (!c.webhook_secret.empty() && !decode_webhook_secret(c.webhook_secret))
     bad("webhooks.secret", "expected whsec_<base64 of the key>");
   if (c.reap_interval.count() <= 0) bad("gc.reap_interval", "must be positive");
+  if (c.expire_interval.count() <= 0) bad("gc.expire_interval", "must be positive");
 }
 
 Config load(const std::string& path, const config::EnvLookup& env) {

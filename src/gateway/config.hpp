@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@ struct ServiceType {
   std::string model;                    // whose relays run this service type's jobs
   std::vector<std::string> operations;  // allowed operations; empty = any
   std::int64_t max_input_size = 0;      // bytes; 0 = server.max_body_size
+  // Deadlines for its jobs when the submission sets none; absent: none.
+  std::optional<std::chrono::milliseconds> ttl, timeout;
 };
 
 struct Config {
@@ -43,6 +46,7 @@ struct Config {
   std::map<std::string, std::string> api_keys;  // SHA-256 hex of the key -> tenant
 
   std::chrono::milliseconds reap_interval{}, reap_grace{}, job_retention{}, gc_interval{};
+  std::chrono::milliseconds expire_interval{};
   std::int64_t max_reap_attempts = 0;
   bool keep_objects = false;
 

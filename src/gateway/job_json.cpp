@@ -27,6 +27,11 @@ std::string job_json(const JobRecord& r) {
   o["created_at"] = time_or_null(r.created_at);
   o["started_at"] = time_or_null(r.started_at);
   o["finished_at"] = time_or_null(r.finished_at);
+  o["expires_at"] = time_or_null(r.expires_at);
+  if (r.timeout)
+    o["timeout"] = static_cast<double>(r.timeout->count()) / 1000.0;
+  else
+    o["timeout"] = nullptr;
   o["attempts"] = r.attempts;
   if (r.error_code.empty())
     o["error"] = nullptr;

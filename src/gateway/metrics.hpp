@@ -56,6 +56,7 @@ struct Metrics {
   LabeledCounter jobs_submitted;                                                   // {service_type}
   LabeledCounter jobs_finished;  // {model, status}
   Counter reaped, deadlettered;
+  LabeledCounter expired;           // {model}: queue deadlines passed in pending
   LabeledCounter webhook_attempts;  // {outcome}
 };
 Metrics& metrics();

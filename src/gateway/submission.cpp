@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <boost/json/parse.hpp>
 
+#include "common/time.hpp"
+
 namespace relay::gateway {
 
 bool Submission::set(std::string_view name, std::string value) {
@@ -14,6 +16,10 @@ bool Submission::set(std::string_view name, std::string value) {
     params = std::move(value);
   else if (name == "filename")
     filename = std::move(value);
+  else if (name == "ttl")
+    ttl = std::move(value);
+  else if (name == "timeout")
+    timeout = std::move(value);
   else
     return false;
   return true;
@@ -23,6 +29,7 @@ std::size_t max_field_size(std::string_view name) {
   if (name == "operation") return 256;
   if (name == "callback_url") return 4096;
   if (name == "params") return 64 * 1024;
+  if (name == "ttl" || name == "timeout") return 64;
   return 0;
 }
 
@@ -39,6 +46,15 @@ std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rule
     auto v = boost::json::parse(s.params, ec);
     if (ec || !v.is_object()) return Refusal{400, "invalid_params", "params must be a JSON object"};
   }
+  for (const auto& [name, text] : {std::pair{"ttl", &s.ttl}, std::pair{"timeout", &s.timeout}}) {
+    if (text->empty()) continue;
+    auto d = parse_duration(*text);
+    if (!d || d->count() <= 0 || *d > kMaxDeadline)
+      return Refusal{400, std::string("invalid_") + name,
+                     std::string(name) +
+                         " must be a positive duration of at most 30 days (\"90\" seconds, "
+                         "\"90s\", \"15m\", \"2h\")"};
+  }
   if (!s.callback_url.empty()) {
     if (!rules.webhooks_configured)
       return Refusal{400, "webhooks_not_configured",
@@ -50,6 +66,11 @@ std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rule
         return Refusal{400, "invalid_callback_url", *why};
   }
   return std::nullopt;
+}
+
+std::optional<std::chrono::milliseconds> deadline_option(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  return parse_duration(text);
 }
 
 }  // namespace relay::gateway

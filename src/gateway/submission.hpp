@@ -3,6 +3,7 @@
 // parameters of a raw-body submission, form fields of a multipart one) and the rules they must
 // meet. Pure functions: the API calls them, tests call them without a server.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -14,6 +15,7 @@ namespace relay::gateway {
 
 struct Submission {
   std::string operation, callback_url, params, filename, content_type;
+  std::string ttl, timeout;  // deadlines, as durations ("90", "90s", "15m", "2h")
   // Sets a named option; false when the name is not one (unknown options are ignored).
   bool set(std::string_view name, std::string value);
 };
@@ -38,5 +40,10 @@ struct SubmissionRules {
 };
 
 std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rules);
+
+// A deadline option as a duration; nullopt when not given. Call after validate().
+std::optional<std::chrono::milliseconds> deadline_option(const std::string& text);
+// The longest ttl and timeout a submission may ask for.
+inline constexpr std::chrono::hours kMaxDeadline{24 * 30};
 
 }  // namespace relay::gateway

@@ -79,5 +79,25 @@ TEST(Submission, EachRuleRefusesWithItsCode) {
   EXPECT_EQ(refusal->status, 400u);
 }
 
+// Deadlines: durations, positive, at most 30 days; as written ("90" is seconds).
+TEST(Submission, DeadlinesAreBoundedDurations) {
+  for (const char* name : {"ttl", "timeout"}) {
+    for (const char* good : {"90", "90s", "1500ms", "15m", "2h", "720h"}) {
+      Submission s;
+      ASSERT_TRUE(s.set(name, good));
+      EXPECT_EQ(code_of(s), "") << name << "=" << good;
+    }
+    for (const char* bad : {"0", "-1s", "soon", "721h", "1d", "", "5 s"}) {
+      Submission s;
+      s.set(name, bad);
+      if (*bad == '\0') continue;  // not given
+      EXPECT_EQ(code_of(s), std::string("invalid_") + name) << name << "=" << bad;
+    }
+  }
+  EXPECT_EQ(deadline_option("90"), std::chrono::seconds(90));
+  EXPECT_EQ(deadline_option("1500ms"), std::chrono::milliseconds(1500));
+  EXPECT_EQ(deadline_option(""), std::nullopt);
+}
+
 }  // namespace
 }  // namespace relay::gateway

@@ -213,6 +213,10 @@ class Api::Upload final : public Intake, private multipart::Handler {
     r.priority = priority_;
     r.key_id = api_.enc_.enabled ? api_.enc_.active_id : "";
     r.created_at = wall_now();
+    // Deadlines: the submission's, else the service type's default.
+    if (auto ttl = deadline_option(sub_.ttl) ? deadline_option(sub_.ttl) : st_.ttl)
+      r.expires_at = *r.created_at + *ttl;
+    r.timeout = deadline_option(sub_.timeout) ? deadline_option(sub_.timeout) : st_.timeout;
     auto conn = api_.redis_.borrow();
     Context ctx{*conn, tenant_};
     // An attempt that fails after Redis received it may have run: a retry that then finds the

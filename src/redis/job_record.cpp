@@ -50,6 +50,9 @@ std::string encode(std::int64_t v) {
 std::string encode(const std::optional<WallTime>& v) {
   return v ? format_rfc3339(*v) : "";
 }
+std::string encode(const std::optional<std::chrono::milliseconds>& v) {
+  return v ? std::to_string(v->count()) : "";
+}
 
 [[noreturn]] void bad(std::string_view name, std::string_view value) {
   throw RecordError("job record field " + std::string(name) + ": cannot read \"" +
@@ -70,6 +73,12 @@ template <typename Int>
 void decode(std::string_view name, std::string_view s, Int& v) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size()) bad(name, s);
+}
+void decode(std::string_view name, std::string_view s,
+            std::optional<std::chrono::milliseconds>& v) {
+  std::int64_t ms = 0;
+  decode(name, s, ms);
+  v = std::chrono::milliseconds(ms);
 }
 void decode(std::string_view name, std::string_view s, std::optional<WallTime>& v) {
   v = parse_rfc3339(s);
@@ -104,6 +113,8 @@ void for_each_field(Record& r, F&& f) {
   f(field::key_id, r.key_id);
   f(field::cancel_requested, r.cancel_requested);
   f(field::timings, r.timings);
+  f(field::expires_at, r.expires_at);
+  f(field::timeout_ms, r.timeout);
   f(field::webhook_status, r.webhook_status);
   f(field::webhook_attempts, r.webhook_attempts);
   f(field::webhook_last, r.webhook_last);

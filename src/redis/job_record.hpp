@@ -43,6 +43,10 @@ inline constexpr std::string_view holder = "holder";
 inline constexpr std::string_view key_id = "key_id";
 inline constexpr std::string_view cancel_requested = "cancel_requested";
 inline constexpr std::string_view timings = "timings";
+// Deadlines (per submission or the service type's default): not started by expires_at, the job
+// fails `expired`; running longer than timeout_ms, it fails `timed_out`.
+inline constexpr std::string_view expires_at = "expires_at";
+inline constexpr std::string_view timeout_ms = "timeout_ms";
 // Added by the gateway's webhook sender (SPEC §8: each attempt's outcome on the job).
 inline constexpr std::string_view webhook_status = "webhook_status";
 inline constexpr std::string_view webhook_attempts = "webhook_attempts";
@@ -79,7 +83,9 @@ struct JobRecord {
   std::int64_t attempts = 0;  // times a relay crashed holding it (the reaper counts)
   std::string error_code, error_message;
   std::optional<WallTime> created_at, started_at, finished_at;
-  std::string holder;  // the relay holding it while processing
+  std::optional<WallTime> expires_at;                // the queue deadline (ttl)
+  std::optional<std::chrono::milliseconds> timeout;  // the execution limit
+  std::string holder;                                // the relay holding it while processing
   std::string key_id;  // the encryption key of its input (empty: not encrypted)
   bool cancel_requested = false;
   std::string timings;  // JSON object text, written by the relay

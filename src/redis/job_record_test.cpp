@@ -32,6 +32,8 @@ JobRecord full_record() {
   r.created_at = *parse_rfc3339("2026-11-30T12:00:00.001Z");
   r.started_at = *parse_rfc3339("2026-11-30T12:00:01.500Z");
   r.finished_at = *parse_rfc3339("2026-11-30T12:00:09.999Z");
+  r.expires_at = *parse_rfc3339("2026-11-30T12:15:00.001Z");
+  r.timeout = std::chrono::milliseconds(90'500);
   r.holder = "relay-7";
   r.key_id = "k2";
   r.cancel_requested = true;
@@ -59,6 +61,8 @@ TEST(JobRecord, EveryFieldRoundTripsThroughItsStoredForm) {
   EXPECT_EQ(back.finished_at, r.finished_at);
   EXPECT_TRUE(back.cancel_requested);
   EXPECT_EQ(back.webhook_attempts, 3);
+  EXPECT_EQ(back.expires_at, r.expires_at);
+  EXPECT_EQ(back.timeout, std::chrono::milliseconds(90'500));
   EXPECT_EQ(back.params, r.params) << "params are kept as the client wrote them";
 }
 
@@ -72,6 +76,7 @@ TEST(JobRecord, StoresValuesInTheirDocumentedForms) {
   EXPECT_EQ(m.at("attempts"), "2");
   EXPECT_EQ(m.at("created_at"), "2026-11-30T12:00:00.001Z");
   EXPECT_EQ(m.at("webhook_attempts"), "3");
+  EXPECT_EQ(m.at("timeout_ms"), "90500");
 }
 
 TEST(JobRecord, AbsentValuesAreLeftOutButSizesAndAttemptsAreAlwaysWritten) {
@@ -92,6 +97,7 @@ TEST(JobRecord, AValueThatDoesNotParseIsAnError) {
   EXPECT_THROW(JobRecord::from_fields({{"input_size", "-1"}}), RecordError);
   EXPECT_THROW(JobRecord::from_fields({{"attempts", ""}}), RecordError);
   EXPECT_THROW(JobRecord::from_fields({{"created_at", "yesterday"}}), RecordError);
+  EXPECT_THROW(JobRecord::from_fields({{"timeout_ms", "1.5"}}), RecordError);
   // Fields it does not know (a newer version's) are not its business.
   EXPECT_EQ(JobRecord::from_fields({{"id", "x"}, {"future_field", "?"}}).id, "x");
 }
@@ -103,7 +109,7 @@ TEST(JobRecord, UsesExactlyTheSpecFieldNames) {
       "id", "service_type", "model", "operation", "status", "tenant", "input_key", "input_filename",
       "input_content_type", "input_size", "result_key", "result_content_type", "params",
       "callback_url", "priority", "attempts", "error_code", "error_message", "created_at",
-      "started_at", "finished_at", "holder", "key_id", "cancel_requested", "timings",
+      "started_at", "finished_at", "holder", "key_id", "cancel_requested", "timings", "expires_at", "timeout_ms",
       // the gateway's webhook bookkeeping, beside SPEC §3's fields:
       "webhook_status", "webhook_attempts", "webhook_last"};
   EXPECT_EQ(names, spec);

@@ -22,13 +22,20 @@ std::string_view to_string(FinishOutcome o) {
 }
 
 bool JobStore::submit(const JobRecord& record, bool priority) {
-  std::vector<std::string> args{record.id, priority ? "L" : "R"};
+  std::string expiry;
+  if (record.expires_at)
+    expiry = std::to_string(
+        std::chrono::duration_cast<std::chrono::milliseconds>(record.expires_at->time_since_epoch())
+            .count());
+  std::vector<std::string> args{record.id, priority ? "L" : "R", expiry};
   for (auto& [k, v] : record.to_fields()) {
     args.push_back(k);
     args.push_back(v);
   }
   auto r = conn_.eval(lua::submit,
-                      {keys_.job(record.model, record.id), keys_.pending(record.model)}, args);
+                      {keys_.job(record.model, record.id), keys_.pending(record.model),
+                       keys_.expiries(record.model)},
+                      args);
   return as_integer(r.get()) == 1;
 }
 
@@ -290,6 +297,34 @@ ReapOutcome JobStore::reap(const std::string& model, const std::string& id,
   c.service_type = as_string(r->element[1]);
   conn_.command({"PUBLISH", keys_.completed_channel(model), c.payload()});
   return ReapOutcome::deadlettered;
+}
+
+std::vector<std::string> JobStore::due_expiries(const std::string& model, WallTime now, int limit) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  return as_strings(conn_
+                        .command({"ZRANGEBYSCORE", keys_.expiries(model), "-inf",
+                                  std::to_string(ms), "LIMIT", "0", std::to_string(limit)})
+                        .get());
+}
+
+bool JobStore::expire(const std::string& model, const std::string& id) {
+  Completion c;
+  c.job_id = id;
+  c.model = model;
+  c.status = JobStatus::failed;
+  c.finished_at = wall_now();
+  c.error_code = "expired";
+  auto r = conn_.eval(
+      lua::expire,
+      {keys_.expiries(model), keys_.pending(model), keys_.job(model, id), keys_.events(model)},
+      {id, format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen)});
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+    throw ReplyError("expire: unexpected reply");
+  if (as_string(r->element[0]) != "expired") return false;
+  c.service_type = r->elements > 1 ? as_string(r->element[1]) : "";
+  conn_.command({"PUBLISH", keys_.completed_channel(model), c.payload()});
+  return true;
 }
 
 std::vector<std::string> JobStore::list(const std::string& key) {

@@ -116,6 +116,10 @@ class JobStore {
   // Reaper (gateway): one id of the processing list; see lua/reap.lua.
   ReapOutcome reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
                    long long max_attempts);
+  // Queue deadlines (gateway): ids whose ttl has passed by now, at most limit; and one step for
+  // one of them (lua/expire.lua): true when it was still pending and is now failed `expired`.
+  std::vector<std::string> due_expiries(const std::string& model, WallTime now, int limit);
+  bool expire(const std::string& model, const std::string& id);
   std::vector<std::string> list(const std::string& key);
   std::vector<std::string> hash_keys(const std::string& key);
   const Keys& keys() const { return keys_; }

@@ -33,6 +33,9 @@ class Keys {
     return job_prefix(model) + std::string(id);
   }
 
+  // Queue deadlines: ids of jobs with a ttl by their expires_at (ms since the epoch), for the
+  // gateway's expiry sweep.
+  std::string expiries(std::string_view model) const { return model_key(model, "expiries"); }
   // Reaper bookkeeping (hash id -> first time, Redis clock ms, the id was seen lease-less).
   std::string suspects(std::string_view model) const { return model_key(model, "suspects"); }
   // Webhook deliveries: a sorted set of delivery ids by due time, and one hash per delivery.

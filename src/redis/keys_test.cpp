@@ -18,6 +18,7 @@ TEST(Keys, SeedSchemaWithoutPrefixOrTag) {
   EXPECT_EQ(k.job_done_channel("abc"), "job:abc:done");
   EXPECT_EQ(k.job("whisper", "abc"), "job:abc");
   EXPECT_EQ(k.events("whisper"), "jobs:whisper:events");
+  EXPECT_EQ(k.expiries("whisper"), "relay:whisper:expiries");
 }
 
 TEST(Keys, HashTagPutsEveryKeyOfAModelInOneSlot) {
@@ -52,17 +53,11 @@ TEST(Keys, WithTheTagEveryKeyOfAModelHashesToOneSlot) {
     Keys k(prefix, true);
     for (const char* model : {"ocr", "whisper-large", "m1", "a.b_c"}) {
       const std::string id = "0f8b3c1e-1111-4222-8333-944455556666";
-      const std::vector<std::string> all{k.pending(model),
-                                         k.processing(model),
-                                         k.deadletter(model),
-                                         k.lease(model, id),
-                                         k.job(model, id),
-                                         k.events(model),
-                                         k.suspects(model),
-                                         k.webhooks_due(model),
-                                         k.webhook(model, "msg_x"),
-                                         k.gc_due(model),
-                                         k.idempotency(model, "tenant", "abc")};
+      const std::vector<std::string> all{
+          k.pending(model),          k.processing(model), k.deadletter(model),
+          k.lease(model, id),        k.job(model, id),    k.events(model),
+          k.suspects(model),         k.expiries(model),   k.webhooks_due(model),
+          k.webhook(model, "msg_x"), k.gc_due(model),     k.idempotency(model, "tenant", "abc")};
       const int slot = key_slot(all.front());
       for (const auto& key : all) EXPECT_EQ(key_slot(key), slot) << prefix << " " << key;
     }

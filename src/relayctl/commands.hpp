@@ -27,6 +27,7 @@ struct Options {
   std::string model, service_type = "default", file, operation, id, ref, out_file, callback,
                      timeout = "60s";
   std::vector<std::string> params;
+  std::string ttl, job_timeout;  // submit: the job's deadlines, as durations
   bool priority = false, wait = false, all = false;
   // encrypt / decrypt
   std::string key_id, aad, keys_dir, out_path;

@@ -87,6 +87,8 @@ int submit(const Options& o) {
   Upload u{o.file, {}, !o.as_json && ::isatty(2)};
   if (!o.operation.empty()) u.fields["operation"] = o.operation;
   if (!o.callback.empty()) u.fields["callback_url"] = o.callback;
+  if (!o.ttl.empty()) u.fields["ttl"] = o.ttl;
+  if (!o.job_timeout.empty()) u.fields["timeout"] = o.job_timeout;
   if (!o.params.empty()) u.fields["params"] = boost::json::serialize(parse_params(o.params));
   auto headers = auth(o);
   if (o.priority) headers.push_back(env_or("RELAY_PRIORITY_HEADER", "X-Priority") + ": 1");

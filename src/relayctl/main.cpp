@@ -4,7 +4,7 @@
 // clang-format off
 //   relayctl up [--demo] [--port 8080] [--max-relays 4] [--data-dir DIR]   the stack on one machine
 //   relayctl submit SERVICE_TYPE FILE [--operation OP] [--param k=v]... [--callback URL]
-//            [--priority] [--wait]                                        jobs.cpp
+//            [--priority] [--ttl D] [--job-timeout D] [--wait]            jobs.cpp
 //   relayctl status REF | wait REF [--timeout 60] | result REF [-o FILE] | cancel REF
 //   relayctl queues | deadletter list MODEL | deadletter requeue MODEL (ID | --all)
 //   relayctl enqueue --model M FILE | job --model M ID     operator.cpp (Redis directly)
@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
   submit->add_option("--param", o.params, "k=v, sent in the job's params");
   submit->add_option("--callback", o.callback, "webhook URL");
   submit->add_flag("--priority", o.priority, "ahead of the queue (the gateway's priority header)");
+  submit->add_option("--ttl", o.ttl, "not started within this duration (90s, 15m, 2h), it fails");
+  submit->add_option("--job-timeout", o.job_timeout,
+                     "running longer than this duration, the job fails");
   submit->add_flag("--wait", o.wait, "wait for the job to end (exit code: its status)");
   submit->add_option("--timeout", o.timeout, "with --wait: give up after this long");
   auto* status = app.add_subcommand("status", "show a job");

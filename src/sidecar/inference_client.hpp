@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "sidecar/spool.hpp"
 #include "common/byte_stream.hpp"
+#include "sidecar/spool.hpp"
 
 namespace relay::sidecar {
 

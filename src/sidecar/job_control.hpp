@@ -8,7 +8,7 @@
 
 namespace relay::sidecar {
 
-enum class StopReason : int { none = 0, cancelled, lease_lost, shutdown };
+enum class StopReason : int { none = 0, cancelled, lease_lost, shutdown, timed_out };
 
 class JobControl {
  public:

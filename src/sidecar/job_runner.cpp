@@ -51,6 +51,11 @@ JobResult failed(std::string code, std::string message) {
   return r;
 }
 
+JobResult timed_out(const JobRecord& job) {
+  return failed("timed_out", "the job ran longer than its timeout of " +
+                                 format_duration(job.timeout.value_or(Millis(0))));
+}
+
 }  // namespace
 
 void Timings::set(std::string_view stage, double ms) {
@@ -191,6 +196,9 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
       case StopReason::lease_lost:
         result.disposition = Disposition::abandoned;
         break;
+      case StopReason::timed_out:
+        result = timed_out(job);
+        break;
       default:
         result.disposition = Disposition::given_back;
         break;
@@ -212,6 +220,9 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     result.disposition = Disposition::abandoned;
   else if (result.disposition == Disposition::failed && control.reason() == StopReason::cancelled)
     result.disposition = Disposition::cancelled;
+  // The limit cut the work short; whatever failed then failed because of it.
+  else if (result.disposition == Disposition::failed && control.reason() == StopReason::timed_out)
+    result = timed_out(job);
   if (!timings.has("download") && download_ms > 0) timings.set("download", download_ms);
   timings.set("total", ms_since(start));
   result.timings = std::move(timings);

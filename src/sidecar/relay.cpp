@@ -228,13 +228,25 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
 
   JobResult result;
   heartbeat.watch(job_id, token, &control);
-  if (control.token().stop_requested()) {
+  // The execution limit: when it passes, the job stops as for a cancel, and fails timed_out.
+  std::optional<std::jthread> limit;
+  if (job.timeout)
+    limit.emplace([&control, d = *job.timeout](std::stop_token st) {
+      if (sleep_unless_stopped(d, st)) control.stop(StopReason::timed_out);
+    });
+  if (job.expires_at && wall_now() >= *job.expires_at && !control.token().stop_requested()) {
+    // Not started within its ttl (the gateway's sweep had not reached it yet): it never runs.
+    result.disposition = Disposition::failed;
+    result.error_code = "expired";
+    result.error_message = "not started within its ttl";
+  } else if (control.token().stop_requested()) {
     // Cancelled or shut down before it started: nothing to run.
     result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled
                                                                    : Disposition::given_back;
   } else {
     result = run_job(cfg_, *storage_, *inference_, enc_, job, control);
   }
+  limit.reset();  // stops and joins the timer: no timeout lands on the next job
   heartbeat.unwatch();
   {
     std::lock_guard lock(mu_);
