@@ -26,6 +26,18 @@ struct Completion {
   std::string error_code, error_message;        // failed (the message capped at 2 KiB)
   std::string timings;                          // the relay's, a JSON object
 
+  // A failure decided by the gateway now (a dead letter, an expiry); the service type is
+  // filled in from the record when the step has read it.
+  static Completion failure(std::string job_id, std::string model, std::string error_code) {
+    Completion c;
+    c.job_id = std::move(job_id);
+    c.model = std::move(model);
+    c.status = JobStatus::failed;
+    c.finished_at = std::chrono::system_clock::now();
+    c.error_code = std::move(error_code);
+    return c;
+  }
+
   // The record's fields the transition sets, status included.
   Fields fields() const;
   std::string payload() const;

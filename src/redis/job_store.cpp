@@ -272,12 +272,7 @@ bool JobStore::requeue_deadletter(const std::string& model, const std::string& i
 
 ReapOutcome JobStore::reap(const std::string& model, const std::string& id,
                            std::chrono::milliseconds grace, long long max_attempts) {
-  Completion c;
-  c.job_id = id;
-  c.model = model;
-  c.status = JobStatus::failed;
-  c.finished_at = wall_now();
-  c.error_code = "dead_lettered";
+  Completion c = Completion::failure(id, model, "dead_lettered");
   auto r = conn_.eval(
       lua::reap,
       {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id), keys_.pending(model),
@@ -309,12 +304,7 @@ std::vector<std::string> JobStore::due_expiries(const std::string& model, WallTi
 }
 
 bool JobStore::expire(const std::string& model, const std::string& id) {
-  Completion c;
-  c.job_id = id;
-  c.model = model;
-  c.status = JobStatus::failed;
-  c.finished_at = wall_now();
-  c.error_code = "expired";
+  Completion c = Completion::failure(id, model, "expired");
   auto r = conn_.eval(
       lua::expire,
       {keys_.expiries(model), keys_.pending(model), keys_.job(model, id), keys_.events(model)},
