@@ -329,6 +329,10 @@ Response Api::metrics_text() {
             m.reaped.value());
   w.counter("relay_jobs_deadlettered_total", "Jobs dead-lettered after repeated relay crashes.",
             m.deadlettered.value());
+  w.counter("relay_quota_refusals_total",
+            "Submissions refused (429) by a tenant quota, by tenant and limit (max_pending, "
+            "submit_rate).",
+            {"tenant", "limit"}, m.quota_refusals.snapshot());
   w.counter("relay_jobs_expired_total",
             "Jobs whose ttl passed while they waited in pending, by model.", {"model"},
             m.expired.snapshot());

@@ -122,7 +122,9 @@ config::Schema schema(Config& c) {
           auto eq = item.find('=');
           if (eq == std::string::npos)
             bad("service_types", "expected name=model[,name=model...] in RELAY_SERVICE_TYPES");
-          c.service_types[item.substr(0, eq)] = ServiceType{item.substr(eq + 1), {}, 0};
+          ServiceType st;
+          st.model = item.substr(eq + 1);
+          c.service_types[item.substr(0, eq)] = st;
           if (comma == std::string::npos) break;
           start = comma + 1;
         }
@@ -133,6 +135,18 @@ config::Schema schema(Config& c) {
   s.string_map("auth.api_keys", &c.api_keys, {},
                "SHA-256 (hex) of each API key → its tenant. Keys are never stored in clear: "
                "`printf %s KEY | sha256sum`.");
+  s.integer("quotas.max_pending", &c.quota.max_pending, 0, 0, 1'000'000'000,
+            "Per tenant: jobs submitted and not yet ended, at most (0: no limit). Over it, a "
+            "submission gets 429 `max_pending_exceeded`.");
+  s.integer("quotas.submits_per_minute", &c.quota.submits_per_minute, 0, 0, 1'000'000'000,
+            "Per tenant: the sustained submission rate (a token bucket; 0: no limit). Over it, "
+            "429 `submit_rate_exceeded` with `Retry-After`.");
+  s.integer("quotas.submit_burst", &c.quota.submit_burst, 0, 0, 1'000'000'000,
+            "Per tenant: submissions allowed at once before the rate applies (0: a minute's "
+            "worth).");
+  s.string_map("quotas.tenants", &c.tenant_quotas_text, {},
+               "Per-tenant overrides: tenant → `max_pending=N,submits_per_minute=N,"
+               "submit_burst=N` (any of them; the rest from quotas.*).");
   s.duration("gc.reap_interval", &c.reap_interval, "5s",
              "How often the reaper looks for jobs whose relay died.");
   s.duration("gc.reap_grace", &c.reap_grace, "5s",
@@ -175,6 +189,38 @@ config::Schema schema(Config& c) {
   return s;
 }
 
+// quotas.tenants' "name=N,..." values, over the defaults.
+void parse_tenant_quotas(Config& c) {
+  c.tenant_quotas.clear();
+  for (const auto& [tenant, text] : c.tenant_quotas_text) {
+    redis::Quota q = c.quota;
+    size_t start = 0;
+    while (start <= text.size()) {
+      const size_t comma = std::min(text.find(',', start), text.size());
+      const std::string item = text.substr(start, comma - start);
+      start = comma + 1;
+      if (item.empty()) continue;
+      const auto eq = item.find('=');
+      std::int64_t v = -1;
+      const std::string name = item.substr(0, eq),
+                        value = eq == std::string::npos ? "" : item.substr(eq + 1);
+      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (ec != std::errc() || p != value.data() + value.size() || v < 0)
+        bad("quotas.tenants." + tenant,
+            "expected name=N with N a whole number, got \"" + item + "\"");
+      if (name == "max_pending")
+        q.max_pending = v;
+      else if (name == "submits_per_minute")
+        q.submits_per_minute = v;
+      else if (name == "submit_burst")
+        q.submit_burst = v;
+      else
+        bad("quotas.tenants." + tenant, "unknown limit \"" + name + "\"");
+    }
+    c.tenant_quotas[tenant] = q;
+  }
+}
+
 void validate(const Config& c) {
   auto colon = c.listen.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == c.listen.size())
@@ -208,6 +254,7 @@ void validate(const Config& c) {
 Config load(const std::string& path, const config::EnvLookup& env) {
   Config c;
   schema(c).load_file(path, env);
+  parse_tenant_quotas(c);
   if (c.consumer.empty()) c.consumer = config::host_name();
   validate(c);
   return c;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/shared.hpp"
+#include "redis/quota.hpp"
 
 namespace relay::gateway {
 
@@ -41,6 +42,24 @@ struct Config {
   config::RedisConfig redis;
   storage::Config storage;
   std::map<std::string, ServiceType> service_types;
+
+  // Quotas: the default per tenant, and per-tenant overrides (parsed from tenant_quotas_text).
+  redis::Quota quota;
+  std::map<std::string, std::string> tenant_quotas_text;
+  std::map<std::string, redis::Quota> tenant_quotas;
+  // The tenant's quota, with a burst of a minute's worth when none is set.
+  redis::Quota quota_for(const std::string& tenant) const {
+    auto it = tenant_quotas.find(tenant);
+    redis::Quota q = it == tenant_quotas.end() ? quota : it->second;
+    if (q.submit_burst == 0) q.submit_burst = q.submits_per_minute;
+    return q;
+  }
+  bool quotas_limit_pending() const {
+    if (quota.max_pending > 0) return true;
+    for (const auto& [t, q] : tenant_quotas)
+      if (q.max_pending > 0) return true;
+    return false;
+  }
 
   bool auth_enabled = true;
   std::map<std::string, std::string> api_keys;  // SHA-256 hex of the key -> tenant

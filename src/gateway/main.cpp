@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "common/log.hpp"
@@ -71,14 +72,26 @@ int main(int argc, char** argv) {
   const std::vector<std::string> models(models_set.begin(), models_set.end());
 
   gateway::Notifier notifier(endpoint, keys);
+  // The tenants whose quota admissions the reaper sweeps (max_pending only).
+  std::vector<std::string> tenants;
+  if (cfg.quotas_limit_pending()) {
+    std::set<std::string> all{"default"};
+    for (const auto& [hash, tenant] : cfg.api_keys) all.insert(tenant);
+    for (const auto& [tenant, q] : cfg.tenant_quotas) all.insert(tenant);
+    tenants.assign(all.begin(), all.end());
+  }
   gateway::Reaper reaper(
-      {endpoint, keys, models, cfg.reap_interval, cfg.reap_grace, cfg.max_reap_attempts});
+      {endpoint, keys, models, cfg.reap_interval, cfg.reap_grace, cfg.max_reap_attempts, tenants,
+       std::max(2 * cfg.idempotency_reservation, std::chrono::milliseconds(60'000))});
   gateway::Expirer expirer({endpoint, keys, models, cfg.expire_interval});
   auto on_completion = [&](redis::Connection& c, const gateway::CompletionEvent& ev) {
     redis::JobStore store(c, keys);
     store.publish_job_done(ev.job_id, ev.status);  // long-polls first: they are waiting now
     store.schedule_webhook(ev.model, ev.job_id, ev.status);
     store.schedule_gc(ev.model, ev.job_id, cfg.job_retention);
+    if (cfg.quotas_limit_pending())  // the job's max_pending slot is free again
+      if (auto rec = store.get(ev.model, ev.job_id))
+        store.release(rec->tenant, ev.model, ev.job_id);
     gateway::metrics().jobs_finished.add({ev.model, ev.status});
     log::info("job finished", {{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}});
   };

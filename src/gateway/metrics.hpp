@@ -57,6 +57,7 @@ struct Metrics {
   LabeledCounter jobs_finished;  // {model, status}
   Counter reaped, deadlettered;
   LabeledCounter expired;           // {model}: queue deadlines passed in pending
+  LabeledCounter quota_refusals;    // {tenant, limit}
   LabeledCounter webhook_attempts;  // {outcome}
 };
 Metrics& metrics();

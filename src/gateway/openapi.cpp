@@ -58,7 +58,9 @@ const std::string& openapi_json() {
         "responses": {"202": {"$ref": "#/components/responses/Job"}, "400": {"$ref": "#/components/responses/Error"},
           "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
           "409": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
-          "415": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}
+          "415": {"$ref": "#/components/responses/Error"},
+          "429": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}}}
     },
     "/jobs/{service_type}/{id}": {
       "parameters": [{"$ref": "#/components/parameters/serviceType"}, {"$ref": "#/components/parameters/id"}],

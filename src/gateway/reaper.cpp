@@ -4,6 +4,7 @@
 
 #include "common/log.hpp"
 #include "common/periodic.hpp"
+#include "common/time.hpp"
 #include "gateway/metrics.hpp"
 #include "redis/job_store.hpp"
 
@@ -33,6 +34,10 @@ ReapStats Reaper::pass() {
       }
     }
   }
+  for (const auto& tenant : p_.tenants)
+    if (int n = store.sweep_admissions(tenant, wall_now() - p_.admission_grace))
+      log::info("quota admissions of jobs that never came to be released",
+                {{"tenant", tenant}, {"count", n}});
   return stats;
 }
 

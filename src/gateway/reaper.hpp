@@ -21,6 +21,9 @@ struct ReaperParams {
   std::vector<std::string> models;
   std::chrono::milliseconds interval, grace;
   std::int64_t max_attempts;
+  // Quota admissions a crashed gateway left (max_pending): swept per tenant once this old.
+  std::vector<std::string> tenants;
+  std::chrono::milliseconds admission_grace{};
 };
 
 struct ReapStats {

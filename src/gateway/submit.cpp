@@ -62,11 +62,13 @@ class Api::Upload final : public Intake, private multipart::Handler {
       log::warn("cannot delete the input of a refused submission",
                 {{"key", input_key_}, {"error", e.what()}});
     }
-    if (!idem_key_.empty()) {
+    if (!idem_key_.empty() || admitted_) {
       try {
         auto conn = api_.redis_.borrow();
-        redis::JobStore(conn->get(), api_.keys_).release_idempotency(idem_key_);
-      } catch (...) {  // best effort: the reservation expires on its own
+        redis::JobStore store(conn->get(), api_.keys_);
+        if (!idem_key_.empty()) store.release_idempotency(idem_key_);
+        if (admitted_) store.release(tenant_, st_.model, job_id_);
+      } catch (...) {  // best effort: the reservation expires, the reaper sweeps the admission
       }
     }
   }
@@ -74,6 +76,9 @@ class Api::Upload final : public Intake, private multipart::Handler {
   const std::string& job_id() const { return job_id_; }
   // The Idempotency-Key turned out to be someone else's: not ours to free.
   void keep_reservation() { idem_key_.clear(); }
+  // Admitted under a max_pending quota: the slot is held by this job from now, freed if the
+  // submission fails (and by the completion consumer once the job ends).
+  void hold_admission() { admitted_ = true; }
 
   std::optional<Response> write(std::string_view bytes) override {
     try {
@@ -133,13 +138,17 @@ class Api::Upload final : public Intake, private multipart::Handler {
 
   // An Idempotency-Key reservation lives as long as its upload makes progress, no longer: a
   // crashed gateway's key frees itself within idempotency.reservation.
+  // While the upload progresses: its Idempotency-Key stays reserved and its quota admission
+  // is not taken for one a crashed gateway left.
   void renew_reservation() {
-    if (idem_key_.empty()) return;
+    if (idem_key_.empty() && !admitted_) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_renewal_ < api_.cfg_.idempotency_reservation / 3) return;
     auto conn = api_.redis_.borrow();
-    redis::JobStore(conn->get(), api_.keys_)
-        .renew_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
+    redis::JobStore store(conn->get(), api_.keys_);
+    if (!idem_key_.empty())
+      store.renew_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
+    if (admitted_) store.renew(tenant_, st_.model, job_id_);
     last_renewal_ = now;
   }
 
@@ -270,7 +279,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
   std::unique_ptr<storage::ObjectWriter> object_;
   std::unique_ptr<crypto::EncryptingWriter> sealer_;  // in front of object_ when encrypting
   std::uint64_t size_ = 0;                            // plaintext bytes of the input
-  bool committed_ = false, done_ = false;
+  bool committed_ = false, done_ = false, admitted_ = false;
   std::chrono::steady_clock::time_point last_renewal_ = std::chrono::steady_clock::now();
 };
 
@@ -355,6 +364,30 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
       return error_response(409, "idempotency_in_progress",
                             "a request with this Idempotency-Key is still being processed");
     }
+  }
+
+  // Quotas: charged before anything is stored; a refusal stores nothing and says which limit.
+  if (const redis::Quota q = cfg_.quota_for(ctx.tenant); q.any()) {
+    auto admission = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+      return store.admit(ctx.tenant, st.model, upload->job_id(), q);
+    });
+    using Outcome = redis::Admission::Outcome;
+    if (admission.outcome != Outcome::ok) {
+      const bool pending = admission.outcome == Outcome::max_pending;
+      metrics().quota_refusals.add({ctx.tenant, pending ? "max_pending" : "submit_rate"});
+      Response r =
+          pending ? error_response(429, "max_pending_exceeded",
+                                   "this tenant has " + std::to_string(q.max_pending) +
+                                       " jobs not yet ended, the most quotas.max_pending allows")
+                  : error_response(429, "submit_rate_exceeded",
+                                   "this tenant submits faster than its " +
+                                       std::to_string(q.submits_per_minute) + " per minute");
+      // When a token is back; a pending slot frees when a job ends (a guess: a few seconds).
+      const auto secs = pending ? 5 : (admission.retry_after.count() + 999) / 1000;
+      r.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, secs)));
+      return r;
+    }
+    if (q.max_pending > 0) upload->hold_admission();
   }
 
   // What the server already received goes in now; a body received whole is answered at once.

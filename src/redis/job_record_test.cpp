@@ -105,13 +105,14 @@ TEST(JobRecord, AValueThatDoesNotParseIsAnError) {
 TEST(JobRecord, UsesExactlyTheSpecFieldNames) {
   std::set<std::string> names;
   for (auto& [k, v] : full_record().to_fields()) names.insert(k);
-  std::set<std::string> spec{
-      "id", "service_type", "model", "operation", "status", "tenant", "input_key", "input_filename",
-      "input_content_type", "input_size", "result_key", "result_content_type", "params",
-      "callback_url", "priority", "attempts", "error_code", "error_message", "created_at",
-      "started_at", "finished_at", "holder", "key_id", "cancel_requested", "timings", "expires_at", "timeout_ms",
-      // the gateway's webhook bookkeeping, beside SPEC §3's fields:
-      "webhook_status", "webhook_attempts", "webhook_last"};
+  std::set<std::string> spec{"id", "service_type", "model", "operation", "status", "tenant",
+                             "input_key", "input_filename", "input_content_type", "input_size",
+                             "result_key", "result_content_type", "params", "callback_url",
+                             "priority", "attempts", "error_code", "error_message", "created_at",
+                             "started_at", "finished_at", "holder", "key_id", "cancel_requested",
+                             "timings", "expires_at", "timeout_ms",
+                             // the gateway's webhook bookkeeping, beside SPEC §3's fields:
+                             "webhook_status", "webhook_attempts", "webhook_last"};
   EXPECT_EQ(names, spec);
 }
 

@@ -317,6 +317,62 @@ bool JobStore::expire(const std::string& model, const std::string& id) {
   return true;
 }
 
+namespace {
+std::string admitted_member(const std::string& model, const std::string& id) {
+  return model + "/" + id;
+}
+}  // namespace
+
+Admission JobStore::admit(const std::string& tenant, const std::string& model,
+                          const std::string& id, const Quota& q) {
+  auto r = conn_.eval(
+      lua::admit, {keys_.quota_bucket(tenant), keys_.quota_admitted(tenant)},
+      {std::to_string(q.max_pending), std::to_string(q.submits_per_minute),
+       std::to_string(std::max<std::int64_t>(1, q.submit_burst)), admitted_member(model, id)});
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("admit: unexpected reply");
+  const std::string tag = as_string(r->element[0]);
+  if (tag == "ok") return {};
+  if (tag == "max_pending") return {Admission::Outcome::max_pending, {}};
+  if (tag == "rate" && r->elements > 1)
+    return {Admission::Outcome::rate, std::chrono::milliseconds(as_integer(r->element[1]))};
+  throw ReplyError("admit: unexpected reply " + tag);
+}
+
+void JobStore::release(const std::string& tenant, const std::string& model, const std::string& id) {
+  conn_.command({"ZREM", keys_.quota_admitted(tenant), admitted_member(model, id)});
+}
+
+void JobStore::renew(const std::string& tenant, const std::string& model, const std::string& id) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  conn_.command(
+      {"ZADD", keys_.quota_admitted(tenant), "XX", std::to_string(ms), admitted_member(model, id)});
+}
+
+int JobStore::sweep_admissions(const std::string& tenant, WallTime cutoff) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(cutoff.time_since_epoch()).count();
+  const std::string key = keys_.quota_admitted(tenant);
+  int dropped = 0;
+  for (const auto& member : as_strings(
+           conn_.command({"ZRANGEBYSCORE", key, "-inf", std::to_string(ms), "LIMIT", "0", "1000"})
+               .get())) {
+    const auto slash = member.find('/');
+    if (slash == std::string::npos) continue;
+    auto status = as_optional_string(
+        conn_
+            .command({"HGET", keys_.job(member.substr(0, slash), member.substr(slash + 1)),
+                      std::string(field::status)})
+            .get());
+    auto st = status ? parse_status(*status) : std::nullopt;
+    if (st && !is_terminal(*st)) continue;  // a live job holds its slot
+    conn_.command({"ZREM", key, member});
+    ++dropped;
+  }
+  return dropped;
+}
+
 std::vector<std::string> JobStore::list(const std::string& key) {
   return as_strings(conn_.command({"LRANGE", key, "0", "-1"}).get());
 }

@@ -12,6 +12,7 @@
 #include "redis/connection.hpp"
 #include "redis/job_record.hpp"
 #include "redis/keys.hpp"
+#include "redis/quota.hpp"
 
 namespace relay::redis {
 
@@ -120,6 +121,16 @@ class JobStore {
   // one of them (lua/expire.lua): true when it was still pending and is now failed `expired`.
   std::vector<std::string> due_expiries(const std::string& model, WallTime now, int limit);
   bool expire(const std::string& model, const std::string& id);
+  // Quotas (gateway): admits a submission of job id to model under tenant's quota, or says
+  // which limit refuses it; release() undoes an admission (the job ended, or never came to be);
+  // renew() marks an admission still in use (a long upload), so that the sweep leaves it.
+  Admission admit(const std::string& tenant, const std::string& model, const std::string& id,
+                  const Quota& q);
+  void release(const std::string& tenant, const std::string& model, const std::string& id);
+  void renew(const std::string& tenant, const std::string& model, const std::string& id);
+  // Admissions older than cutoff whose job has ended or never came to be (a gateway crashed
+  // mid-upload) are dropped; returns how many.
+  int sweep_admissions(const std::string& tenant, WallTime cutoff);
   std::vector<std::string> list(const std::string& key);
   std::vector<std::string> hash_keys(const std::string& key);
   const Keys& keys() const { return keys_; }

@@ -36,6 +36,12 @@ class Keys {
   // Queue deadlines: ids of jobs with a ttl by their expires_at (ms since the epoch), for the
   // gateway's expiry sweep.
   std::string expiries(std::string_view model) const { return model_key(model, "expiries"); }
+  // Quotas, per tenant (both in the tenant's slot with the hash tag): the submit-rate token
+  // bucket, and the admitted jobs not yet terminal ("<model>/<id>" by admission time).
+  std::string quota_bucket(std::string_view tenant) const { return tenant_key(tenant, "bucket"); }
+  std::string quota_admitted(std::string_view tenant) const {
+    return tenant_key(tenant, "admitted");
+  }
   // Reaper bookkeeping (hash id -> first time, Redis clock ms, the id was seen lease-less).
   std::string suspects(std::string_view model) const { return model_key(model, "suspects"); }
   // Webhook deliveries: a sorted set of delivery ids by due time, and one hash per delivery.
@@ -89,6 +95,11 @@ class Keys {
   std::string lease_prefix(std::string_view model) const { return model_key(model, "lease:"); }
   std::string tagged(std::string_view model) const {
     return hash_tag_ ? "{" + std::string(model) + "}" : std::string(model);
+  }
+  std::string tenant_key(std::string_view tenant, std::string_view suffix) const {
+    return prefix_ +
+           "relay:quota:" + (hash_tag_ ? "{" + std::string(tenant) + "}" : std::string(tenant)) +
+           ":" + std::string(suffix);
   }
   std::string model_key(std::string_view model, std::string_view suffix) const {
     return prefix_ + "relay:" + tagged(model) + ":" + std::string(suffix);

@@ -140,7 +140,9 @@ TEST_F(GatewayTest, JobWhoseRelayAlwaysDiesIsDeadLettered) {
     ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "processing"; }, 20s));
     doomed->signal(SIGKILL);
     doomed->wait_exit(5s);
-    if (run == 1) ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "pending"; }, 20s));
+    if (run == 1) {
+      ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "pending"; }, 20s));
+    }
   }
   ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "failed"; }, 20s));
   auto j = job(id);

@@ -14,7 +14,7 @@ struct HttpResult {
 };
 
 struct FormPart {
-  std::string name, value, filename, content_type;
+  std::string name, value, filename = {}, content_type = {};
 };
 
 HttpResult http(const std::string& method, const std::string& url,
