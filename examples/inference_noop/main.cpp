@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -42,6 +43,8 @@ struct Options {
   std::string listen = "127.0.0.1:9000";
   unsigned health_status = 200;
   unsigned status = 200;
+  long fail_first = -1;     // >= 0: only the first N POSTs answer --status, the rest 200
+  std::string retry_after;  // sent with failures when set
   long delay_ms = 0;
   std::uint64_t result_bytes = 0;
   std::string events;
@@ -174,9 +177,13 @@ void serve(tcp::socket sock, const Options& o) {
                               {"bytes", total},
                               {"multipart_complete", scanner.complete()},
                               {"parts", scanner.parts()}};
-      res.result(o.status);
-      if (o.status != 200)
-        out["error"] = "injected failure (--status " + std::to_string(o.status) + ")";
+      static std::atomic<long> posts{0};
+      const unsigned status = o.fail_first < 0 || posts++ < o.fail_first ? o.status : 200;
+      res.result(status);
+      if (status != 200) {
+        out["error"] = "injected failure (--status " + std::to_string(status) + ")";
+        if (!o.retry_after.empty()) res.set(http::field::retry_after, o.retry_after);
+      }
       // A large answer, for tests of the relay's spool: a string of --result-bytes 'x'.
       if (o.result_bytes > 0) out["padding"] = std::string(o.result_bytes, 'x');
       res.body() = boost::json::serialize(out);
@@ -200,6 +207,9 @@ int main(int argc, char** argv) {
   app.add_option("--listen", o.listen, "host:port");
   app.add_option("--health-status", o.health_status, "status of GET /health");
   app.add_option("--status", o.status, "status of every POST");
+  app.add_option("--fail-first", o.fail_first,
+                 "only the first N POSTs answer --status; the rest 200 (a model that recovers)");
+  app.add_option("--retry-after", o.retry_after, "Retry-After sent with failures");
   app.add_option("--delay-ms", o.delay_ms,
                  "hold each POST's answer this long, watching for the client to drop");
   app.add_option("--result-bytes", o.result_bytes,

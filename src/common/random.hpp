@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -31,6 +32,13 @@ inline std::string random_hex(size_t n) {
   std::string bytes(n, '\0');
   random_bytes(reinterpret_cast<unsigned char*>(bytes.data()), n);
   return to_hex(bytes);
+}
+
+// Uniform in [0, 1), for jitter.
+inline double random_unit() {
+  std::uint64_t v = 0;
+  random_bytes(reinterpret_cast<unsigned char*>(&v), sizeof v);
+  return static_cast<double>(v >> 11) / static_cast<double>(std::uint64_t{1} << 53);
 }
 
 }  // namespace relay

@@ -75,8 +75,10 @@ config::Schema schema(Config& c) {
   s.section(
       "service_types", "",
       "Service types clients submit to: `<name>: {model, operations: [...], max_input_size, "
-      "ttl, timeout}` (ttl: a job not started within it fails `expired`; timeout: one running "
-      "longer fails `timed_out`; both are defaults a submission may override). "
+      "ttl, timeout, retry: {max_attempts, backoff, max_backoff}}` (ttl: a job not started "
+      "within it fails `expired`; timeout: one running longer fails `timed_out`; retry: failed "
+      "jobs retried when the failure is the model's 5xx/429 or unreachable, up to max_attempts "
+      "in all, default 1 = none; all of them defaults a submission may override). "
       "Environment form: `name=model,name=model`.",
       [&c] { c.service_types.clear(); },
       [&c](const YAML::Node& n) {
@@ -100,6 +102,26 @@ config::Schema schema(Config& c) {
             } else if (field == "max_input_size") {
               st.max_input_size = parse_size("service_types." + name + ".max_input_size",
                                              f.second.as<std::string>());
+            } else if (field == "retry") {
+              const std::string key = "service_types." + name + ".retry";
+              if (!f.second.IsMap()) bad(key, "expected {max_attempts, backoff, max_backoff}");
+              for (const auto& r : f.second) {
+                const std::string k = r.first.as<std::string>();
+                const std::string v = r.second.as<std::string>();
+                if (k == "max_attempts") {
+                  std::int64_t n = 0;
+                  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+                  if (ec != std::errc() || p != v.data() + v.size() || n < 1 || n > 100)
+                    bad(key + ".max_attempts", "expected a whole number from 1 to 100");
+                  st.max_attempts = n;
+                } else if (k == "backoff" || k == "max_backoff") {
+                  auto d = parse_duration(v);
+                  if (!d || d->count() <= 0) bad(key + "." + k, "expected a positive duration");
+                  (k == "backoff" ? st.retry_backoff : st.retry_max_backoff) = *d;
+                } else {
+                  bad(key + "." + k, "unknown key");
+                }
+              }
             } else if (field == "ttl" || field == "timeout") {
               auto d = parse_duration(f.second.as<std::string>());
               if (!d || d->count() <= 0)
@@ -155,8 +177,9 @@ config::Schema schema(Config& c) {
   s.integer("gc.max_reap_attempts", &c.max_reap_attempts, 3, 1, 1000,
             "After this many crashed runs a job is dead-lettered (`failed`, `dead_lettered`).");
   s.duration("gc.expire_interval", &c.expire_interval, "1s",
-             "How often jobs whose ttl passed in pending are failed `expired` and leave the "
-             "queue (a relay that takes one first fails it itself, without calling the model).");
+             "How often the due sweep runs: jobs whose ttl passed in pending fail `expired` and "
+             "leave the queue (a relay that takes one first fails it itself, without calling the "
+             "model); failed jobs whose retry is due go back to pending.");
   s.duration("idempotency.reservation", &c.idempotency_reservation, "2m",
              "How long an `Idempotency-Key` stays reserved for a submission whose upload has not "
              "finished: renewed while the upload progresses, so a gateway that crashes mid-upload "

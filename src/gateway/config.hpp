@@ -21,6 +21,10 @@ struct ServiceType {
   std::int64_t max_input_size = 0;      // bytes; 0 = server.max_body_size
   // Deadlines for its jobs when the submission sets none; absent: none.
   std::optional<std::chrono::milliseconds> ttl, timeout;
+  // Retries of failed jobs (opt-in): attempts in all (1: none, the seed's rule), and the
+  // backoff before each retry (doubling from retry_backoff, jittered, up to retry_max_backoff).
+  std::int64_t max_attempts = 1;
+  std::chrono::milliseconds retry_backoff{1000}, retry_max_backoff{60'000};
 };
 
 struct Config {

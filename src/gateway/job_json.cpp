@@ -28,6 +28,14 @@ std::string job_json(const JobRecord& r) {
   o["started_at"] = time_or_null(r.started_at);
   o["finished_at"] = time_or_null(r.finished_at);
   o["expires_at"] = time_or_null(r.expires_at);
+  o["max_attempts"] = r.max_attempts.value_or(1);
+  o["retry_at"] = time_or_null(r.retry_at);
+  {
+    // The failed attempts so far (with retries), as the relay recorded them.
+    boost::system::error_code ec;
+    auto failures = r.failures.empty() ? json::value(json::array()) : json::parse(r.failures, ec);
+    o["failures"] = !ec && failures.is_array() ? failures : json::value(json::array());
+  }
   if (r.timeout)
     o["timeout"] = static_cast<double>(r.timeout->count()) / 1000.0;
   else

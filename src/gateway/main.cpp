@@ -14,7 +14,7 @@
 #include "gateway/api.hpp"
 #include "gateway/completion_consumer.hpp"
 #include "gateway/config.hpp"
-#include "gateway/expirer.hpp"
+#include "gateway/due_sweep.hpp"
 #include "gateway/gc.hpp"
 #include "gateway/http_server.hpp"
 #include "gateway/metrics.hpp"
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   gateway::Reaper reaper(
       {endpoint, keys, models, cfg.reap_interval, cfg.reap_grace, cfg.max_reap_attempts, tenants,
        std::max(2 * cfg.idempotency_reservation, std::chrono::milliseconds(60'000))});
-  gateway::Expirer expirer({endpoint, keys, models, cfg.expire_interval});
+  gateway::DueSweep due_sweep({endpoint, keys, models, cfg.expire_interval});
   auto on_completion = [&](redis::Connection& c, const gateway::CompletionEvent& ev) {
     redis::JobStore store(c, keys);
     store.publish_job_done(ev.job_id, ev.status);  // long-polls first: they are waiting now
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   for (auto& c : consumers)
     consumer_threads.emplace_back([&c = *c](std::stop_token st) { c.run(st); });
   std::jthread reaper_thread([&](std::stop_token st) { reaper.run(st); });
-  std::jthread expirer_thread([&](std::stop_token st) { expirer.run(st); });
+  std::jthread due_sweep_thread([&](std::stop_token st) { due_sweep.run(st); });
   std::jthread webhook_thread([&](std::stop_token st) { webhooks.run(st); });
   std::jthread gc_thread([&](std::stop_token st) { gc.run(st); });
   std::thread signals([&server, set] {
@@ -153,8 +153,8 @@ int main(int argc, char** argv) {
   webhook_thread.join();
   reaper_thread.request_stop();
   reaper_thread.join();
-  expirer_thread.request_stop();
-  expirer_thread.join();
+  due_sweep_thread.request_stop();
+  due_sweep_thread.join();
   for (auto& t : consumer_threads) t.request_stop();
   consumer_threads.clear();  // joins
   notifier_thread.request_stop();

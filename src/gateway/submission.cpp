@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/json/parse.hpp>
+#include <charconv>
 
 #include "common/time.hpp"
 
@@ -20,6 +21,8 @@ bool Submission::set(std::string_view name, std::string value) {
     ttl = std::move(value);
   else if (name == "timeout")
     timeout = std::move(value);
+  else if (name == "max_attempts")
+    max_attempts = std::move(value);
   else
     return false;
   return true;
@@ -29,7 +32,7 @@ std::size_t max_field_size(std::string_view name) {
   if (name == "operation") return 256;
   if (name == "callback_url") return 4096;
   if (name == "params") return 64 * 1024;
-  if (name == "ttl" || name == "timeout") return 64;
+  if (name == "ttl" || name == "timeout" || name == "max_attempts") return 64;
   return 0;
 }
 
@@ -54,6 +57,14 @@ std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rule
                      std::string(name) +
                          " must be a positive duration of at most 30 days (\"90\" seconds, "
                          "\"90s\", \"15m\", \"2h\")"};
+  }
+  if (!s.max_attempts.empty()) {
+    int n = 0;
+    auto [p, ec] =
+        std::from_chars(s.max_attempts.data(), s.max_attempts.data() + s.max_attempts.size(), n);
+    if (ec != std::errc() || p != s.max_attempts.data() + s.max_attempts.size() || n < 1 || n > 10)
+      return Refusal{400, "invalid_max_attempts",
+                     "max_attempts must be a whole number from 1 to 10"};
   }
   if (!s.callback_url.empty()) {
     if (!rules.webhooks_configured)

@@ -16,6 +16,7 @@ namespace relay::gateway {
 struct Submission {
   std::string operation, callback_url, params, filename, content_type;
   std::string ttl, timeout;  // deadlines, as durations ("90", "90s", "15m", "2h")
+  std::string max_attempts;  // retries: attempts in all, 1 to 10
   // Sets a named option; false when the name is not one (unknown options are ignored).
   bool set(std::string_view name, std::string value);
 };

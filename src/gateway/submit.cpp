@@ -226,6 +226,14 @@ class Api::Upload final : public Intake, private multipart::Handler {
     if (auto ttl = deadline_option(sub_.ttl) ? deadline_option(sub_.ttl) : st_.ttl)
       r.expires_at = *r.created_at + *ttl;
     r.timeout = deadline_option(sub_.timeout) ? deadline_option(sub_.timeout) : st_.timeout;
+    // Retries: the submission's attempts, else the service type's; recorded only when opted in.
+    const std::int64_t attempts =
+        sub_.max_attempts.empty() ? st_.max_attempts : std::stoll(sub_.max_attempts);
+    if (attempts > 1) {
+      r.max_attempts = attempts;
+      r.retry_backoff = st_.retry_backoff;
+      r.retry_max_backoff = st_.retry_max_backoff;
+    }
     auto conn = api_.redis_.borrow();
     Context ctx{*conn, tenant_};
     // An attempt that fails after Redis received it may have run: a retry that then finds the

@@ -17,6 +17,7 @@ Fields Completion::fields() const {
   r.status = status;
   r.finished_at = finished_at;
   r.timings = timings;
+  r.failures = failures;
   if (status == JobStatus::completed) {
     r.result_key = result_key;
     r.result_content_type = result_content_type;

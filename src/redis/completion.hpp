@@ -25,6 +25,7 @@ struct Completion {
   std::string result_key, result_content_type;  // completed
   std::string error_code, error_message;        // failed (the message capped at 2 KiB)
   std::string timings;                          // the relay's, a JSON object
+  std::string failures;  // with retries: every failed attempt, this one included (JSON array)
 
   // A failure decided by the gateway now (a dead letter, an expiry); the service type is
   // filled in from the record when the step has read it.

@@ -50,6 +50,9 @@ std::string encode(std::int64_t v) {
 std::string encode(const std::optional<WallTime>& v) {
   return v ? format_rfc3339(*v) : "";
 }
+std::string encode(const std::optional<std::int64_t>& v) {
+  return v ? std::to_string(*v) : "";
+}
 std::string encode(const std::optional<std::chrono::milliseconds>& v) {
   return v ? std::to_string(v->count()) : "";
 }
@@ -73,6 +76,11 @@ template <typename Int>
 void decode(std::string_view name, std::string_view s, Int& v) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size()) bad(name, s);
+}
+void decode(std::string_view name, std::string_view s, std::optional<std::int64_t>& v) {
+  std::int64_t n = 0;
+  decode(name, s, n);
+  v = n;
 }
 void decode(std::string_view name, std::string_view s,
             std::optional<std::chrono::milliseconds>& v) {
@@ -115,6 +123,11 @@ void for_each_field(Record& r, F&& f) {
   f(field::timings, r.timings);
   f(field::expires_at, r.expires_at);
   f(field::timeout_ms, r.timeout);
+  f(field::max_attempts, r.max_attempts);
+  f(field::retry_backoff_ms, r.retry_backoff);
+  f(field::retry_max_backoff_ms, r.retry_max_backoff);
+  f(field::failures, r.failures);
+  f(field::retry_at, r.retry_at);
   f(field::webhook_status, r.webhook_status);
   f(field::webhook_attempts, r.webhook_attempts);
   f(field::webhook_last, r.webhook_last);

@@ -47,6 +47,13 @@ inline constexpr std::string_view timings = "timings";
 // fails `expired`; running longer than timeout_ms, it fails `timed_out`.
 inline constexpr std::string_view expires_at = "expires_at";
 inline constexpr std::string_view timeout_ms = "timeout_ms";
+// Retries of failed jobs (opt-in): the policy, the failures so far (JSON array of {attempt,
+// code, message, at}), and while a retry waits, when it is due.
+inline constexpr std::string_view max_attempts = "max_attempts";
+inline constexpr std::string_view retry_backoff_ms = "retry_backoff_ms";
+inline constexpr std::string_view retry_max_backoff_ms = "retry_max_backoff_ms";
+inline constexpr std::string_view failures = "failures";
+inline constexpr std::string_view retry_at = "retry_at";
 // Added by the gateway's webhook sender (SPEC §8: each attempt's outcome on the job).
 inline constexpr std::string_view webhook_status = "webhook_status";
 inline constexpr std::string_view webhook_attempts = "webhook_attempts";
@@ -85,8 +92,13 @@ struct JobRecord {
   std::optional<WallTime> created_at, started_at, finished_at;
   std::optional<WallTime> expires_at;                // the queue deadline (ttl)
   std::optional<std::chrono::milliseconds> timeout;  // the execution limit
-  std::string holder;                                // the relay holding it while processing
-  std::string key_id;  // the encryption key of its input (empty: not encrypted)
+  // Retries (absent: the seed's rule, no retry of a failed job).
+  std::optional<std::int64_t> max_attempts;
+  std::optional<std::chrono::milliseconds> retry_backoff, retry_max_backoff;
+  std::string failures;              // JSON array, the failed attempts so far
+  std::optional<WallTime> retry_at;  // waiting for its retry (not in pending) until then
+  std::string holder;                // the relay holding it while processing
+  std::string key_id;                // the encryption key of its input (empty: not encrypted)
   bool cancel_requested = false;
   std::string timings;  // JSON object text, written by the relay
   std::string webhook_status, webhook_last;

@@ -148,10 +148,11 @@ CancelOutcome JobStore::cancel(const std::string& model, const std::string& serv
   c.service_type = service_type;
   c.status = JobStatus::cancelled;
   c.finished_at = wall_now();
-  auto r =
-      conn_.eval(lua::cancel, {keys_.job(model, id), keys_.pending(model), keys_.events(model)},
-                 {id, format_rfc3339(c.finished_at), keys_.completed_channel(model),
-                  keys_.cancel_channel(model), std::to_string(kEventsMaxLen), c.payload()});
+  auto r = conn_.eval(
+      lua::cancel,
+      {keys_.job(model, id), keys_.pending(model), keys_.events(model), keys_.retries(model)},
+      {id, format_rfc3339(c.finished_at), keys_.completed_channel(model),
+       keys_.cancel_channel(model), std::to_string(kEventsMaxLen), c.payload()});
   const std::string tag = as_string(r.get());
   if (tag == "cancelled") return CancelOutcome::cancelled;
   if (tag == "requested") return CancelOutcome::requested;
@@ -294,13 +295,44 @@ ReapOutcome JobStore::reap(const std::string& model, const std::string& id,
   return ReapOutcome::deadlettered;
 }
 
+namespace {
+std::string epoch_ms(WallTime t) {
+  return std::to_string(
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count());
+}
+}  // namespace
+
 std::vector<std::string> JobStore::due_expiries(const std::string& model, WallTime now, int limit) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
   return as_strings(conn_
-                        .command({"ZRANGEBYSCORE", keys_.expiries(model), "-inf",
-                                  std::to_string(ms), "LIMIT", "0", std::to_string(limit)})
+                        .command({"ZRANGEBYSCORE", keys_.expiries(model), "-inf", epoch_ms(now),
+                                  "LIMIT", "0", std::to_string(limit)})
                         .get());
+}
+
+std::vector<std::string> JobStore::due_retries(const std::string& model, WallTime now, int limit) {
+  return as_strings(conn_
+                        .command({"ZRANGEBYSCORE", keys_.retries(model), "-inf", epoch_ms(now),
+                                  "LIMIT", "0", std::to_string(limit)})
+                        .get());
+}
+
+bool JobStore::requeue_retry(const std::string& model, const std::string& id) {
+  auto r = conn_.eval(lua::requeue_retry,
+                      {keys_.retries(model), keys_.pending(model), keys_.job(model, id)}, {id});
+  return as_string(r.get()) == "requeued";
+}
+
+FinishOutcome JobStore::retry(const std::string& model, const std::string& id,
+                              const std::string& token, WallTime due, const std::string& failures) {
+  auto r = conn_.eval(
+      lua::retry,
+      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.retries(model)},
+      {id, token, epoch_ms(due), format_rfc3339(due), failures});
+  const std::string tag = as_string(r.get());
+  if (tag == "ok") return FinishOutcome::ok;
+  if (tag == "terminal") return FinishOutcome::terminal;
+  if (tag == "lease_lost") return FinishOutcome::lease_lost;
+  return FinishOutcome::missing;
 }
 
 bool JobStore::expire(const std::string& model, const std::string& id) {

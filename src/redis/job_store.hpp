@@ -73,6 +73,15 @@ class JobStore {
   FinishOutcome finish(const Completion& c, const std::string& token,
                        std::optional<std::string>* next_pending = nullptr);
   bool give_back(const std::string& model, const std::string& id, const std::string& token);
+  // The relay's last step for a retryable failure with attempts left (lua/retry.lua): fenced
+  // like finish; the job waits in the retries set until due. failures: all so far, this one
+  // included (JSON array).
+  FinishOutcome retry(const std::string& model, const std::string& id, const std::string& token,
+                      WallTime due, const std::string& failures);
+  // The due sweep (gateway): retries due by now, at most limit; one back into pending (true) or
+  // dropped because it was cancelled meanwhile (false).
+  std::vector<std::string> due_retries(const std::string& model, WallTime now, int limit);
+  bool requeue_retry(const std::string& model, const std::string& id);
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
 

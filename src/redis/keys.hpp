@@ -36,6 +36,9 @@ class Keys {
   // Queue deadlines: ids of jobs with a ttl by their expires_at (ms since the epoch), for the
   // gateway's expiry sweep.
   std::string expiries(std::string_view model) const { return model_key(model, "expiries"); }
+  // Failed jobs waiting for their retry, by due time (ms since the epoch): not in pending, so
+  // the scaler does not count them; the gateway's due sweep puts them back.
+  std::string retries(std::string_view model) const { return model_key(model, "retries"); }
   // Quotas, per tenant (both in the tenant's slot with the hash tag): the submit-rate token
   // bucket, and the admitted jobs not yet terminal ("<model>/<id>" by admission time).
   std::string quota_bucket(std::string_view tenant) const { return tenant_key(tenant, "bucket"); }

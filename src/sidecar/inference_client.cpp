@@ -237,6 +237,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   }
   out.status = static_cast<long>(parser.get().result_int());
   out.content_type = std::string(parser.get()[http::field::content_type]).substr(0, 255);
+  out.retry_after = std::string(parser.get()[http::field::retry_after]).substr(0, 64);
   if (!parser.get().keep_alive()) impl_->drop();
   return out;
 }

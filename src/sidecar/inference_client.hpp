@@ -44,7 +44,8 @@ struct InferenceRequest {
 struct InferenceResponse {
   long status = 0;
   Spool body;
-  std::string content_type;  // the answer's Content-Type, as the model sent it
+  std::string content_type = {};  // the answer's Content-Type, as the model sent it
+  std::string retry_after = {};   // its Retry-After, if any (delta-seconds are honoured)
 };
 
 class InferenceClient {

@@ -1,6 +1,7 @@
 #include "sidecar/job_runner.hpp"
 
 #include <boost/json/parse.hpp>
+#include <charconv>
 #include <chrono>
 
 #include "common/errors.hpp"
@@ -170,6 +171,12 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
       std::string head = resp.body.head(512);
       result = failed("inference_failed", "inference returned HTTP " + std::to_string(resp.status) +
                                               (head.empty() ? "" : ": " + head));
+      result.http_status = resp.status;
+      std::int64_t secs = 0;
+      const auto& ra = resp.retry_after;
+      auto [end, ec] = std::from_chars(ra.data(), ra.data() + ra.size(), secs);
+      if (ec == std::errc() && end == ra.data() + ra.size() && secs >= 0)
+        result.retry_after = std::chrono::seconds(secs);
     } else {
       stage = Stage::upload;
       auto t_up = Clock::now();

@@ -4,6 +4,8 @@
 // takes the lease before and writes the outcome after, so the pipeline is testable alone.
 
 #include <boost/json/object.hpp>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,7 +46,9 @@ struct JobResult {
   std::string error_message;        // when failed
   std::string result_key;           // when completed
   std::string result_content_type;  // when completed: the model's, for GET .../result
-  Timings timings;                  // milliseconds per stage
+  long http_status = 0;             // when the model answered with an error
+  std::optional<std::chrono::milliseconds> retry_after;  // the model's Retry-After
+  Timings timings;                                       // milliseconds per stage
 };
 
 class InferenceClient;

@@ -18,6 +18,7 @@
 #include "sidecar/heartbeat.hpp"
 #include "sidecar/inference_client.hpp"
 #include "sidecar/job_runner.hpp"
+#include "sidecar/retry_policy.hpp"
 
 namespace relay::sidecar {
 namespace {
@@ -263,6 +264,15 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     outcome = ok ? "given_back" : "lease_lost";
   } else if (result.disposition == Disposition::abandoned) {
     outcome = "lease_lost";
+  } else if (auto delay = retry_delay(job, result, random_unit())) {
+    // A failure that may pass, with attempts left: the job waits for its retry (no event, no
+    // webhook: those come with the final outcome).
+    const auto due = wall_now() + *delay;
+    const std::string failures = failures_with(job, result, wall_now());
+    auto fin = redis::with_retry(conn, retry_for, {}, [&](redis::Connection& c) {
+      return redis::JobStore(c, keys).retry(cfg_.model, job_id, token, due, failures);
+    });
+    outcome = fin == redis::FinishOutcome::ok ? "retrying" : std::string(redis::to_string(fin));
   } else {
     const redis::Completion completion{
         .job_id = job_id,
@@ -276,7 +286,11 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
         .result_content_type = result.result_content_type,
         .error_code = result.error_code,
         .error_message = result.error_message,
-        .timings = result.timings.json()};
+        .timings = result.timings.json(),
+        // With retries, the record keeps every failed attempt, the last one included.
+        .failures = job.max_attempts && result.disposition == Disposition::failed
+                        ? failures_with(job, result, wall_now())
+                        : std::string()};
     // A retried finish may find the job terminal by its own first attempt (the reply was lost,
     // or too few replicas acknowledged it in time): the lease was ours until then, so nobody
     // else could have ended it — that is this outcome, written.

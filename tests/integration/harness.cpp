@@ -222,6 +222,10 @@ InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
                                 std::to_string(o.result_bytes),
                                 "--content-type",
                                 o.content_type};
+  if (o.fail_first >= 0) {
+    argv.insert(argv.end(), {"--fail-first", std::to_string(o.fail_first)});
+    if (!o.retry_after.empty()) argv.insert(argv.end(), {"--retry-after", o.retry_after});
+  }
   if (o.record_events) {
     argv.push_back("--events");
     argv.push_back(events_path_);

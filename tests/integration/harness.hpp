@@ -181,6 +181,8 @@ struct InferenceOptions {
   std::uint64_t result_bytes = 0;  // pads every answer (large results)
   bool record_events = true;       // benchmarks turn it off: it appends to a file per request
   std::string content_type = "application/json";  // of its answers
+  long fail_first = -1;     // >= 0: only the first N answers have `status`, the rest 200
+  std::string retry_after;  // sent with those failures
 };
 
 class InferenceServer {

@@ -1,4 +1,4 @@
-#include "gateway/expirer.hpp"
+#include "gateway/due_sweep.hpp"
 
 #include "common/log.hpp"
 #include "common/periodic.hpp"
@@ -12,7 +12,7 @@ namespace {
 constexpr int kBatch = 100;  // due ids read per round trip; a pass goes on while it finds more
 }
 
-int Expirer::pass() {
+int DueSweep::pass() {
   int expired = 0;
   redis::JobStore store(conn_.get(), p_.keys);
   for (const auto& model : p_.models) {
@@ -26,12 +26,21 @@ int Expirer::pass() {
       }
       if (due.size() < static_cast<std::size_t>(kBatch)) break;
     }
+    for (;;) {
+      auto due = store.due_retries(model, wall_now(), kBatch);
+      for (const auto& id : due)
+        if (store.requeue_retry(model, id)) {
+          ++expired;
+          log::info("job back in pending for its retry", {{"job_id", id}, {"model", model}});
+        }
+      if (due.size() < static_cast<std::size_t>(kBatch)) break;
+    }
   }
   return expired;
 }
 
-void Expirer::run(std::stop_token stop) {
-  run_periodically({"expiry sweep", p_.interval,
+void DueSweep::run(std::stop_token stop) {
+  run_periodically({"due sweep", p_.interval,
                     [this] {
                       pass();
                       return false;
