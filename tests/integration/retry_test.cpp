@@ -83,6 +83,38 @@ TEST_F(GatewayTest, AJobWaitingForItsRetryIsOutOfTheQueueAndCancellable) {
   EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", keys_.events("m1")}).get()), 1);
 }
 
+// A relay killed during a retry: the crash is reaped as ever (it is not a failure: it uses no
+// attempt), and another relay finishes the job, the first attempt's failure still on record.
+TEST_F(GatewayTest, ARelayKilledMidRetryIsReapedAndTheJobStillFinishes) {
+  start_gateway({{"RELAY_GC_EXPIRE_INTERVAL", "100ms"}});
+  const std::string id = str(parse(submit("input", {}, {{"max_attempts", "3"}})), "id");
+  {
+    InferenceServer failing({.status = 503});
+    auto relay = start_relay(failing);
+    ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  }
+  ASSERT_EQ(failures_of(job(id)).size(), 1u);
+  {
+    // The retry comes back within the backoff (0.5 to 1 s); a model that hangs takes it.
+    InferenceServer hanging({.delay_ms = 30'000});
+    auto doomed = start_relay(hanging, {{"RELAY_LEASE_TTL", "600ms"}});
+    ASSERT_TRUE(wait_until([&] { return hanging.saw("request /predict"); }, 20s));
+    doomed->signal(SIGKILL);
+    doomed->wait_exit(5s);
+  }
+  ASSERT_TRUE(
+      wait_until([&] { return list(keys_.pending("m1")) == std::vector<std::string>{id}; }, 20s))
+      << gateway_->log();
+  InferenceServer healthy;
+  auto last = start_relay(healthy);
+  ASSERT_EQ(last->wait_exit(20s), 0) << last->log();
+  auto j = job(id);
+  EXPECT_EQ(str(j, "status"), "completed");
+  EXPECT_EQ(j.at("attempts").as_int64(), 1) << "the crash, counted by the reaper";
+  EXPECT_EQ(failures_of(j).size(), 1u) << "the crash is not a failure";
+  EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", keys_.events("m1")}).get()), 1);
+}
+
 TEST_F(GatewayTest, MaxAttemptsIsBounded) {
   start_gateway();
   for (const char* bad : {"0", "11", "three", "-1"}) {
