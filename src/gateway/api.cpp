@@ -152,7 +152,7 @@ Response Api::route(const Request& req, Context& ctx, bool deadline_passed) {
       return with_route(std::move(r), "GET /openapi.json");
     }
   }
-  if (seg.empty() || seg[0] != "jobs" || seg.size() < 2 || seg.size() > 4)
+  if (seg.empty() || seg[0] != "jobs" || seg.size() > 4)
     return error_response(404, "not_found", "no such route");
 
   // Everything under /jobs needs a tenant.
@@ -164,12 +164,17 @@ Response Api::route(const Request& req, Context& ctx, bool deadline_passed) {
     return r;
   }
   ctx.tenant = *tenant;
+  if (seg.size() == 1) {
+    if (m == "GET") return with_route(list_jobs(req, ctx, ""), "GET /jobs");
+    return error_response(405, "method_not_allowed", "use GET to list jobs");
+  }
   const std::string& svc = seg[1];
   if (!cfg_.service_types.count(svc))
     return error_response(404, "unknown_service_type", "no service type '" + svc + "'");
   if (seg.size() == 2) {
     if (m == "POST") return with_route(submit(req, ctx, svc), "POST /jobs/{service_type}");
-    return error_response(405, "method_not_allowed", "use POST to submit a job");
+    if (m == "GET") return with_route(list_jobs(req, ctx, svc), "GET /jobs/{service_type}");
+    return error_response(405, "method_not_allowed", "use POST to submit a job, GET to list");
   }
   const std::string& id = seg[2];
   if (!is_valid_job_id(id))

@@ -93,6 +93,8 @@ class Api {
                    const std::string& id, bool deadline_passed);
   Response get_result(Context& ctx, const std::string& service_type, const std::string& id);
   Response cancel(Context& ctx, const std::string& service_type, const std::string& id);
+  // GET /jobs (service_type empty) and GET /jobs/{service_type} (listing.cpp).
+  Response list_jobs(const Request& req, Context& ctx, const std::string& service_type);
   Response ready();
   Response metrics_text();
   std::optional<std::string> tenant_of(const Request& req) const;

@@ -40,8 +40,28 @@ const std::string& openapi_json() {
   },
   "security": [{"bearer": []}, {"apiKey": []}],
   "paths": {
+    "/jobs": {
+      "get": {"summary": "List the tenant's jobs", "operationId": "listJobs",
+        "parameters": [{"name": "status", "in": "query", "schema": {"type": "string"}, "description": "comma-separated statuses"},
+          {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+          {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+          {"name": "idempotency_key", "in": "query", "schema": {"type": "string"}},
+          {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+          {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "a next_cursor"}],
+        "responses": {"200": {"description": "a page of jobs, newest first", "content": {"application/json": {"schema": {"type": "object", "properties": {"jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}, "next_cursor": {"type": "string", "nullable": true}}}}}},
+          "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}}}
+    },
     "/jobs/{service_type}": {
       "parameters": [{"$ref": "#/components/parameters/serviceType"}],
+      "get": {"summary": "List the tenant's jobs of a service type", "operationId": "listServiceTypeJobs",
+        "parameters": [{"name": "status", "in": "query", "schema": {"type": "string"}, "description": "comma-separated statuses"},
+          {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+          {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+          {"name": "idempotency_key", "in": "query", "schema": {"type": "string"}},
+          {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+          {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "a next_cursor"}],
+        "responses": {"200": {"description": "a page of jobs, newest first", "content": {"application/json": {"schema": {"type": "object", "properties": {"jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}, "next_cursor": {"type": "string", "nullable": true}}}}}},
+          "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}}},
       "post": {"summary": "Submit a job", "operationId": "submitJob",
         "parameters": [
           {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": 256}},

@@ -405,6 +405,30 @@ int JobStore::sweep_admissions(const std::string& tenant, WallTime cutoff) {
   return dropped;
 }
 
+void JobStore::index_job(const std::string& tenant, const std::string& service_type,
+                         const std::string& id, WallTime created,
+                         std::chrono::milliseconds retention) {
+  const std::string key = keys_.tenant_jobs(tenant);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(created.time_since_epoch());
+  conn_.command({"ZADD", key, std::to_string(us.count()), service_type + "/" + id});
+  const auto horizon = std::chrono::duration_cast<std::chrono::microseconds>(
+      (wall_now() - retention).time_since_epoch());
+  conn_.command({"ZREMRANGEBYSCORE", key, "-inf", "(" + std::to_string(horizon.count())});
+}
+
+std::vector<std::pair<std::string, std::int64_t>> JobStore::index_page(const std::string& tenant,
+                                                                       std::int64_t newest_us,
+                                                                       std::int64_t oldest_us,
+                                                                       int count) {
+  auto r =
+      conn_.command({"ZREVRANGEBYSCORE", keys_.tenant_jobs(tenant), std::to_string(newest_us),
+                     std::to_string(oldest_us), "WITHSCORES", "LIMIT", "0", std::to_string(count)});
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (auto& [member, score] : as_pairs(r.get()))
+    out.emplace_back(member, static_cast<std::int64_t>(std::stod(score)));
+  return out;
+}
+
 std::vector<std::string> JobStore::list(const std::string& key) {
   return as_strings(conn_.command({"LRANGE", key, "0", "-1"}).get());
 }

@@ -140,6 +140,14 @@ class JobStore {
   // Admissions older than cutoff whose job has ended or never came to be (a gateway crashed
   // mid-upload) are dropped; returns how many.
   int sweep_admissions(const std::string& tenant, WallTime cutoff);
+  // Listing (gateway): the tenant's index of jobs. index_job() adds one (and drops entries
+  // older than retention); index_page() returns up to count entries {member, created µs},
+  // newest first, created within [oldest_us, newest_us].
+  void index_job(const std::string& tenant, const std::string& service_type, const std::string& id,
+                 WallTime created, std::chrono::milliseconds retention);
+  std::vector<std::pair<std::string, std::int64_t>> index_page(const std::string& tenant,
+                                                               std::int64_t newest_us,
+                                                               std::int64_t oldest_us, int count);
   std::vector<std::string> list(const std::string& key);
   std::vector<std::string> hash_keys(const std::string& key);
   const Keys& keys() const { return keys_; }

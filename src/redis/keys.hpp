@@ -39,6 +39,13 @@ class Keys {
   // Failed jobs waiting for their retry, by due time (ms since the epoch): not in pending, so
   // the scaler does not count them; the gateway's due sweep puts them back.
   std::string retries(std::string_view model) const { return model_key(model, "retries"); }
+  // A tenant's jobs, newest last: "<service_type>/<id>" by creation time (ms since the epoch),
+  // for listing; trimmed to the records' retention.
+  std::string tenant_jobs(std::string_view tenant) const {
+    return prefix_ +
+           "relay:tenant:" + (hash_tag_ ? "{" + std::string(tenant) + "}" : std::string(tenant)) +
+           ":jobs";
+  }
   // Quotas, per tenant (both in the tenant's slot with the hash tag): the submit-rate token
   // bucket, and the admitted jobs not yet terminal ("<model>/<id>" by admission time).
   std::string quota_bucket(std::string_view tenant) const { return tenant_key(tenant, "bucket"); }
