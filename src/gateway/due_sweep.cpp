@@ -13,30 +13,33 @@ constexpr int kBatch = 100;  // due ids read per round trip; a pass goes on whil
 }
 
 int DueSweep::pass() {
-  int expired = 0;
+  int moved = 0;
   redis::JobStore store(conn_.get(), p_.keys);
+  // Every id due now, a batch at a time: each step drops its id from the set, moved or not.
+  auto drain = [&](auto due, auto move) {
+    for (;;) {
+      auto ids = due();
+      for (const auto& id : ids) moved += move(id) ? 1 : 0;
+      if (ids.size() < static_cast<std::size_t>(kBatch)) return;
+    }
+  };
   for (const auto& model : p_.models) {
-    for (;;) {
-      auto due = store.due_expiries(model, wall_now(), kBatch);
-      for (const auto& id : due) {
-        if (!store.expire(model, id)) continue;
-        ++expired;
-        metrics().expired.add({model});
-        log::info("job expired: not started within its ttl", {{"job_id", id}, {"model", model}});
-      }
-      if (due.size() < static_cast<std::size_t>(kBatch)) break;
-    }
-    for (;;) {
-      auto due = store.due_retries(model, wall_now(), kBatch);
-      for (const auto& id : due)
-        if (store.requeue_retry(model, id)) {
-          ++expired;
-          log::info("job back in pending for its retry", {{"job_id", id}, {"model", model}});
-        }
-      if (due.size() < static_cast<std::size_t>(kBatch)) break;
-    }
+    drain(
+        [&] { return store.due_expiries(model, wall_now(), kBatch); },
+        [&](const std::string& id) {
+          if (!store.expire(model, id)) return false;
+          metrics().expired.add({model});
+          log::info("job expired: not started within its ttl", {{"job_id", id}, {"model", model}});
+          return true;
+        });
+    drain([&] { return store.due_retries(model, wall_now(), kBatch); },
+          [&](const std::string& id) {
+            if (!store.requeue_retry(model, id)) return false;
+            log::info("job back in pending for its retry", {{"job_id", id}, {"model", model}});
+            return true;
+          });
   }
-  return expired;
+  return moved;
 }
 
 void DueSweep::run(std::stop_token stop) {

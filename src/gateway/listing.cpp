@@ -111,10 +111,9 @@ Response Api::list_jobs(const Request& req, Context& ctx, const std::string& onl
     // The job an Idempotency-Key names, in each service type asked for: zero or one a type.
     for (const auto& [svc, st] : cfg_.service_types) {
       if (!only_svc.empty() && svc != only_svc) continue;
-      auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection& c) {
-        auto id = redis::as_optional_string(
-            c.command({"GET", keys_.idempotency(st.model, ctx.tenant, sha256_hex(idempotency_key))})
-                .get());
+      auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+        auto id = store.idempotent_job(
+            keys_.idempotency(st.model, ctx.tenant, sha256_hex(idempotency_key)));
         return id ? store.get(st.model, *id) : std::nullopt;
       });
       if (rec && rec->service_type == svc && wanted(*rec)) jobs.push_back(job_json(*rec));

@@ -10,7 +10,13 @@ const std::string& openapi_json() {
     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}, "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}},
     "parameters": {
       "serviceType": {"name": "service_type", "in": "path", "required": true, "schema": {"type": "string"}},
-      "id": {"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}}
+      "id": {"name": "id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid"}},
+      "listStatus": {"name": "status", "in": "query", "schema": {"type": "string"}, "description": "comma-separated statuses"},
+      "listSince": {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+      "listUntil": {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}},
+      "listIdempotencyKey": {"name": "idempotency_key", "in": "query", "schema": {"type": "string"}},
+      "listLimit": {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+      "listCursor": {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "a next_cursor"}
     },
     "schemas": {
       "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
@@ -35,33 +41,22 @@ const std::string& openapi_json() {
     },
     "responses": {
       "Error": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-      "Job": {"description": "the job", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}}
+      "Job": {"description": "the job", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}},
+      "JobPage": {"description": "a page of jobs, newest first", "content": {"application/json": {"schema": {"type": "object", "properties": {"jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}, "next_cursor": {"type": "string", "nullable": true}}}}}}
     }
   },
   "security": [{"bearer": []}, {"apiKey": []}],
   "paths": {
     "/jobs": {
       "get": {"summary": "List the tenant's jobs", "operationId": "listJobs",
-        "parameters": [{"name": "status", "in": "query", "schema": {"type": "string"}, "description": "comma-separated statuses"},
-          {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
-          {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}},
-          {"name": "idempotency_key", "in": "query", "schema": {"type": "string"}},
-          {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
-          {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "a next_cursor"}],
-        "responses": {"200": {"description": "a page of jobs, newest first", "content": {"application/json": {"schema": {"type": "object", "properties": {"jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}, "next_cursor": {"type": "string", "nullable": true}}}}}},
-          "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}}}
+        "parameters": [{"$ref": "#/components/parameters/listStatus"}, {"$ref": "#/components/parameters/listSince"}, {"$ref": "#/components/parameters/listUntil"}, {"$ref": "#/components/parameters/listIdempotencyKey"}, {"$ref": "#/components/parameters/listLimit"}, {"$ref": "#/components/parameters/listCursor"}],
+        "responses": {"200": {"$ref": "#/components/responses/JobPage"}, "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}}}
     },
     "/jobs/{service_type}": {
       "parameters": [{"$ref": "#/components/parameters/serviceType"}],
       "get": {"summary": "List the tenant's jobs of a service type", "operationId": "listServiceTypeJobs",
-        "parameters": [{"name": "status", "in": "query", "schema": {"type": "string"}, "description": "comma-separated statuses"},
-          {"name": "since", "in": "query", "schema": {"type": "string", "format": "date-time"}},
-          {"name": "until", "in": "query", "schema": {"type": "string", "format": "date-time"}},
-          {"name": "idempotency_key", "in": "query", "schema": {"type": "string"}},
-          {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
-          {"name": "cursor", "in": "query", "schema": {"type": "string"}, "description": "a next_cursor"}],
-        "responses": {"200": {"description": "a page of jobs, newest first", "content": {"application/json": {"schema": {"type": "object", "properties": {"jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}, "next_cursor": {"type": "string", "nullable": true}}}}}},
-          "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}}},
+        "parameters": [{"$ref": "#/components/parameters/listStatus"}, {"$ref": "#/components/parameters/listSince"}, {"$ref": "#/components/parameters/listUntil"}, {"$ref": "#/components/parameters/listIdempotencyKey"}, {"$ref": "#/components/parameters/listLimit"}, {"$ref": "#/components/parameters/listCursor"}],
+        "responses": {"200": {"$ref": "#/components/responses/JobPage"}, "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}}},
       "post": {"summary": "Submit a job", "operationId": "submitJob",
         "parameters": [
           {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": 256}},

@@ -199,7 +199,11 @@ std::optional<std::string> JobStore::reserve_idempotency(const std::string& key,
   // request's own id (the first SET ran but its reply was lost) or another request's.
   auto set = conn_.command({"SET", key, job_id, "NX", "PX", std::to_string(ttl.count())});
   if (!is_nil(set.get())) return std::nullopt;
-  return as_optional_string(conn_.command({"GET", key}).get()).value_or(std::string());
+  return idempotent_job(key).value_or(std::string());
+}
+
+std::optional<std::string> JobStore::idempotent_job(const std::string& key) {
+  return as_optional_string(conn_.command({"GET", key}).get());
 }
 
 void JobStore::release_idempotency(const std::string& key) {

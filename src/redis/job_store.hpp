@@ -106,6 +106,8 @@ class JobStore {
   std::optional<std::string> reserve_idempotency(const std::string& key, const std::string& job_id,
                                                  std::chrono::milliseconds ttl);
   void release_idempotency(const std::string& key);
+  // The job id an Idempotency-Key holds, if any.
+  std::optional<std::string> idempotent_job(const std::string& key);
   // Sets the reservation's TTL if job_id still holds it; false when it does not (lua/
   // renew_idempotency.lua).
   bool renew_idempotency(const std::string& key, const std::string& job_id,
