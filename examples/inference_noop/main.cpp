@@ -6,7 +6,9 @@
 //                       the value of small non-file fields.
 // --delay holds each answer while watching the connection: if the client drops it (a cancelled
 // job), "dropped <path>" is appended to --events. Every request appends "request <path>".
-// --result-bytes pads every answer (large-result tests). SIGTERM ends it at once (PID 1 in a pod).
+// --result-bytes pads every answer (large-result tests). --progress-steps N reports progress N
+// times to the relay's Relay-Progress-URL, spread over --delay ("progress <i> <status>" each).
+// SIGTERM ends it at once (PID 1 in a pod).
 //
 // Synchronous Beast with a thread per connection: simple, and fast enough never to be the
 // bottleneck for one relay.
@@ -31,6 +33,7 @@
 #include "common/hex.hpp"
 #include "common/signals.hpp"
 #include "multipart/parser.hpp"
+#include "progress_report.hpp"
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -49,6 +52,7 @@ struct Options {
   std::uint64_t result_bytes = 0;
   std::string events;
   std::string content_type = "application/json";  // of POST answers (tests of non-JSON models)
+  long progress_steps = 0;
 };
 
 std::mutex events_mu;
@@ -169,7 +173,20 @@ void serve(tcp::socket sock, const Options& o) {
           boundary.clear();
         }
       }
-      if (o.delay_ms > 0 && client_dropped_within(sock.native_handle(), o.delay_ms)) {
+      const std::string progress_url(req["Relay-Progress-URL"]);
+      if (!progress_url.empty()) event(o, "progress-url " + progress_url);
+      if (o.progress_steps > 0 && progress_url.starts_with("http://")) {
+        for (long i = 1; i <= o.progress_steps; ++i) {
+          if (client_dropped_within(sock.native_handle(), o.delay_ms / o.progress_steps)) {
+            event(o, "dropped " + path);
+            return;
+          }
+          const unsigned st = relay::examples::report_progress(
+              progress_url, static_cast<double>(i) / static_cast<double>(o.progress_steps),
+              "step " + std::to_string(i) + " of " + std::to_string(o.progress_steps));
+          event(o, "progress " + std::to_string(i) + " " + std::to_string(st));
+        }
+      } else if (o.delay_ms > 0 && client_dropped_within(sock.native_handle(), o.delay_ms)) {
         event(o, "dropped " + path);
         return;
       }
@@ -216,6 +233,8 @@ int main(int argc, char** argv) {
                  "add a \"padding\" field of this many bytes to every POST's answer");
   app.add_option("--events", o.events, "append one line per request/drop/done to this file");
   app.add_option("--content-type", o.content_type, "Content-Type of the answers to POST");
+  app.add_option("--progress-steps", o.progress_steps,
+                 "report progress this many times to Relay-Progress-URL, over --delay-ms");
   CLI11_PARSE(app, argc, argv);
   relay::exit_on_shutdown_signals();
   auto colon = o.listen.rfind(':');

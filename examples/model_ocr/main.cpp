@@ -4,6 +4,9 @@
 //   GET  /health   200 once the model is loaded
 //   POST /ocr      multipart/form-data with a "file" part (an image: PNG, JPEG, TIFF, PNM...) and
 //                  optional "language" (default eng); answers {"text", "confidence", "words"}.
+//                  A multi-page TIFF is read page by page: the answer adds "pages" (each page's
+//                  text, confidence and words), and after each page the model reports its
+//                  progress to the relay (Relay-Progress-URL: "page 2 of 5").
 //
 // One request at a time (TessBaseAPI is not thread-safe): a relay sends one job at a time anyway.
 
@@ -22,6 +25,7 @@
 
 #include "common/signals.hpp"
 #include "multipart/parser.hpp"
+#include "progress_report.hpp"
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -42,22 +46,63 @@ std::string json_error(const std::string& message) {
   return boost::json::serialize(boost::json::object{{"error", message}});
 }
 
-// Runs OCR on an image held in memory.
-std::pair<unsigned, std::string> recognise(Model& m, const std::string& image) {
-  Pix* pix = pixReadMem(reinterpret_cast<const l_uint8*>(image.data()), image.size());
-  if (!pix) return {400, json_error("the file is not an image Leptonica can read")};
-  std::lock_guard lock(m.mu);
-  m.api.SetImage(pix);
+struct PixaFree {
+  void operator()(Pixa* p) const { pixaDestroy(&p); }
+};
+
+// One page's text, mean confidence and word count (with m.mu held).
+boost::json::object recognise_page(Model& m, Pix* page) {
+  m.api.SetImage(page);
   char* text = m.api.GetUTF8Text();
-  int confidence = m.api.MeanTextConf();
+  const int confidence = m.api.MeanTextConf();
   std::string out = text ? text : "";
   delete[] text;
-  pixDestroy(&pix);
-  size_t words = 0;
+  std::size_t words = 0;
   std::istringstream ss(out);
   for (std::string w; ss >> w;) ++words;
-  return {200, boost::json::serialize(boost::json::object{
-                   {"text", out}, {"confidence", confidence}, {"words", words}})};
+  return {{"text", out}, {"confidence", confidence}, {"words", words}};
+}
+
+// Runs OCR on an image held in memory: every page of a multi-page TIFF, reporting progress
+// after each to progress_url (when the relay gave one).
+std::pair<unsigned, std::string> recognise(Model& m, const std::string& image,
+                                           const std::string& progress_url) {
+  const auto* data = reinterpret_cast<const l_uint8*>(image.data());
+  l_int32 format = IFF_UNKNOWN;
+  findFileFormatBuffer(data, &format);
+  std::unique_ptr<Pixa, PixaFree> pages;
+  if (format == IFF_TIFF || format == IFF_TIFF_G4 || format == IFF_TIFF_ZIP ||
+      format == IFF_TIFF_LZW || format == IFF_TIFF_PACKBITS || format == IFF_TIFF_G3 ||
+      format == IFF_TIFF_RLE || format == IFF_TIFF_JPEG)
+    pages.reset(pixaReadMemMultipageTiff(data, image.size()));
+  if (!pages) {
+    pages.reset(pixaCreate(1));
+    Pix* pix = pixReadMem(data, image.size());
+    if (!pix) return {400, json_error("the file is not an image Leptonica can read")};
+    pixaAddPix(pages.get(), pix, L_INSERT);
+  }
+  const int n = pixaGetCount(pages.get());
+  if (n == 0) return {400, json_error("the image has no pages")};
+  std::lock_guard lock(m.mu);
+  boost::json::array results;
+  std::string text;
+  std::int64_t words = 0, confidence = 0;
+  for (int i = 0; i < n; ++i) {
+    Pix* page = pixaGetPix(pages.get(), i, L_CLONE);
+    auto r = recognise_page(m, page);
+    pixDestroy(&page);
+    text += r.at("text").as_string();
+    words += r.at("words").to_number<std::int64_t>();
+    confidence += r.at("confidence").to_number<std::int64_t>();
+    results.push_back(std::move(r));
+    if (!progress_url.empty())
+      relay::examples::report_progress(
+          progress_url, static_cast<double>(i + 1) / n,
+          "page " + std::to_string(i + 1) + " of " + std::to_string(n));
+  }
+  boost::json::object out{{"text", text}, {"confidence", confidence / n}, {"words", words}};
+  if (n > 1) out["pages"] = std::move(results);
+  return {200, boost::json::serialize(out)};
 }
 
 void serve(tcp::socket sock, Model& model) {
@@ -106,7 +151,7 @@ void serve(tcp::socket sock, Model& model) {
           res.body() =
               json_error("expected multipart/form-data with a 'file' part holding an image");
         } else {
-          auto [status, body] = recognise(model, image);
+          auto [status, body] = recognise(model, image, std::string(req["Relay-Progress-URL"]));
           res.result(status);
           res.body() = std::move(body);
         }

@@ -85,11 +85,11 @@ std::optional<Response> Api::answer_at_once(const Request& req) {
   return std::nullopt;
 }
 
-Response Api::handle(const Request& req, bool deadline_passed) {
+Response Api::handle(const Request& req, bool again) {
   auto conn = redis_.borrow();
   Context ctx{*conn, {}};
   try {
-    return route(req, ctx, deadline_passed);
+    return route(req, ctx, again);
   } catch (...) {
     // Whatever a failed step left on the connection (a reply in flight) is not the next
     // request's.
@@ -127,7 +127,7 @@ Response Api::failure(std::exception_ptr e, std::string_view target) {
   }
 }
 
-Response Api::route(const Request& req, Context& ctx, bool deadline_passed) {
+Response Api::route(const Request& req, Context& ctx, bool again) {
   auto target = boost::urls::parse_origin_form(req.target);
   if (!target) return error_response(400, "bad_request", "malformed request target");
   std::vector<std::string> seg;
@@ -182,18 +182,19 @@ Response Api::route(const Request& req, Context& ctx, bool deadline_passed) {
   // No other route takes a body: the server drops what it read of one, or closes.
   if (seg.size() == 3) {
     if (m == "GET")
-      return with_route(get_job(req, ctx, svc, id, deadline_passed),
-                        "GET /jobs/{service_type}/{id}");
+      return with_route(get_job(req, ctx, svc, id, again), "GET /jobs/{service_type}/{id}");
     if (m == "DELETE") return with_route(cancel(ctx, svc, id), "DELETE /jobs/{service_type}/{id}");
     return error_response(405, "method_not_allowed", "use GET or DELETE");
   }
+  if (seg[3] == "events" && m == "GET")
+    return with_route(job_events(ctx, svc, id, again), "GET /jobs/{service_type}/{id}/events");
   if (seg[3] == "result" && m == "GET")
     return with_route(get_result(ctx, svc, id), "GET /jobs/{service_type}/{id}/result");
   return error_response(404, "not_found", "no such route");
 }
 
 Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
-                      const std::string& id, bool deadline_passed) {
+                      const std::string& id, bool again) {
   std::chrono::milliseconds wait{0};
   auto target = boost::urls::parse_origin_form(req.target);
   if (auto it = target->params().find("wait"); it != target->params().end()) {
@@ -211,10 +212,45 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
     return error_response(404, "job_not_found", "no job " + id);
   Response r;
   r.body = job_json(*rec);
-  if (wait.count() > 0 && !deadline_passed && !is_terminal(rec->status)) {
+  if (wait.count() > 0 && !again && !is_terminal(rec->status)) {
     r.wait_job = id;
     r.wait_until = std::chrono::steady_clock::now() + wait;
   }
+  return r;
+}
+
+JobEvent job_event(const JobRecord& job) {
+  JobEvent e;
+  e.job_id = job.id;
+  e.terminal = is_terminal(job.status);
+  e.name = job.status == JobStatus::processing && job.has_current_progress()
+               ? "progress"
+               : std::string(to_string(job.status));
+  // What a client sees change: the status, which attempt holds it (a new take, a requeue, a
+  // retry), progress reports, the cancel flag.
+  const std::string state = std::string(to_string(job.status)) + "|" + job.holder + "|" +
+                            std::to_string(job.attempts) + "|" + std::to_string(job.progress_seq) +
+                            "|" + std::to_string(job.failures.size()) + "|" +
+                            (job.cancel_requested ? "1" : "0");
+  e.id = sha256_hex(state).substr(0, 16);
+  return e;
+}
+
+// GET .../events: the first answer opens the stream (and asks for the job's changes short of
+// its end to be announced); the server asks again after each change.
+Response Api::job_events(Context& ctx, const std::string& svc, const std::string& id, bool again) {
+  const std::string& model = cfg_.service_types.at(svc).model;
+  auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+    auto r = store.get(model, id);
+    if (r && !again && !is_terminal(r->status) && r->tenant == ctx.tenant && r->service_type == svc)
+      store.watch(model, id);
+    return r;
+  });
+  if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
+    return error_response(404, "job_not_found", "no job " + id);
+  Response r;
+  r.body = job_json(*rec);
+  r.event = job_event(*rec);
   return r;
 }
 

@@ -52,6 +52,17 @@ class Intake {
   virtual Response finish() = 0;
 };
 
+// One event of a job's live event stream (GET .../events): the job as it is now. Its id is a
+// digest of the job's state, so a client resuming with Last-Event-ID gets the current state at
+// once if it changed meanwhile, and nothing until the next change if not.
+struct JobEvent {
+  std::string job_id;
+  std::string id;    // the state's digest
+  std::string name;  // pending, processing, progress, completed, failed, cancelled
+  bool terminal = false;
+};
+JobEvent job_event(const JobRecord& job);
+
 struct Response {
   unsigned status = 200;
   std::string content_type = "application/json";
@@ -64,6 +75,9 @@ struct Response {
   // same request (and wait_until in the past).
   std::string wait_job;
   std::chrono::steady_clock::time_point wait_until{};
+  // An event stream: body is the job's JSON, event what it is; the server sends it as an event
+  // and asks again (again = true) each time the job changes, until a terminal event.
+  std::optional<JobEvent> event;
   bool close = false;  // close the connection after this answer
 };
 
@@ -72,15 +86,16 @@ Response error_response(unsigned status, const std::string& code, const std::str
 class Api {
  public:
   Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption);
-  // Blocking. `deadline_passed` is true when a long-poll's wait ended: answer whatever the state.
-  Response handle(const Request& req, bool deadline_passed = false);
+  // Blocking. `again` is true for a request the server asks about again after waiting: a
+  // long-poll whose wait ended (answer whatever the state), an event stream's job that changed.
+  Response handle(const Request& req, bool again = false);
   // The answers that need neither Redis nor storage (liveness, the API document), given at once
   // on the I/O thread: they never queue behind uploads on the blocking pool. nullopt otherwise.
   static std::optional<Response> answer_at_once(const Request& req);
 
  private:
   struct Context;
-  Response route(const Request& req, Context& ctx, bool deadline_passed);
+  Response route(const Request& req, Context& ctx, bool again);
   template <typename F>
   auto step(Context& ctx, F&& f, const std::function<void(int)>& on_retry = {});
   class Upload;  // a submission taking its input (submit.cpp)
@@ -90,8 +105,10 @@ class Api {
   // that could not be read (400, closing).
   Response failure(std::exception_ptr e, std::string_view target);
   Response get_job(const Request& req, Context& ctx, const std::string& service_type,
-                   const std::string& id, bool deadline_passed);
+                   const std::string& id, bool again);
   Response get_result(Context& ctx, const std::string& service_type, const std::string& id);
+  Response job_events(Context& ctx, const std::string& service_type, const std::string& id,
+                      bool again);
   Response cancel(Context& ctx, const std::string& service_type, const std::string& id);
   // GET /jobs (service_type empty) and GET /jobs/{service_type} (listing.cpp).
   Response list_jobs(const Request& req, Context& ctx, const std::string& service_type);

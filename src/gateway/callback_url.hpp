@@ -1,18 +1,16 @@
 #pragma once
 // Where webhooks may go (SSRF): checked at submission, and again, with the addresses pinned,
-// when a webhook is sent.
+// when a webhook is sent. The rules are http/destination.hpp's.
 
-#include <optional>
-#include <string>
-#include <vector>
+#include "http/destination.hpp"
 
 namespace relay::gateway {
 
-// Whether a callback URL may be called: http(s), and unless allow_private, no host that is or
-// resolves to a private, loopback, link-local or otherwise non-public address. Returns the
-// reason it may not, or nullopt. `addresses` receives what the host resolved to (to pin them).
-std::optional<std::string> check_callback_url(const std::string& url, bool allow_private,
-                                              std::vector<std::string>* addresses = nullptr);
-bool is_public_address(const std::string& ip);
+inline std::optional<std::string> check_callback_url(
+    const std::string& url, bool allow_private, std::vector<std::string>* addresses = nullptr) {
+  return http::check_destination(
+      url, {{"http", "https"}, allow_private, "callback_url", "webhooks.allow_private"}, addresses);
+}
+using http::is_public_address;
 
 }  // namespace relay::gateway

@@ -75,7 +75,9 @@ config::Schema schema(Config& c) {
   s.section(
       "service_types", "",
       "Service types clients submit to: `<name>: {model, operations: [...], max_input_size, "
-      "ttl, timeout, retry: {max_attempts, backoff, max_backoff}}` (ttl: a job not started "
+      "ttl, timeout, retry: {max_attempts, backoff, max_backoff}, input_urls: [...]}` "
+      "(input_urls: URL prefixes a submission's `input_url` may start with, `s3://bucket/prefix/` "
+      "or `https://host/path/`; none: uploads only; ttl: a job not started "
       "within it fails `expired`; timeout: one running longer fails `timed_out`; retry: failed "
       "jobs retried when the failure is the model's 5xx/429 or unreachable, up to max_attempts "
       "in all, default 1 = none; all of them defaults a submission may override). "
@@ -99,6 +101,18 @@ config::Schema schema(Config& c) {
               if (!f.second.IsSequence())
                 bad("service_types." + name + ".operations", "expected a list");
               for (const auto& op : f.second) st.operations.push_back(op.as<std::string>());
+            } else if (field == "input_urls") {
+              const std::string key = "service_types." + name + ".input_urls";
+              if (!f.second.IsSequence()) bad(key, "expected a list of URL prefixes");
+              for (const auto& u : f.second) {
+                std::string prefix = u.as<std::string>();
+                const bool s3 =
+                    prefix.starts_with("s3://") && prefix.size() > 5 && prefix[5] != '/';
+                const bool https = prefix.starts_with("https://");
+                if (!s3 && !https)
+                  bad(key, "'" + prefix + "': expected s3://bucket[/prefix] or https://...");
+                st.input_urls.push_back(std::move(prefix));
+              }
             } else if (field == "max_input_size") {
               st.max_input_size = parse_size("service_types." + name + ".max_input_size",
                                              f.second.as<std::string>());
@@ -196,6 +210,10 @@ config::Schema schema(Config& c) {
            "This replica's consumer name in the events group; default: the host name.");
   s.string("webhooks.secret", &c.webhook_secret, "",
            "Standard Webhooks signing secret, `whsec_<base64>`. Prefer the environment variable.");
+  s.boolean("input_urls.allow_private", &c.input_urls_allow_private, false,
+            "Accept https:// inputs by reference whose host resolves to a private, loopback or "
+            "link-local address (the relay has the same setting, and checks again when it "
+            "fetches).");
   s.boolean("webhooks.allow_private", &c.webhook_allow_private, false,
             "Allow callback URLs that resolve to private, loopback or link-local addresses.");
   s.duration("webhooks.timeout", &c.webhook_timeout, "10s", "Timeout of one delivery attempt.");

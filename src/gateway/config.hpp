@@ -25,6 +25,9 @@ struct ServiceType {
   // backoff before each retry (doubling from retry_backoff, jittered, up to retry_max_backoff).
   std::int64_t max_attempts = 1;
   std::chrono::milliseconds retry_backoff{1000}, retry_max_backoff{60'000};
+  // Inputs by reference: the URL prefixes a submission's input_url may start with
+  // ("s3://bucket/prefix/", "https://cdn.example.com/"); empty: uploads only.
+  std::vector<std::string> input_urls;
 };
 
 struct Config {
@@ -79,6 +82,7 @@ struct Config {
 
   std::string webhook_secret;  // whsec_...
   bool webhook_allow_private = false;
+  bool input_urls_allow_private = false;  // https inputs by reference to private addresses
   std::chrono::milliseconds webhook_timeout{}, webhook_max_age{}, webhook_initial_backoff{};
 
   config::LogConfig log;

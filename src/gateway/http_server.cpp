@@ -418,6 +418,13 @@ struct HttpServer::Impl {
       }
 
       if (!resp.wait_job.empty()) resp = co_await long_poll(r, std::move(resp));
+      if (resp.event) {
+        // An event stream holds the connection until the job ends, then closes it.
+        const std::string route = resp.route;
+        co_await event_stream(stream, r, std::move(resp));
+        metrics().requests.add({route, "200"});
+        co_return;
+      }
 
       const bool close = resp.close || !body.done() || !req.keep_alive() || stopping.load();
       co_await write(stream, resp, close);
@@ -488,7 +495,75 @@ struct HttpServer::Impl {
     } catch (const beast::system_error&) {
       // cancelled: the job ended (or the server is stopping)
     }
-    co_return co_await run_blocking(pool, [&] { return api.handle(r, /*deadline_passed=*/true); });
+    co_return co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
+  }
+
+  // A job's live events (Server-Sent Events): the job's state now, then again each time the
+  // notifier says it changed, until a terminal state. A comment every kKeepAlive keeps proxies
+  // from cutting an idle stream and finds clients that went away. Costs a coroutine, a timer
+  // and a registration: thousands are as cheap as long-polls.
+  asio::awaitable<void> event_stream(beast::tcp_stream& stream, const Request& r, Response first) {
+    static constexpr auto kKeepAlive = std::chrono::seconds(15);
+    http::response<http::buffer_body> out{http::status::ok, 11};
+    out.set(http::field::content_type, "text/event-stream");
+    out.set(http::field::cache_control, "no-store");
+    out.set("X-Accel-Buffering", "no");  // nginx: pass events on as they come
+    out.keep_alive(false);
+    out.chunked(true);
+    out.body().data = nullptr;
+    out.body().more = true;
+    http::response_serializer<http::buffer_body> sr{out};
+    stream.expires_after(cfg.body_idle_timeout);
+    co_await http::async_write_header(stream, sr, asio::use_awaitable);
+    auto send = [&](std::string text) -> asio::awaitable<void> {
+      out.body().data = text.empty() ? nullptr : text.data();
+      out.body().size = text.size();
+      out.body().more = !text.empty();
+      stream.expires_after(cfg.body_idle_timeout);
+      try {
+        co_await http::async_write(stream, sr, asio::use_awaitable);
+      } catch (const beast::system_error& e) {
+        if (e.code() != http::error::need_buffer) throw;
+      }
+    };
+
+    auto timer = std::make_shared<asio::steady_timer>(io);
+    auto woken = std::make_shared<bool>(false);
+    auto ex = io.get_executor();
+    auto reg = notifier.watch(
+        first.event->job_id,
+        [timer, woken, ex] {
+          asio::post(ex, [timer, woken] {
+            *woken = true;
+            timer->cancel();
+          });
+        },
+        /*every_change=*/true);
+    std::string last_id = r.header("last-event-id");
+    // Read again after registering: a change between the first read and now is not missed.
+    Response cur = co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
+    for (;;) {
+      if (!cur.event) {
+        // The job is gone (expired) or the request no longer passes (a revoked key).
+        co_await send("event: error\ndata: " + cur.body + "\n\n");
+        break;
+      }
+      if (cur.event->id != last_id) {
+        last_id = cur.event->id;
+        co_await send("id: " + last_id + "\nevent: " + cur.event->name + "\ndata: " + cur.body +
+                      "\n\n");
+      }
+      if (cur.event->terminal || stopping.load()) break;
+      while (!*woken && !stopping.load()) {
+        timer->expires_after(kKeepAlive);
+        beast::error_code ec;
+        co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (!*woken) co_await send(": keep-alive\n\n");
+      }
+      *woken = false;
+      cur = co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
+    }
+    co_await send("");  // the last chunk
   }
 
   asio::awaitable<void> write(beast::tcp_stream& stream, Response& resp, bool close) {

@@ -41,6 +41,15 @@ std::string job_json(const JobRecord& r) {
   else
     o["timeout"] = nullptr;
   o["attempts"] = r.attempts;
+  if (r.has_current_progress()) {
+    json::object p;
+    p["fraction"] = r.progress ? json::value(*r.progress) : json::value(nullptr);
+    p["message"] = or_null(r.progress_message);
+    p["updated_at"] = time_or_null(r.progress_at);
+    o["progress"] = std::move(p);
+  } else {
+    o["progress"] = nullptr;
+  }
   if (r.error_code.empty())
     o["error"] = nullptr;
   else
@@ -50,7 +59,8 @@ std::string job_json(const JobRecord& r) {
                         : nullptr;
   o["input"] = json::object{{"filename", or_null(r.input_filename)},
                             {"content_type", or_null(r.input_content_type)},
-                            {"size", r.input_size}};
+                            {"size", r.input_size},
+                            {"url", or_null(r.input_url)}};
   o["priority"] = r.priority;
   o["cancel_requested"] = r.cancel_requested;
   o["callback_url"] = or_null(r.callback_url);

@@ -11,22 +11,23 @@ Notifier::Registration::~Registration() {
   std::lock_guard lock(n_.mu_);
   auto [b, e] = n_.waiters_.equal_range(id_);
   for (auto it = b; it != e; ++it)
-    if (it->second.first == token_) {
+    if (it->second.token == token_) {
       n_.waiters_.erase(it);
       break;
     }
 }
 
-std::unique_ptr<Notifier::Registration> Notifier::watch(const std::string& job_id, Wake wake) {
+std::unique_ptr<Notifier::Registration> Notifier::watch(const std::string& job_id, Wake wake,
+                                                        bool every_change) {
   std::lock_guard lock(mu_);
   auto token = ++next_token_;
-  waiters_.emplace(job_id, std::make_pair(token, std::move(wake)));
+  waiters_.emplace(job_id, Waiter{token, std::move(wake), every_change});
   return std::make_unique<Registration>(*this, job_id, token);
 }
 
 void Notifier::wake_all() {
   std::lock_guard lock(mu_);
-  for (auto& [id, w] : waiters_) w.second();
+  for (auto& [id, w] : waiters_) w.wake();
 }
 
 void Notifier::run(std::stop_token stop) {
@@ -38,14 +39,15 @@ void Notifier::run(std::stop_token stop) {
   // Sentinel mode: after a failover the subscription must move to the new master (PUBLISH on
   // it never reaches subscribers of the old one): dropping the connection resubscribes.
   redis::MasterChangeHook on_failover(interrupt);
-  // Channel names are "<prefix>job:<id>:done".
+  // Channel names are "<prefix>job:<id>:done" and "<prefix>job:<id>:changed".
   const std::string head = keys_.job_done_channel("");
   const std::string prefix = head.substr(0, head.size() - std::string(":done").size());
+  const std::string pattern = prefix + "*";
   Backoff backoff;
   bool was_connected = false;
   while (!stop.stop_requested()) {
     try {
-      auto sub = redis::Subscription::open(ep_, keys_.job_done_channel("*"), true);
+      auto sub = redis::Subscription::open(ep_, pattern, true);
       {
         std::lock_guard lock(mu_);
         sub_.emplace(std::move(sub));
@@ -55,12 +57,15 @@ void Notifier::run(std::stop_token stop) {
       was_connected = true;
       backoff.reset();
       for (;;) {
-        std::string channel = sub_->next().channel;
-        if (channel.size() <= prefix.size() + 5) continue;
-        std::string id = channel.substr(prefix.size(), channel.size() - prefix.size() - 5);
+        const std::string channel = sub_->next().channel;
+        const auto colon = channel.rfind(':');
+        if (colon == std::string::npos || colon <= prefix.size()) continue;
+        const bool done = std::string_view(channel).substr(colon) == ":done";
+        const std::string id = channel.substr(prefix.size(), colon - prefix.size());
         std::lock_guard lock(mu_);
         auto [b, e] = waiters_.equal_range(id);
-        for (auto it = b; it != e; ++it) it->second.second();
+        for (auto it = b; it != e; ++it)
+          if (done || it->second.every_change) it->second.wake();
       }
     } catch (const std::exception& e) {
       {

@@ -1,8 +1,9 @@
 #pragma once
-// Wakes long-polling requests when their job ends. One Redis connection in subscribe mode
-// (PSUBSCRIBE <prefix>job:*:done) serves every waiter of this gateway; a waiter registers a
-// wake-up callback for its job id. If the subscription drops, every waiter is woken so that it
-// re-reads its job (a notice may have been missed meanwhile).
+// Wakes long-polling requests when their job ends, and live event streams when it changes. One
+// Redis connection in subscribe mode (PSUBSCRIBE <prefix>job:*, which matches job:<id>:done and
+// job:<id>:changed) serves every waiter of this gateway; a waiter registers a wake-up callback
+// for its job id. If the subscription drops, every waiter is woken so that it re-reads its job
+// (a notice may have been missed meanwhile).
 
 #include <functional>
 #include <map>
@@ -37,8 +38,10 @@ class Notifier {
     std::string id_;
     std::uint64_t token_;
   };
-  // Wake is called at most once per notice until the registration is destroyed.
-  std::unique_ptr<Registration> watch(const std::string& job_id, Wake wake);
+  // Wake is called once per notice until the registration is destroyed: the job's end, and
+  // with every_change its other changes too.
+  std::unique_ptr<Registration> watch(const std::string& job_id, Wake wake,
+                                      bool every_change = false);
   void run(std::stop_token stop);
   // Wakes every waiter (they re-read their job): after a lost subscription, and at shutdown.
   void wake_all();
@@ -47,7 +50,12 @@ class Notifier {
   redis::Endpoint ep_;
   redis::Keys keys_;
   mutable std::mutex mu_;
-  std::multimap<std::string, std::pair<std::uint64_t, Wake>> waiters_;
+  struct Waiter {
+    std::uint64_t token;
+    Wake wake;
+    bool every_change;
+  };
+  std::multimap<std::string, Waiter> waiters_;
   std::uint64_t next_token_ = 0;
   std::optional<redis::Subscription> sub_;  // guarded by mu_ for interrupt()
 };

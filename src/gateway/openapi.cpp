@@ -34,9 +34,11 @@ const std::string& openapi_json() {
           "failures": {"type": "array", "items": {"type": "object", "properties": {"attempt": {"type": "integer"}, "code": {"type": "string"}, "message": {"type": "string"}, "at": {"type": "string", "format": "date-time"}}}},
           "error": {"type": "object", "nullable": true, "properties": {"code": {"type": "string"}, "message": {"type": "string"}}},
           "result_url": {"type": "string", "nullable": true},
-          "input": {"type": "object", "properties": {"filename": {"type": "string", "nullable": true}, "content_type": {"type": "string", "nullable": true}, "size": {"type": "integer"}}},
+          "input": {"type": "object", "properties": {"filename": {"type": "string", "nullable": true}, "content_type": {"type": "string", "nullable": true}, "size": {"type": "integer"}, "url": {"type": "string", "nullable": true, "description": "an input given by reference"}}},
           "timings": {"type": "object", "additionalProperties": {"type": "number"}, "description": "milliseconds per stage: queue_wait, download, inference, upload, total"},
-          "priority": {"type": "boolean"}, "cancel_requested": {"type": "boolean"}, "callback_url": {"type": "string", "nullable": true}
+          "priority": {"type": "boolean"}, "cancel_requested": {"type": "boolean"}, "callback_url": {"type": "string", "nullable": true},
+          "progress": {"type": "object", "nullable": true, "description": "the model's last progress report for the attempt that holds (or ended) the job",
+            "properties": {"fraction": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true}, "message": {"type": "string", "nullable": true}, "updated_at": {"type": "string", "format": "date-time"}}}
         }}
     },
     "responses": {
@@ -66,14 +68,18 @@ const std::string& openapi_json() {
           {"name": "filename", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only"},
           {"name": "ttl", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only: a duration (\"90\" seconds, \"90s\", \"15m\", \"2h\"; at most 30 days); not started within it, the job fails expired"},
           {"name": "timeout", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only: a duration; running longer, the job fails timed_out"},
-          {"name": "max_attempts", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10}, "description": "raw bodies only: attempts in all; failures of the model (5xx, 429, unreachable) are retried"}],
-        "requestBody": {"required": true, "content": {
-          "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
+          {"name": "max_attempts", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10}, "description": "raw bodies only: attempts in all; failures of the model (5xx, 429, unreachable) are retried"},
+          {"name": "input_url", "in": "query", "schema": {"type": "string"}, "description": "the input by reference instead of a body: s3://bucket/key or https://... under a prefix the service type allows (service_types.<name>.input_urls); the relay streams it to the model"},
+          {"name": "webhook_events", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only: comma-separated events to send webhooks for: terminal (the default), started, progress (at most one per relay.progress_webhook_interval); needs callback_url"}],
+        "requestBody": {"required": false, "description": "the input: a multipart form with a file part, or the raw bytes; empty with an input_url", "content": {
+          "multipart/form-data": {"schema": {"type": "object", "properties": {
             "file": {"type": "string", "format": "binary"}, "operation": {"type": "string"},
             "callback_url": {"type": "string"}, "params": {"type": "string", "description": "a JSON object"},
             "ttl": {"type": "string", "description": "a duration; see the query parameter"},
             "timeout": {"type": "string", "description": "a duration; see the query parameter"},
-            "max_attempts": {"type": "string", "description": "1 to 10; see the query parameter"}}}},
+            "max_attempts": {"type": "string", "description": "1 to 10; see the query parameter"},
+            "webhook_events": {"type": "string", "description": "see the query parameter"},
+            "input_url": {"type": "string", "description": "instead of a file part; see the query parameter"}}}},
           "*/*": {"schema": {"type": "string", "format": "binary"}}}},
         "responses": {"202": {"$ref": "#/components/responses/Job"}, "400": {"$ref": "#/components/responses/Error"},
           "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
@@ -93,6 +99,15 @@ const std::string& openapi_json() {
         "responses": {"200": {"$ref": "#/components/responses/Job"}, "202": {"$ref": "#/components/responses/Job"},
           "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
           "409": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}
+    },
+    "/jobs/{service_type}/{id}/events": {
+      "parameters": [{"$ref": "#/components/parameters/serviceType"}, {"$ref": "#/components/parameters/id"}],
+      "get": {"summary": "The job's live events (Server-Sent Events) until it ends", "operationId": "jobEvents",
+        "description": "Each event is the job as it is then: its name is pending, processing, progress, completed, failed or cancelled; its data the job's JSON; its id a digest of the state. The stream closes after a terminal event. With Last-Event-ID, the current state is sent at once only if it changed since that event (states passed meanwhile are not replayed: each event carries the whole job).",
+        "parameters": [{"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}}],
+        "responses": {"200": {"description": "text/event-stream", "content": {"text/event-stream": {}}},
+          "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
+          "503": {"$ref": "#/components/responses/Error"}}}
     },
     "/jobs/{service_type}/{id}/result": {
       "parameters": [{"$ref": "#/components/parameters/serviceType"}, {"$ref": "#/components/parameters/id"}],

@@ -17,6 +17,11 @@ struct Submission {
   std::string operation, callback_url, params, filename, content_type;
   std::string ttl, timeout;  // deadlines, as durations ("90", "90s", "15m", "2h")
   std::string max_attempts;  // retries: attempts in all, 1 to 10
+  // Which events get webhooks: comma-separated "terminal", "started", "progress" (default:
+  // terminal). Needs a callback_url.
+  std::string webhook_events;
+  // An input by reference instead of an uploaded one: s3://bucket/key or https://...
+  std::string input_url;
   // Sets a named option; false when the name is not one (unknown options are ignored).
   bool set(std::string_view name, std::string value);
 };
@@ -38,9 +43,17 @@ struct SubmissionRules {
   bool webhooks_configured = false;     // webhooks.secret is set
   // Reasons a callback URL is refused (scheme, resolution to a private address); nullopt: fine.
   std::function<std::optional<std::string>(const std::string& url)> check_callback;
+  // Inputs by reference: the URL prefixes the service type allows (none: not offered), and the
+  // reasons an https:// URL's host is refused (resolution to a private address).
+  std::vector<std::string> input_urls;
+  std::function<std::optional<std::string>(const std::string& url)> check_input_host;
 };
 
 std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rules);
+
+// webhook_events as the record stores it: the known names in a fixed order, no repeats; empty
+// for the default (terminal only). Call after validate().
+std::string normalized_webhook_events(const std::string& text);
 
 // A deadline option as a duration; nullopt when not given. Call after validate().
 std::optional<std::chrono::milliseconds> deadline_option(const std::string& text);

@@ -99,5 +99,60 @@ TEST(Submission, DeadlinesAreBoundedDurations) {
   EXPECT_EQ(deadline_option(""), std::nullopt);
 }
 
+TEST(Submission, WebhookEventsAreKnownNamesWithACallback) {
+  Submission s;
+  s.callback_url = "https://hooks.example.com/x";
+  for (const char* ok : {"terminal", "started", "progress,terminal", " started , progress "}) {
+    s.webhook_events = ok;
+    EXPECT_EQ(code_of(s), "") << ok;
+  }
+  for (const char* bad : {"done", "started,", ",", "terminal;started", "STARTED"}) {
+    s.webhook_events = bad;
+    EXPECT_EQ(code_of(s), "invalid_webhook_events") << bad;
+  }
+  Submission no_callback;
+  no_callback.webhook_events = "started";
+  EXPECT_EQ(code_of(no_callback), "invalid_webhook_events");
+}
+
+TEST(Submission, WebhookEventsAreStoredInOneOrderWithoutTheDefault) {
+  EXPECT_EQ(normalized_webhook_events("terminal"), "");
+  EXPECT_EQ(normalized_webhook_events(""), "");
+  EXPECT_EQ(normalized_webhook_events("progress, started,terminal"), "terminal,started,progress");
+  EXPECT_EQ(normalized_webhook_events("started,started"), "started");
+  EXPECT_EQ(normalized_webhook_events("progress"), "progress");
+}
+
+TEST(Submission, InputUrlsOnlyUnderTheServiceTypesPrefixes) {
+  SubmissionRules r = rules();
+  r.input_urls = {"s3://media/calls/", "https://cdn.example.com/public/"};
+  r.check_input_host = [](const std::string& url) -> std::optional<std::string> {
+    if (url.find("internal") != std::string::npos) return "private address";
+    return std::nullopt;
+  };
+  Submission s;
+  for (const char* ok : {"s3://media/calls/a.wav", "https://cdn.example.com/public/a.wav?sig=1"}) {
+    s.input_url = ok;
+    EXPECT_EQ(code_of(s, r), "") << ok;
+  }
+  for (const char* no : {"s3://media/other/a.wav", "s3://media/calls-evil/a.wav",
+                         "https://cdn.example.com/private/a", "https://evil.com/public/a"}) {
+    s.input_url = no;
+    EXPECT_EQ(code_of(s, r), "input_url_not_allowed") << no;
+  }
+  for (const char* bad :
+       {"http://cdn.example.com/public/a", "file:///etc/passwd", "s3://media", "s3:///key",
+        "s3://media/calls/../secret", "https://cdn.example.com/public/%2E%2E/x",
+        "https://cdn.example.com/public/./x", "s3://media/calls/..", "ftp://x/y"}) {
+    s.input_url = bad;
+    EXPECT_EQ(code_of(s, r), "invalid_input_url") << bad;
+  }
+  r.input_urls.push_back("https://internal.example.com/");
+  s.input_url = "https://internal.example.com/a";
+  EXPECT_EQ(code_of(s, r), "input_url_not_allowed") << "the host check";
+  s.input_url = "s3://media/calls/a.wav";
+  EXPECT_EQ(code_of(s, rules()), "input_url_not_allowed") << "no prefixes: uploads only";
+}
+
 }  // namespace
 }  // namespace relay::gateway

@@ -16,6 +16,7 @@
 #include "gateway/callback_url.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/submission.hpp"
+#include "http/destination.hpp"
 #include "multipart/parser.hpp"
 #include "storage/object_keys.hpp"
 
@@ -24,6 +25,8 @@ namespace {
 
 // Thrown by the upload path when the input outgrows its limit.
 struct TooLarge {};
+// Thrown when a submission has an input_url and an input of its own as well.
+struct BothInputs {};
 
 Response refusal_response(const Refusal& r) {
   return error_response(r.status, r.code, r.message);
@@ -82,6 +85,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
 
   std::optional<Response> write(std::string_view bytes) override {
     try {
+      if (!parser_ && !sub_.input_url.empty() && !bytes.empty()) throw BothInputs{};
       renew_reservation();
       if (parser_)
         parser_->feed(bytes);
@@ -98,15 +102,19 @@ class Api::Upload final : public Intake, private multipart::Handler {
       if (parser_) {
         parser_->finish();
         end_field();
-        if (!have_file_)
-          return error_response(400, "missing_input", "the multipart body has no 'file' part");
+        if (have_file_ && !sub_.input_url.empty()) throw BothInputs{};
+        if (!have_file_ && sub_.input_url.empty())
+          return error_response(400, "missing_input",
+                                "the multipart body has no 'file' part (nor an input_url)");
         SubmissionRules rules = api_.rules_for(svc_);
         if (auto bad = validate(sub_, rules)) return refusal_response(*bad);
       }
-      if (!object_) open_input();  // an empty raw body
-      if (sealer_) sealer_->finish();
-      object_->commit();
-      committed_ = true;
+      if (sub_.input_url.empty()) {
+        if (!object_) open_input();  // an empty raw body
+        if (sealer_) sealer_->finish();
+        object_->commit();
+        committed_ = true;
+      }
       return create_job();
     } catch (...) {
       return refusal(std::current_exception());
@@ -190,6 +198,9 @@ class Api::Upload final : public Intake, private multipart::Handler {
   Response refusal(std::exception_ptr e) {
     try {
       std::rethrow_exception(e);
+    } catch (const BothInputs&) {
+      return error_response(400, "invalid_input_url",
+                            "give the input as a file or as an input_url, not both");
     } catch (const TooLarge&) {
       return error_response(413, "too_large",
                             "the input is larger than " + std::to_string(limit_) + " bytes");
@@ -211,7 +222,20 @@ class Api::Upload final : public Intake, private multipart::Handler {
     r.model = st_.model;
     r.operation = sub_.operation;
     r.tenant = tenant_;
-    r.input_key = input_key_;
+    if (sub_.input_url.empty()) {
+      r.input_key = input_key_;
+    } else {
+      // By reference: the relay reads it (at most the limit an upload would have); its name
+      // is the URL's last segment unless the client gave one.
+      r.input_url = sub_.input_url;
+      r.input_max_size = limit_;
+      if (sub_.filename.empty()) {
+        std::string path = sub_.input_url.substr(0, sub_.input_url.find_first_of("?#"));
+        sub_.filename = path.substr(path.rfind('/') + 1);
+      }
+      if (sub_.content_type.empty() || sub_.content_type.starts_with("multipart/"))
+        sub_.content_type.clear();
+    }
     // Shown in job JSON: valid UTF-8, cut on a character boundary.
     r.input_filename = sub_.filename.empty() ? "input" : utf8_clean(sub_.filename, 255);
     r.input_content_type =
@@ -219,6 +243,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
     r.input_size = size_;
     r.params = sub_.params;
     r.callback_url = sub_.callback_url;
+    r.webhook_events = normalized_webhook_events(sub_.webhook_events);
     r.priority = priority_;
     r.key_id = api_.enc_.enabled ? api_.enc_.active_id : "";
     r.created_at = wall_now();
@@ -301,6 +326,11 @@ SubmissionRules Api::rules_for(const std::string& svc) const {
   rules.check_callback = [allow = cfg_.webhook_allow_private](const std::string& url) {
     return check_callback_url(url, allow);
   };
+  rules.input_urls = cfg_.service_types.at(svc).input_urls;
+  rules.check_input_host = [allow = cfg_.input_urls_allow_private](const std::string& url) {
+    return http::check_destination(url,
+                                   {{"https"}, allow, "input_url", "input_urls.allow_private"});
+  };
   return rules;
 }
 
@@ -308,7 +338,13 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   const ServiceType& st = cfg_.service_types.at(svc);
   const std::uint64_t limit = static_cast<std::uint64_t>(
       st.max_input_size > 0 ? std::min(st.max_input_size, cfg_.max_body_size) : cfg_.max_body_size);
-  if (!req.has_body) return error_response(400, "missing_input", "the request has no body");
+  // Options: query parameters for a raw body, checked now, before its body is read; form fields
+  // for multipart, checked once the body is in.
+  Submission sub;
+  auto target = boost::urls::parse_origin_form(req.target);
+  for (auto p : target->params()) sub.set(p.key, std::string(p.value));
+  if (!req.has_body && sub.input_url.empty())
+    return error_response(400, "missing_input", "the request has no body (nor an input_url)");
   if (req.content_length && *req.content_length > limit)
     return error_response(413, "too_large",
                           "the input is larger than " + std::to_string(limit) + " bytes");
@@ -325,11 +361,6 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
                             "multipart bodies must be multipart/form-data with a boundary");
   }
 
-  // Options: query parameters for a raw body, checked now, before its body is read; form fields
-  // for multipart, checked once the body is in.
-  Submission sub;
-  auto target = boost::urls::parse_origin_form(req.target);
-  for (auto p : target->params()) sub.set(p.key, std::string(p.value));
   if (!multipart) {
     if (auto bad = validate(sub, rules_for(svc))) return refusal_response(*bad);
     sub.content_type = content_type;

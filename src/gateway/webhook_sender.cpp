@@ -122,7 +122,18 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
   const std::string& id = d.id;
   const int attempts = static_cast<int>(d.attempts) + 1;
   const std::string& url = d.url;
-  const std::string body = job_json(job);
+  // What happened: the terminal status, or the opt-in event. The body is the job as it is now,
+  // with that event first.
+  const std::string event = d.event == "terminal" ? d.status : d.event;
+  if (d.event != "terminal" && (job.id.empty() || is_terminal(job.status))) {
+    // A started or progress webhook whose job has ended meanwhile says nothing the terminal
+    // webhook does not: dropped, not sent late.
+    redis::Schedules(conn.get(), p_.keys).webhook_outcome(d, "superseded", 0, d.attempts, "{}");
+    log::debug("webhook superseded by the job's end", {{"webhook_id", id}, {"event", event}});
+    return;
+  }
+  std::string body = job_json(job);
+  body.insert(1, "\"event\":" + boost::json::serialize(boost::json::value(event)) + ",");
 
   std::string outcome;
   long long next_due = 0;
@@ -137,7 +148,7 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
     std::vector<std::string> headers{"Content-Type: application/json", "User-Agent: relay-webhooks",
-                                     "webhook-id: " + id,
+                                     "webhook-id: " + id, "webhook-event: " + event,
                                      "webhook-timestamp: " + std::to_string(ts)};
     if (!p_.key.empty())
       headers.push_back("webhook-signature: " + sign_webhook(p_.key, id, ts, body));

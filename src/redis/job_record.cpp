@@ -1,6 +1,7 @@
 #include "redis/job_record.hpp"
 
 #include <charconv>
+#include <cstdio>
 
 #include "common/time.hpp"
 
@@ -29,6 +30,12 @@ std::optional<JobStatus> parse_status(std::string_view s) {
   return std::nullopt;
 }
 
+std::string format_progress(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", fraction);
+  return buf;
+}
+
 namespace {
 
 // How each type of field is written and read. An empty result means "absent".
@@ -52,6 +59,9 @@ std::string encode(const std::optional<WallTime>& v) {
 }
 std::string encode(const std::optional<std::int64_t>& v) {
   return v ? std::to_string(*v) : "";
+}
+std::string encode(const std::optional<double>& v) {
+  return v ? format_progress(*v) : "";
 }
 std::string encode(const std::optional<std::chrono::milliseconds>& v) {
   return v ? std::to_string(v->count()) : "";
@@ -87,6 +97,12 @@ void decode(std::string_view name, std::string_view s,
   std::int64_t ms = 0;
   decode(name, s, ms);
   v = std::chrono::milliseconds(ms);
+}
+void decode(std::string_view name, std::string_view s, std::optional<double>& v) {
+  double d = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
+  if (ec != std::errc() || end != s.data() + s.size()) bad(name, s);
+  v = d;
 }
 void decode(std::string_view name, std::string_view s, std::optional<WallTime>& v) {
   v = parse_rfc3339(s);
@@ -131,6 +147,14 @@ void for_each_field(Record& r, F&& f) {
   f(field::webhook_status, r.webhook_status);
   f(field::webhook_attempts, r.webhook_attempts);
   f(field::webhook_last, r.webhook_last);
+  f(field::webhook_events, r.webhook_events);
+  f(field::input_url, r.input_url);
+  f(field::input_max_size, r.input_max_size);
+  f(field::progress, r.progress);
+  f(field::progress_message, r.progress_message);
+  f(field::progress_at, r.progress_at);
+  f(field::progress_seq, r.progress_seq);
+  f(field::progress_holder, r.progress_holder);
 }
 
 }  // namespace
@@ -140,10 +164,25 @@ Fields JobRecord::to_fields() const {
   for_each_field(*this, [&](std::string_view name, const auto& value) {
     std::string text = encode(value);
     // webhook_attempts stays absent until the first attempt (the job JSON shows no webhook).
-    if (name == field::webhook_attempts && text == "0") text.clear();
+    if ((name == field::webhook_attempts || name == field::progress_seq ||
+         name == field::input_max_size) &&
+        text == "0")
+      text.clear();
     if (!text.empty()) out.emplace_back(std::string(name), std::move(text));
   });
   return out;
+}
+
+bool JobRecord::wants_webhook(std::string_view event) const {
+  if (callback_url.empty()) return false;
+  const std::string wanted = "," + (webhook_events.empty() ? "terminal" : webhook_events) + ",";
+  return wanted.find("," + std::string(event) + ",") != std::string::npos;
+}
+
+bool JobRecord::has_current_progress() const {
+  if (progress_holder.empty() || progress_seq == 0) return false;
+  if (status == JobStatus::processing) return progress_holder == holder;
+  return status != JobStatus::pending;
 }
 
 JobRecord JobRecord::from_fields(const Fields& fields) {

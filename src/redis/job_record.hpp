@@ -54,6 +54,21 @@ inline constexpr std::string_view retry_backoff_ms = "retry_backoff_ms";
 inline constexpr std::string_view retry_max_backoff_ms = "retry_max_backoff_ms";
 inline constexpr std::string_view failures = "failures";
 inline constexpr std::string_view retry_at = "retry_at";
+// Progress the model reported through the relay (lua/progress.lua): a fraction in [0, 1] (absent
+// when only a message was given), a short message, when, the seq of reports so far, and the
+// lease token of the attempt that reported it (progress of an earlier attempt is not shown).
+inline constexpr std::string_view progress = "progress";
+inline constexpr std::string_view progress_message = "progress_message";
+inline constexpr std::string_view progress_at = "progress_at";
+inline constexpr std::string_view progress_seq = "progress_seq";
+inline constexpr std::string_view progress_holder = "progress_holder";
+// An input given by reference (s3://bucket/key or https://...) instead of uploaded: input_key is
+// then absent, and input_max_size is the most the relay reads from it.
+inline constexpr std::string_view input_url = "input_url";
+inline constexpr std::string_view input_max_size = "input_max_size";
+// The events a submission wants webhooks for, comma-separated: "terminal" (absent = only that),
+// "started", "progress".
+inline constexpr std::string_view webhook_events = "webhook_events";
 // Added by the gateway's webhook sender (SPEC §8: each attempt's outcome on the job).
 inline constexpr std::string_view webhook_status = "webhook_status";
 inline constexpr std::string_view webhook_attempts = "webhook_attempts";
@@ -61,6 +76,8 @@ inline constexpr std::string_view webhook_last = "webhook_last";
 }  // namespace field
 
 enum class JobStatus { pending, processing, completed, failed, cancelled };
+// A progress fraction as the record stores it (six significant digits).
+std::string format_progress(double fraction);
 std::string_view to_string(JobStatus s);
 std::optional<JobStatus> parse_status(std::string_view s);
 inline bool is_terminal(JobStatus s) {
@@ -103,6 +120,19 @@ struct JobRecord {
   std::string timings;  // JSON object text, written by the relay
   std::string webhook_status, webhook_last;
   std::int64_t webhook_attempts = 0;
+  std::string webhook_events;  // empty: terminal only
+  std::string input_url;       // an input by reference (input_key is then empty)
+  std::uint64_t input_max_size = 0;
+  std::optional<double> progress;
+  std::string progress_message, progress_holder;
+  std::optional<WallTime> progress_at;
+  std::int64_t progress_seq = 0;
+
+  // Whether the job has a callback URL and its webhook_events include event.
+  bool wants_webhook(std::string_view event) const;
+  // The progress of the attempt in hand (or of the one that ended the job); nothing while
+  // pending, or when the report came from an earlier attempt.
+  bool has_current_progress() const;
 
   // Absent values (empty strings, false flags, unset times, a zero webhook_attempts) are left
   // out: HSET never writes an empty value. input_size and attempts are always written.

@@ -68,7 +68,8 @@ std::optional<std::pair<std::string, JobRecord>> JobStore::take(const std::strin
     auto r = conn_.eval(lua::take,
                         {keys_.pending(model), keys_.processing(model), keys_.job(model, id),
                          keys_.lease(model, id)},
-                        {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now())});
+                        {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
+                         keys_.job_changed_channel(id)});
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
       throw ReplyError("take: unexpected reply");
     std::string tag = as_string(r->element[0]);
@@ -82,7 +83,8 @@ BeginResult JobStore::begin(const std::string& model, const std::string& id,
                             const std::string& token, std::chrono::milliseconds lease_ttl) {
   auto r = conn_.eval(lua::begin,
                       {keys_.job(model, id), keys_.processing(model), keys_.lease(model, id)},
-                      {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now())});
+                      {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
+                       keys_.job_changed_channel(id)});
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("begin: unexpected reply");
   std::string tag = as_string(r->element[0]);
   if (tag == "missing") return {BeginOutcome::missing, {}};
@@ -97,6 +99,15 @@ HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string&
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
     throw ReplyError("heartbeat: unexpected reply");
   return {as_integer(r->element[0]) == 1, as_integer(r->element[1]) == 1};
+}
+
+std::int64_t JobStore::progress(const std::string& model, const std::string& id,
+                                const std::string& token, std::optional<double> fraction,
+                                const std::string& message) {
+  auto reply = conn_.eval(lua::progress, {keys_.lease(model, id), keys_.job(model, id)},
+                          {token, fraction ? format_progress(*fraction) : std::string(), message,
+                           format_rfc3339(wall_now()), keys_.job_changed_channel(id)});
+  return as_integer(reply.get());
 }
 
 FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
@@ -168,16 +179,47 @@ std::string JobStore::webhook_id(const std::string& job_id) {
   return out;
 }
 
-bool JobStore::schedule_webhook(const std::string& model, const std::string& id,
-                                const std::string& status) {
-  const std::string delivery = webhook_id(id);
+bool JobStore::watch(const std::string& model, const std::string& id) {
+  auto r = conn_.eval(lua::watch, {keys_.job(model, id)}, {});
+  return !is_nil(r.get()) && r->type == REDIS_REPLY_STRING;
+}
+
+std::string_view to_string(WebhookEvent e) {
+  switch (e) {
+    case WebhookEvent::started:
+      return "started";
+    case WebhookEvent::progress:
+      return "progress";
+    default:
+      return "terminal";
+  }
+}
+
+namespace {
+
+bool schedule(Connection& conn, const Keys& keys, const std::string& model, const std::string& id,
+              const std::string& delivery, const std::string& status, WebhookEvent event) {
   auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::system_clock::now().time_since_epoch());
-  auto r =
-      conn_.eval(lua::schedule_webhook,
-                 {keys_.job(model, id), keys_.webhooks_due(model), keys_.webhook(model, delivery)},
-                 {delivery, std::to_string(now.count()), status, keys_.job(model, id)});
+  auto r = conn.eval(lua::schedule_webhook,
+                     {keys.job(model, id), keys.webhooks_due(model), keys.webhook(model, delivery)},
+                     {delivery, std::to_string(now.count()), status, keys.job(model, id),
+                      std::string(to_string(event))});
   return as_integer(r.get()) == 1;
+}
+
+}  // namespace
+
+bool JobStore::schedule_webhook(const std::string& model, const std::string& id,
+                                const std::string& status) {
+  return schedule(conn_, keys_, model, id, webhook_id(id), status, WebhookEvent::terminal);
+}
+
+bool JobStore::schedule_webhook(const std::string& model, const std::string& id, WebhookEvent event,
+                                const std::string& suffix) {
+  return schedule(conn_, keys_, model, id,
+                  webhook_id(id) + "_" + std::string(to_string(event)) + "_" + suffix, "processing",
+                  event);
 }
 
 void JobStore::schedule_gc(const std::string& model, const std::string& id,
@@ -283,7 +325,8 @@ ReapOutcome JobStore::reap(const std::string& model, const std::string& id,
       {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id), keys_.pending(model),
        keys_.deadletter(model), keys_.suspects(model), keys_.events(model)},
       {id, std::to_string(grace.count()), std::to_string(max_attempts),
-       format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen)});
+       format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen),
+       keys_.job_changed_channel(id)});
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("reap: unexpected reply");
   const std::string tag = as_string(r->element[0]);
   if (tag == "alive") return ReapOutcome::alive;
@@ -331,7 +374,7 @@ FinishOutcome JobStore::retry(const std::string& model, const std::string& id,
   auto r = conn_.eval(
       lua::retry,
       {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.retries(model)},
-      {id, token, epoch_ms(due), format_rfc3339(due), failures});
+      {id, token, epoch_ms(due), format_rfc3339(due), failures, keys_.job_changed_channel(id)});
   const std::string tag = as_string(r.get());
   if (tag == "ok") return FinishOutcome::ok;
   if (tag == "terminal") return FinishOutcome::terminal;

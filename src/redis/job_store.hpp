@@ -22,6 +22,11 @@ struct BeginResult {
   JobRecord record;  // when ok: the record after it was marked processing
 };
 
+// The events a job can have webhooks for (webhook_events); terminal is the default and only
+// one without opting in.
+enum class WebhookEvent { terminal, started, progress };
+std::string_view to_string(WebhookEvent e);
+
 struct HeartbeatResult {
   bool held = false;
   bool cancel_requested = false;
@@ -68,6 +73,10 @@ class JobStore {
                     std::chrono::milliseconds lease_ttl);
   HeartbeatResult heartbeat(const std::string& model, const std::string& id,
                             const std::string& token, std::chrono::milliseconds lease_ttl);
+  // Records the model's progress report and announces it (lua/progress.lua), while the lease
+  // holds our token. The reports recorded so far, or 0 when the lease is gone.
+  std::int64_t progress(const std::string& model, const std::string& id, const std::string& token,
+                        std::optional<double> fraction, const std::string& message);
   // The relay's last step (lua/finish.lua), fenced by its lease token. next_pending (when given
   // and ok): the id then at the head of pending, for take()'s hint.
   FinishOutcome finish(const Completion& c, const std::string& token,
@@ -84,6 +93,9 @@ class JobStore {
   bool requeue_retry(const std::string& model, const std::string& id);
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
+  // A live event stream opened on the job (lua/watch.lua): its changes short of the end are
+  // announced from now on. False when the record is gone.
+  bool watch(const std::string& model, const std::string& id);
 
   // Cancel (gateway); see lua/cancel.lua.
   CancelOutcome cancel(const std::string& model, const std::string& service_type,
@@ -92,6 +104,11 @@ class JobStore {
   // Completion consumer (gateway): schedules the job's webhook, once per transition. Returns
   // false when the job has no callback_url or the webhook was scheduled already.
   bool schedule_webhook(const std::string& model, const std::string& id, const std::string& status);
+  // The relay: a webhook for an opt-in event (webhook_events) if the job wants it; `suffix`
+  // tells this delivery from the job's other ones of the same event (an attempt's token, a
+  // progress report's number).
+  bool schedule_webhook(const std::string& model, const std::string& id, WebhookEvent event,
+                        const std::string& suffix);
   static std::string webhook_id(const std::string& job_id);  // "msg_<id without dashes>"
   // Completion consumer: the record expires after retention; its objects are queued for GC.
   void schedule_gc(const std::string& model, const std::string& id,

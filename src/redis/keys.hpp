@@ -94,6 +94,11 @@ class Keys {
   std::string job_done_channel(std::string_view id) const {
     return prefix_ + "job:" + std::string(id) + ":done";
   }
+  // A job's other state changes (started, progress, back to pending), for live event streams;
+  // terminal transitions are job_done_channel's.
+  std::string job_changed_channel(std::string_view id) const {
+    return prefix_ + "job:" + std::string(id) + ":changed";
+  }
 
   const std::string& prefix() const { return prefix_; }
   bool hash_tag() const { return hash_tag_; }

@@ -17,13 +17,31 @@ std::string sha1_hex(std::string_view s) {
   return to_hex(d, sizeof d);
 }
 
+// Every script (RELAY_LUA_SCRIPTS in src/CMakeLists.txt).
+const std::initializer_list<Script> kScripts = {lua::submit,
+                                                lua::take,
+                                                lua::begin,
+                                                lua::heartbeat,
+                                                lua::progress,
+                                                lua::finish,
+                                                lua::give_back,
+                                                lua::reap,
+                                                lua::expire,
+                                                lua::admit,
+                                                lua::retry,
+                                                lua::requeue_retry,
+                                                lua::cancel,
+                                                lua::schedule_webhook,
+                                                lua::claim_webhooks,
+                                                lua::webhook_outcome,
+                                                lua::schedule_gc,
+                                                lua::requeue_deadletter,
+                                                lua::renew_idempotency,
+                                                lua::watch};
+
 TEST(LuaScripts, BuildTimeSha1MatchesTheEmbeddedSource) {
   // EVALSHA names a script by the SHA-1 of exactly the bytes EVAL sends.
-  for (const auto& s :
-       {lua::submit, lua::take, lua::begin, lua::heartbeat, lua::finish, lua::give_back, lua::reap,
-        lua::expire, lua::admit, lua::retry, lua::requeue_retry, lua::cancel, lua::schedule_webhook,
-        lua::claim_webhooks, lua::webhook_outcome, lua::schedule_gc, lua::requeue_deadletter,
-        lua::renew_idempotency}) {
+  for (const auto& s : kScripts) {
     EXPECT_EQ(s.sha1, sha1_hex(s.source)) << s.name;
     EXPECT_NE(s.source.find("KEYS[1]"), std::string_view::npos)
         << s.name << ": documented and using keys";
@@ -37,11 +55,7 @@ TEST(LuaScripts, BuildTimeSha1MatchesTheEmbeddedSource) {
 TEST(LuaScripts, TouchOnlyTheKeysTheyAreGiven) {
   const std::regex call(R"(redis\.p?call\(\s*'([A-Z]+)'\s*((?:,[^,)]*)*)\))");
   const std::regex key_arg(R"(^\s*KEYS\[\d+\]\s*$)");
-  for (const auto& s :
-       {lua::submit, lua::take, lua::begin, lua::heartbeat, lua::finish, lua::give_back, lua::reap,
-        lua::expire, lua::admit, lua::retry, lua::requeue_retry, lua::cancel, lua::schedule_webhook,
-        lua::claim_webhooks, lua::webhook_outcome, lua::schedule_gc, lua::requeue_deadletter,
-        lua::renew_idempotency}) {
+  for (const auto& s : kScripts) {
     std::string src(s.source);
     int calls = 0;
     for (std::sregex_iterator it(src.begin(), src.end(), call), end; it != end; ++it, ++calls) {

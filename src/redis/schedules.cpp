@@ -35,6 +35,7 @@ std::optional<Delivery> Schedules::delivery(const std::string& model, const std:
   Delivery out{
       model, id, f["url"], f["job_key"], f["status"], to_ll(f["created_ms"]), to_ll(f["attempts"]),
       {}};
+  out.event = f["event"].empty() ? "terminal" : f["event"];
   out.job = JobRecord::from_fields(as_pairs(conn_.command({"HGETALL", out.job_key}).get()));
   return out;
 }

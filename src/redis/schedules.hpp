@@ -18,6 +18,8 @@ struct Delivery {
   std::string model, id, url, job_key, status;
   long long created_ms = 0, attempts = 0;  // attempts made so far
   JobRecord job;                           // as it is now (empty if it expired meanwhile)
+  // "terminal" (also when absent: scheduled before events existed), "started" or "progress".
+  std::string event = "terminal";
 };
 
 struct GcItem {

@@ -28,6 +28,10 @@ struct Options {
                      timeout = "60s";
   std::vector<std::string> params;
   std::string ttl, job_timeout;  // submit: the job's deadlines, as durations
+  std::string webhook_events;    // submit
+  // jobs: the listing's filters; since is RFC 3339 or a duration back from now ("1h").
+  std::string status_filter, since;
+  std::int64_t limit = 20;
   bool priority = false, wait = false, all = false;
   // encrypt / decrypt
   std::string key_id, aad, keys_dir, out_path;
@@ -38,6 +42,7 @@ struct Options {
 int submit(const Options& o);
 enum class JobVerb { status, wait, result, cancel };
 int job(const Options& o, JobVerb verb);
+int jobs(const Options& o);
 
 // operator.cpp
 int queues(const Options& o);

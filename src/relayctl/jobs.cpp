@@ -1,5 +1,5 @@
 // relayctl's commands for a user's jobs, through the gateway's HTTP API: submit, status, wait,
-// result, cancel.
+// result, cancel, jobs (the listing).
 
 #include <unistd.h>
 
@@ -23,14 +23,36 @@ int exit_for(const std::string& status) {
   return 5;  // still pending or processing
 }
 
-void print_job(const boost::json::object& j) {
+void print_header() {
   std::printf("%-44s %-10s %-24s %-24s %s\n", "JOB", "STATUS", "CREATED", "FINISHED", "ERROR");
+}
+
+void print_row(const boost::json::object& j) {
   std::string err;
   if (auto it = j.find("error"); it != j.end() && it->value().is_object())
     err = field(it->value().as_object(), "code") + ": " + field(it->value().as_object(), "message");
   std::printf("%-44s %-10s %-24s %-24s %s\n",
               (field(j, "service_type") + "/" + field(j, "id")).c_str(), field(j, "status").c_str(),
               field(j, "created_at").c_str(), field(j, "finished_at").c_str(), err.c_str());
+}
+
+void print_job(const boost::json::object& j) {
+  print_header();
+  print_row(j);
+}
+
+std::string url_encoded(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == ',') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
 }
 
 std::vector<std::string> auth(const Options& o) {
@@ -87,6 +109,7 @@ int submit(const Options& o) {
   Upload u{o.file, {}, !o.as_json && ::isatty(2)};
   if (!o.operation.empty()) u.fields["operation"] = o.operation;
   if (!o.callback.empty()) u.fields["callback_url"] = o.callback;
+  if (!o.webhook_events.empty()) u.fields["webhook_events"] = o.webhook_events;
   if (!o.ttl.empty()) u.fields["ttl"] = o.ttl;
   if (!o.job_timeout.empty()) u.fields["timeout"] = o.job_timeout;
   if (!o.params.empty()) u.fields["params"] = boost::json::serialize(parse_params(o.params));
@@ -131,6 +154,42 @@ int job(const Options& o, JobVerb verb) {
   // (5, "still running") is a cancel under way: 0. Printed once.
   const int code = show(o, a);
   return code == 5 ? 0 : code;
+}
+
+int jobs(const Options& o) {
+  if (o.limit < 1) throw std::invalid_argument("--limit must be at least 1");
+  std::string query;
+  if (!o.status_filter.empty()) query += "&status=" + url_encoded(o.status_filter);
+  if (!o.since.empty()) {
+    // A duration means that long ago; anything else goes to the gateway as written.
+    std::string since = o.since;
+    if (auto d = parse_duration(o.since)) since = format_rfc3339(wall_now() - *d);
+    query += "&since=" + url_encoded(since);
+  }
+  const std::string base =
+      o.gateway + "/jobs" + (o.service_type.empty() ? "" : "/" + o.service_type);
+  boost::json::array all;
+  std::string cursor;
+  // Page after page (newest first) until --limit jobs or the end.
+  while (static_cast<std::int64_t>(all.size()) < o.limit) {
+    const auto want = std::min<std::int64_t>(100, o.limit - static_cast<std::int64_t>(all.size()));
+    std::string url = base + "?limit=" + std::to_string(want) + query;
+    if (!cursor.empty()) url += "&cursor=" + url_encoded(cursor);
+    auto a = http_call("GET", url, auth(o));
+    if (a.status != 200) return api_error(o, a);
+    auto page = boost::json::parse(a.body).as_object();
+    for (auto& j : page.at("jobs").as_array()) all.push_back(j);
+    const auto& next = page.at("next_cursor");
+    if (!next.is_string()) break;
+    cursor = std::string(next.as_string());
+  }
+  if (o.as_json) {
+    std::cout << boost::json::serialize(all) << "\n";
+    return 0;
+  }
+  print_header();
+  for (const auto& j : all) print_row(j.as_object());
+  return 0;
 }
 
 }  // namespace relay::ctl

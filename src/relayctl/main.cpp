@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   submit->add_option("--ttl", o.ttl, "not started within this duration (90s, 15m, 2h), it fails");
   submit->add_option("--job-timeout", o.job_timeout,
                      "running longer than this duration, the job fails");
+  submit->add_option("--webhook-events", o.webhook_events,
+                     "with --callback: terminal (default), started, progress, comma-separated");
   submit->add_flag("--wait", o.wait, "wait for the job to end (exit code: its status)");
   submit->add_option("--timeout", o.timeout, "with --wait: give up after this long");
   auto* status = app.add_subcommand("status", "show a job");
@@ -81,6 +83,11 @@ int main(int argc, char** argv) {
   auto* result = app.add_subcommand("result", "print (or save) a completed job's result");
   result->add_option("ref", o.ref, "SERVICE_TYPE/ID")->required();
   result->add_option("-o,--output", o.out_file, "save to this file");
+  auto* list = app.add_subcommand("jobs", "list your jobs, newest first");
+  list->add_option("service_type", o.service_type, "only this service type (default: all)");
+  list->add_option("--status", o.status_filter, "only these statuses (comma-separated)");
+  list->add_option("--since", o.since, "created since (RFC 3339, or a duration back: 90m, 48h)");
+  list->add_option("--limit", o.limit, "how many jobs at most (default 20)");
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("ref", o.ref, "SERVICE_TYPE/ID")->required();
   auto* queues = app.add_subcommand(
@@ -144,6 +151,10 @@ int main(int argc, char** argv) {
     if (*wait) return job(o, JobVerb::wait);
     if (*result) return job(o, JobVerb::result);
     if (*cancel) return job(o, JobVerb::cancel);
+    if (*list) {
+      if (list->count("service_type") == 0) o.service_type.clear();
+      return relay::ctl::jobs(o);
+    }
     if (*queues) return relay::ctl::queues(o);
     if (*dl_list) return deadletter_list(o);
     if (*dl_requeue) return deadletter_requeue(o);

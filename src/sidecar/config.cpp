@@ -38,6 +38,21 @@ config::Schema schema(Config& c) {
            "Directory for model answers over 1 MiB while they are uploaded (unnamed files, gone "
            "when the relay exits); empty = `$TMPDIR`, else `/tmp`. With a read-only root "
            "filesystem point it at a writable volume (the chart mounts an `emptyDir`).");
+  s.string("relay.progress_listen", &c.progress_listen, "127.0.0.1:0",
+           "Where the relay takes the model's progress reports (host:port; port 0: any free "
+           "one); the model gets the URL in each request's `Relay-Progress-URL` header. Empty: "
+           "no progress reporting (the header is not sent).");
+  s.duration("relay.progress_interval", &c.progress_interval, "1s",
+             "At most one progress write to Redis per job per interval; the latest report wins "
+             "and one held back is written when its turn comes.");
+  s.duration("relay.progress_webhook_interval", &c.progress_webhook_interval, "10s",
+             "For jobs whose `webhook_events` include `progress`: at most one progress webhook "
+             "per interval.");
+  s.boolean("input_urls.allow_private", &c.input_urls_allow_private, false,
+            "Let https:// inputs by reference reach private, loopback and link-local addresses "
+            "(off: such a host is refused, at every redirect too, as for webhooks).");
+  s.string("input_urls.ca_file", &c.input_urls_ca_file, "",
+           "PEM file of CAs trusted for https:// inputs besides the system's (an internal CA).");
   config::bind_log(s, c.log);
   return s;
 }
@@ -60,6 +75,10 @@ void validate(const Config& c) {
   if (c.lease_ttl < std::chrono::milliseconds(300)) bad("lease_ttl", "must be at least 300ms");
   if (c.queue_pop_timeout < std::chrono::milliseconds(1))
     bad("queue_pop_timeout", "must be positive");
+  if (c.progress_interval < std::chrono::milliseconds(10))
+    bad("relay.progress_interval", "must be at least 10ms");
+  if (c.progress_webhook_interval < std::chrono::seconds(1))
+    bad("relay.progress_webhook_interval", "must be at least 1s");
   config::validate_log(c.log);
   try {
     Spool::check_dir(c.spool_dir);

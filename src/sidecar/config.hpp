@@ -28,8 +28,13 @@ struct Config {
   std::int64_t max_jobs = 1;
   std::chrono::milliseconds health_timeout{};
   std::chrono::milliseconds health_interval{};
-  std::string pod_name;   // lease tokens start with it; default: the host name
-  std::string spool_dir;  // model answers over 1 MiB are kept here; default: $TMPDIR or /tmp
+  std::string pod_name;         // lease tokens start with it; default: the host name
+  std::string spool_dir;        // model answers over 1 MiB are kept here; default: $TMPDIR or /tmp
+  std::string progress_listen;  // the progress endpoint (empty: off)
+  std::chrono::milliseconds progress_interval{};
+  std::chrono::milliseconds progress_webhook_interval{};
+  bool input_urls_allow_private = false;  // inputs by reference: private addresses allowed
+  std::string input_urls_ca_file;         // extra CAs for https inputs
   config::LogConfig log;
   crypto::EncryptionConfig encryption;
 

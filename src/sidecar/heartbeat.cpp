@@ -5,15 +5,28 @@
 
 namespace relay::sidecar {
 
-void Heartbeat::watch(std::string job_id, std::string token, JobControl* job) {
+void Heartbeat::watch(std::string job_id, std::string token, JobControl* job,
+                      bool progress_webhooks) {
   std::lock_guard lock(mu_);
   job_ = job;
+  progress_.reset();
+  progress_webhooks_ = progress_webhooks;
+  next_progress_ = next_progress_webhook_ = {};
   job_id_ = std::move(job_id);
   token_ = std::move(token);
   next_ = std::chrono::steady_clock::now() + p_.lease_ttl / 3;
   last_ok_ = std::chrono::steady_clock::now();
   // No wake-up: an idle run() sleeps at most lease_ttl/3, so it re-plans before next_ anyway.
   // Waking it for every job cost two context switches per job at thousands of jobs/s.
+}
+
+void Heartbeat::report(ProgressReport r) {
+  {
+    std::lock_guard lock(mu_);
+    if (!job_) return;
+    progress_ = std::move(r);
+  }
+  cv_.notify_one();
 }
 
 void Heartbeat::unwatch() {
@@ -31,10 +44,38 @@ void Heartbeat::run(std::stop_token stop) {
       next_ = std::chrono::steady_clock::now() + interval;
       continue;
     }
+    if (job_ && progress_ && now >= next_progress_) {
+      write_progress();
+      next_progress_ = std::chrono::steady_clock::now() + p_.progress_interval;
+      continue;
+    }
     // Idle: sleep one interval. A job watched meanwhile has next_ >= now + interval, so this
-    // wake-up always comes before its first beat is due.
+    // wake-up always comes before its first beat is due. A report wakes it (once its turn
+    // has come; until then the wait ends at that turn).
     auto until = job_ ? next_ : now + interval;
-    cv_.wait_until(lock, stop, until, [] { return false; });
+    if (job_ && progress_) until = std::min(until, next_progress_);
+    cv_.wait_until(lock, stop, until, [&] {
+      return job_ && progress_ && std::chrono::steady_clock::now() >= next_progress_;
+    });
+  }
+}
+
+void Heartbeat::write_progress() {
+  ProgressReport r = std::move(*progress_);
+  progress_.reset();
+  try {
+    redis::JobStore store(p_.conn->get(), p_.keys);
+    auto seq = store.progress(p_.model, job_id_, token_, r.fraction, r.message);
+    if (seq == 0) return;  // the lease is gone; the next beat stops the job
+    const auto now = std::chrono::steady_clock::now();
+    if (progress_webhooks_ && now >= next_progress_webhook_) {
+      store.schedule_webhook(p_.model, job_id_, redis::WebhookEvent::progress, std::to_string(seq));
+      next_progress_webhook_ = now + p_.progress_webhook_interval;
+    }
+  } catch (const redis::IoError& e) {
+    // Progress is advisory: a report lost to a Redis outage is superseded by the next one.
+    p_.conn->reset();
+    log::warn("progress not recorded", {{"job_id", job_id_}, {"error", e.what()}});
   }
 }
 

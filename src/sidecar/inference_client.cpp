@@ -171,6 +171,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   req.set(http::field::host, impl_->host_header);
   req.set(http::field::user_agent, "relay");
   req.set(http::field::content_type, "multipart/form-data; boundary=" + boundary);
+  for (const auto& [name, value] : r.headers) req.set(name, value);
   auto size = r.body->size();
   if (size)
     req.content_length(head.size() + *size + fields.size());

@@ -38,7 +38,8 @@ struct InferenceRequest {
   ByteSource* body = nullptr;
   // Form fields beside "file": each params member, its value as the client wrote it.
   std::vector<std::pair<std::string, std::string>> params;
-  std::chrono::milliseconds timeout{0};  // 0 = none
+  std::chrono::milliseconds timeout{0};                      // 0 = none
+  std::vector<std::pair<std::string, std::string>> headers;  // sent as they are
 };
 
 struct InferenceResponse {

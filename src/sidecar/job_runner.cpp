@@ -11,6 +11,7 @@
 #include "common/utf8.hpp"
 #include "crypto/primed_source.hpp"
 #include "sidecar/inference_client.hpp"
+#include "storage/input_url.hpp"
 #include "storage/object_keys.hpp"
 
 namespace relay::sidecar {
@@ -41,8 +42,8 @@ class TimedSource final : public ByteSource {
   double spent_ms_ = 0;
 };
 
-// Marks which stage a storage error came from.
-enum class Stage { prepare, download, inference, upload };
+// Marks which stage a storage error came from (fetch: an input by reference).
+enum class Stage { prepare, fetch, download, inference, upload };
 
 JobResult failed(std::string code, std::string message) {
   JobResult r;
@@ -92,7 +93,8 @@ boost::json::object Timings::micros() const {
 }
 
 JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference,
-                  const crypto::Encryption& enc, const JobRecord& job, JobControl& control) {
+                  const crypto::Encryption& enc, const JobRecord& job, JobControl& control,
+                  const std::string& progress_url) {
   const auto start = Clock::now();
   Timings timings;
   if (job.created_at && job.started_at)
@@ -108,7 +110,8 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     if (route == cfg.inference.routes.end())
       return failed("unknown_operation",
                     "no inference route for operation '" + op + "' in inference.routes");
-    if (job.input_key.empty()) return failed("invalid_job", "the job record has no input_key");
+    if (job.input_key.empty() && job.input_url.empty())
+      return failed("invalid_job", "the job record has no input_key");
     std::vector<std::pair<std::string, std::string>> params;
     if (!job.params.empty()) {
       boost::system::error_code ec;
@@ -118,7 +121,8 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
       params = json_members_as_written(job.params);  // numbers byte for byte
     }
 
-    // An encrypted job needs its key before anything is read.
+    // An encrypted job needs its key before anything is read. (An input by reference is the
+    // client's own object, never encrypted by us; its result is.)
     std::optional<std::string> key;
     if (!job.key_id.empty()) {
       key = enc.keyring.get(job.key_id);
@@ -129,7 +133,15 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
 
     stage = Stage::download;
     auto t_open = Clock::now();
-    auto input = storage.open(job.input_key, control.token());
+    std::unique_ptr<ByteSource> input;
+    if (!job.input_url.empty()) {
+      stage = Stage::fetch;
+      storage::InputUrlOptions o{cfg.input_urls_allow_private, cfg.input_urls_ca_file,
+                                 job.input_max_size, cfg.storage.s3_timeout};
+      input = storage::open_input_url(cfg.storage, o, job.input_url, control.token());
+    } else {
+      input = storage.open(job.input_key, control.token());
+    }
     download_ms += ms_since(t_open);
     TimedSource downloaded(*input);
     // Encrypted inputs are decrypted as they stream; the first segment is verified before the
@@ -137,11 +149,12 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     // reaches it. A segment that fails later aborts the request mid-body (the model sees the
     // connection drop, never a complete request).
     std::optional<std::uint64_t> plain_size = job.input_size;
+    if (!job.input_url.empty()) plain_size = input->size();  // as the source says, if it does
     std::unique_ptr<crypto::DecryptingSource> decrypting;
     std::unique_ptr<crypto::PrimedSource> primed;
     ByteSource* plaintext = &downloaded;
     auto t_decrypt = Clock::now();
-    if (key) {
+    if (key && job.input_url.empty()) {
       decrypting = std::make_unique<crypto::DecryptingSource>(
           downloaded, *key, crypto::input_aad(job.id), enc.params);
       primed = std::make_unique<crypto::PrimedSource>(*decrypting, plain_size);
@@ -158,6 +171,7 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     req.body = &timed;
     req.params = std::move(params);
     req.timeout = cfg.inference.timeout;
+    if (!progress_url.empty()) req.headers.emplace_back("Relay-Progress-URL", progress_url);
     auto t_post = Clock::now();
     InferenceResponse resp = inference.post(req, control.token());
     // timed: everything spent pulling the input (download + decryption); downloaded: the
@@ -213,7 +227,15 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
   } catch (const crypto::DecryptionError& e) {
     result = failed("decryption_failed", e.what());
   } catch (const storage::StorageError& e) {
-    result = failed(stage == Stage::upload ? "upload_failed" : "download_failed", e.what());
+    if (stage == Stage::fetch || (!job.input_url.empty() && stage != Stage::upload))
+      // What retrying could fix (unreachable, 5xx, 429) apart from what it cannot.
+      result = failed(e.kind() == storage::ErrorKind::invalid       ? "input_url_refused"
+                      : e.kind() == storage::ErrorKind::too_large   ? "input_too_large"
+                      : e.kind() == storage::ErrorKind::unavailable ? "input_fetch_failed"
+                                                                    : "input_unreadable",
+                      e.what());
+    else
+      result = failed(stage == Stage::upload ? "upload_failed" : "download_failed", e.what());
   } catch (const InferenceError& e) {
     result = failed(e.code(), e.what());
   } catch (const std::exception& e) {

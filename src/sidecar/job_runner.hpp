@@ -52,7 +52,9 @@ struct JobResult {
 };
 
 class InferenceClient;
+// progress_url: sent to the model as Relay-Progress-URL (empty: not sent).
 JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference,
-                  const crypto::Encryption& encryption, const JobRecord& job, JobControl& control);
+                  const crypto::Encryption& encryption, const JobRecord& job, JobControl& control,
+                  const std::string& progress_url = {});
 
 }  // namespace relay::sidecar

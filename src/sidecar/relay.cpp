@@ -18,6 +18,7 @@
 #include "sidecar/heartbeat.hpp"
 #include "sidecar/inference_client.hpp"
 #include "sidecar/job_runner.hpp"
+#include "sidecar/progress_endpoint.hpp"
 #include "sidecar/retry_policy.hpp"
 
 namespace relay::sidecar {
@@ -37,7 +38,10 @@ Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage,
     : cfg_(std::move(config)),
       storage_(std::move(storage)),
       inference_(std::make_unique<InferenceClient>(cfg_.inference.url, cfg_.spool_dir)),
-      enc_(std::move(encryption)) {}
+      enc_(std::move(encryption)) {
+  if (!cfg_.progress_listen.empty())
+    progress_ = std::make_unique<ProgressEndpoint>(cfg_.progress_listen);
+}
 
 Relay::~Relay() = default;
 
@@ -136,7 +140,8 @@ int Relay::run() {
   std::jthread listener_thread([&listener](std::stop_token st) { listener.run(st); });
 
   redis::LazyConnection hb_conn(endpoint);  // the heartbeat thread's
-  Heartbeat heartbeat({&hb_conn, keys, cfg_.model, cfg_.lease_ttl});
+  Heartbeat heartbeat({&hb_conn, keys, cfg_.model, cfg_.lease_ttl, cfg_.progress_interval,
+                       cfg_.progress_webhook_interval});
   std::jthread heartbeat_thread([&heartbeat](std::stop_token st) { heartbeat.run(st); });
 
   std::int64_t done = 0;
@@ -228,7 +233,29 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);
 
   JobResult result;
-  heartbeat.watch(job_id, token, &control);
+  heartbeat.watch(job_id, token, &control, job.wants_webhook("progress"));
+  if (job.wants_webhook("started")) {
+    // Advisory, like progress: one try, and the job goes on whatever happens.
+    try {
+      redis::JobStore(conn.get(), keys)
+          .schedule_webhook(cfg_.model, job_id, redis::WebhookEvent::started,
+                            token.substr(token.rfind('-') + 1));
+    } catch (const redis::IoError& e) {
+      conn.reset();
+      log::warn("started webhook not scheduled", {{"job_id", job_id}, {"error", e.what()}});
+    }
+  }
+  // The model reports progress to its own URL for this job until the job ends here.
+  std::string progress_url;
+  if (progress_)
+    progress_url =
+        progress_->open([&heartbeat](ProgressReport r) { heartbeat.report(std::move(r)); });
+  struct CloseProgress {
+    ProgressEndpoint* p;
+    ~CloseProgress() {
+      if (p) p->close();
+    }
+  } close_progress{progress_.get()};
   // The execution limit: when it passes, the job stops as for a cancel, and fails timed_out.
   std::optional<std::jthread> limit;
   if (job.timeout)
@@ -245,9 +272,10 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled
                                                                    : Disposition::given_back;
   } else {
-    result = run_job(cfg_, *storage_, *inference_, enc_, job, control);
+    result = run_job(cfg_, *storage_, *inference_, enc_, job, control, progress_url);
   }
-  limit.reset();  // stops and joins the timer: no timeout lands on the next job
+  limit.reset();                      // stops and joins the timer: no timeout lands on the next job
+  if (progress_) progress_->close();  // before unwatch: no report reaches the next job
   heartbeat.unwatch();
   {
     std::lock_guard lock(mu_);

@@ -20,6 +20,7 @@ namespace relay::sidecar {
 
 class InferenceClient;
 class Heartbeat;
+class ProgressEndpoint;
 
 class Relay {
  public:
@@ -43,7 +44,8 @@ class Relay {
   Config cfg_;
   std::unique_ptr<storage::Storage> storage_;
   std::unique_ptr<InferenceClient> inference_;
-  crypto::Encryption enc_;  // used by the main thread only
+  std::unique_ptr<ProgressEndpoint> progress_;  // null when relay.progress_listen is empty
+  crypto::Encryption enc_;                      // used by the main thread only
   std::stop_source shutdown_;
 
   std::mutex mu_;  // guards current_ and popping_

@@ -20,7 +20,9 @@ json::array failures_of(const JobRecord& job) {
 
 bool retryable(const JobResult& r) {
   if (r.disposition != Disposition::failed) return false;
-  if (r.error_code == "inference_unreachable" || r.error_code == "inference_timeout") return true;
+  if (r.error_code == "inference_unreachable" || r.error_code == "inference_timeout" ||
+      r.error_code == "input_fetch_failed")
+    return true;
   return r.error_code == "inference_failed" && (r.http_status >= 500 || r.http_status == 429);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "storage/input_url.hpp"
 #include "storage/s3_storage.hpp"
 
 extern "C" {
@@ -27,5 +28,12 @@ __attribute__((visibility("default"))) relay::storage::Storage* relay_s3_storage
     error[error_len - 1] = '\0';
     return nullptr;
   }
+}
+
+// An https:// input (storage/input_url.hpp). Throws StorageError, or Aborted once stop is
+// requested; the caller owns the result.
+__attribute__((visibility("default"))) relay::ByteSource* relay_https_open(
+    const relay::storage::InputUrlOptions* options, const char* url, std::stop_token* stop) {
+  return relay::storage::open_https(*options, url, *stop).release();
 }
 }

@@ -10,6 +10,7 @@
 
 #include "common/errors.hpp"
 #include "http/curl.hpp"
+#include "http/pull_source.hpp"
 
 namespace relay::storage {
 namespace {
@@ -67,83 +68,6 @@ class ViewSource final : public ByteSource {
 
  private:
   std::string_view data_;
-};
-
-// Streaming GET: the write callback fills a bounded buffer and pauses the transfer when it is
-// full; read() drains it and resumes. One buffer's worth of memory, whatever the object size.
-class S3Source final : public ByteSource {
- public:
-  static constexpr size_t kHighWater = 1 << 20;
-
-  S3Source(http::Easy easy, std::unique_ptr<Headers> headers, std::string key, std::stop_token stop)
-      : easy_(std::move(easy)), headers_(std::move(headers)), key_(std::move(key)) {
-    curl_easy_setopt(easy_.get(), CURLOPT_WRITEFUNCTION, &S3Source::on_data);
-    curl_easy_setopt(easy_.get(), CURLOPT_WRITEDATA, this);
-    transfer_ = std::make_unique<Transfer>(easy_.get(), std::move(stop));
-    // Run until the status line and the first bytes (or the end) are in, so that a missing
-    // object fails here, at open, and not at the first read.
-    bool done = transfer_->run_until([this] { return !buf_.empty() || status_ != 0; });
-    finish_if_done(done);
-  }
-
-  size_t read(std::span<char> out) override {
-    while (pos_ == buf_.size() && !done_) {
-      buf_.clear();
-      pos_ = 0;
-      if (paused_) {
-        paused_ = false;
-        curl_easy_pause(easy_.get(), CURLPAUSE_CONT);
-      }
-      finish_if_done(transfer_->run_until([this] { return !buf_.empty() || paused_; }));
-    }
-    size_t n = std::min(out.size(), buf_.size() - pos_);
-    std::copy_n(buf_.data() + pos_, n, out.data());
-    pos_ += n;
-    return n;
-  }
-
-  std::optional<std::uint64_t> size() const override {
-    curl_off_t len = -1;
-    curl_easy_getinfo(easy_.get(), CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
-    if (len < 0) return std::nullopt;
-    return static_cast<std::uint64_t>(len);
-  }
-
- private:
-  static size_t on_data(char* data, size_t size, size_t n, void* user) {
-    auto* self = static_cast<S3Source*>(user);
-    size_t bytes = size * n;
-    if (self->status_ == 0) self->status_ = http::response_code(self->easy_.get());
-    if (self->status_ >= 300) {  // an error document: keep it for the message
-      if (self->error_body_.size() < 65536) self->error_body_.append(data, bytes);
-      return bytes;
-    }
-    if (self->buf_.size() - self->pos_ >= kHighWater) {
-      self->paused_ = true;
-      return CURL_WRITEFUNC_PAUSE;
-    }
-    self->buf_.append(data, bytes);
-    return bytes;
-  }
-
-  void finish_if_done(bool done) {
-    if (!done) return;
-    done_ = true;
-    if (transfer_->code() != CURLE_OK) fail_transfer("GET " + key_, transfer_->code());
-    long status = http::response_code(easy_.get());
-    if (status >= 300) fail_http("GET " + key_, status, error_body_);
-  }
-
-  http::Easy easy_;
-  std::unique_ptr<Headers> headers_;
-  std::string key_;
-  std::unique_ptr<Transfer> transfer_;
-  std::string buf_;
-  size_t pos_ = 0;
-  long status_ = 0;
-  bool paused_ = false;
-  bool done_ = false;
-  std::string error_body_;
 };
 
 }  // namespace
@@ -206,7 +130,12 @@ std::unique_ptr<ByteSource> S3Storage::open(const std::string& key, std::stop_to
   auto easy = http::make_easy();
   auto headers = std::make_unique<Headers>();
   configure(easy.get(), "GET", object_url(key), headers.get());
-  return std::make_unique<S3Source>(std::move(easy), std::move(headers), key, std::move(stop));
+  return std::make_unique<http::PullSource>(
+      std::move(easy), std::move(headers), std::move(stop),
+      [key](CURLcode code, long status, const std::string& body) {
+        if (code != CURLE_OK) fail_transfer("GET " + key, code);
+        fail_http("GET " + key, status, body);
+      });
 }
 
 // S3 takes up to 5 GiB in one PUT.

@@ -15,7 +15,7 @@
 
 namespace relay::storage {
 
-enum class ErrorKind { not_found, access_denied, unavailable, invalid, other };
+enum class ErrorKind { not_found, access_denied, unavailable, invalid, too_large, other };
 
 class StorageError : public std::runtime_error {
  public:

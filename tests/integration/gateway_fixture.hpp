@@ -93,6 +93,14 @@ class GatewayTest : public ::testing::Test {
   void start_gateway(Env extra = {}) {
     gateway_ = std::make_unique<GatewayServer>(gateway_env(std::move(extra)));
   }
+  // With service types (and anything else) from YAML instead of RELAY_SERVICE_TYPES.
+  void start_gateway_with_config(const std::string& yaml, Env extra = {}) {
+    Env env = gateway_env(std::move(extra));
+    env.erase("RELAY_SERVICE_TYPES");
+    const std::string path = logs_.path() + "/gateway.yaml";
+    std::ofstream(path) << yaml;
+    gateway_ = std::make_unique<GatewayServer>(env, path);
+  }
   std::string url(const std::string& path) const { return gateway_->url() + path; }
 
   std::unique_ptr<Process> start_relay(const InferenceServer& inference, Env extra = {},

@@ -191,6 +191,16 @@ void S3Server::kill() {
   proc_->wait_exit(5s);
 }
 
+bool S3Server::aws_put(const std::string& local_path, const std::string& key) const {
+  std::string cmd =
+      "AWS_ACCESS_KEY_ID=relaytestkey AWS_SECRET_ACCESS_KEY=relaytestsecret "
+      "AWS_DEFAULT_REGION=us-east-1 "
+      "AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null "
+      "/usr/bin/aws --endpoint-url " +
+      endpoint() + " s3 cp '" + local_path + "' s3://" + bucket() + "/" + key + " >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
 std::string S3Server::aws_cat(const std::string& key) const {
   std::string cmd =
       "AWS_ACCESS_KEY_ID=relaytestkey AWS_SECRET_ACCESS_KEY=relaytestsecret "
@@ -226,6 +236,8 @@ InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
     argv.insert(argv.end(), {"--fail-first", std::to_string(o.fail_first)});
     if (!o.retry_after.empty()) argv.insert(argv.end(), {"--retry-after", o.retry_after});
   }
+  if (o.progress_steps > 0)
+    argv.insert(argv.end(), {"--progress-steps", std::to_string(o.progress_steps)});
   if (o.record_events) {
     argv.push_back("--events");
     argv.push_back(events_path_);
@@ -246,13 +258,16 @@ bool InferenceServer::saw(const std::string& line) const {
   return events().find(line + "\n") != std::string::npos;
 }
 
-GatewayServer::GatewayServer(Env env) : env_(std::move(env)), port_(free_port()) {
+GatewayServer::GatewayServer(Env env, std::string config_file)
+    : env_(std::move(env)), config_file_(std::move(config_file)), port_(free_port()) {
   env_["RELAY_SERVER_LISTEN"] = "127.0.0.1:" + std::to_string(port_);
   start();
 }
 
 void GatewayServer::start() {
-  proc_ = std::make_unique<Process>(std::vector<std::string>{gateway_binary()}, env_,
+  std::vector<std::string> argv{gateway_binary()};
+  if (!config_file_.empty()) argv.insert(argv.end(), {"--config", config_file_});
+  proc_ = std::make_unique<Process>(argv, env_,
                                     dir_.path() + "/gateway-" + std::to_string(runs_++) + ".log");
   if (!wait_until([&] { return port_open(port_); }, 20s))
     throw std::runtime_error("gateway did not start: " + proc_->log());

@@ -166,6 +166,8 @@ class S3Server {
   void kill();
   // Runs Debian's awscli (an independent S3 client) and returns its stdout; "" on failure.
   std::string aws_cat(const std::string& key) const;
+  // Stores the file at local_path under s3://<bucket>/<key> with awscli; false on failure.
+  bool aws_put(const std::string& local_path, const std::string& key) const;
   std::string log() const { return proc_ ? proc_->log() : ""; }
 
  private:
@@ -181,8 +183,9 @@ struct InferenceOptions {
   std::uint64_t result_bytes = 0;  // pads every answer (large results)
   bool record_events = true;       // benchmarks turn it off: it appends to a file per request
   std::string content_type = "application/json";  // of its answers
-  long fail_first = -1;     // >= 0: only the first N answers have `status`, the rest 200
-  std::string retry_after;  // sent with those failures
+  long fail_first = -1;          // >= 0: only the first N answers have `status`, the rest 200
+  std::string retry_after = {};  // sent with those failures
+  long progress_steps = 0;       // reports to Relay-Progress-URL, spread over delay_ms
 };
 
 class InferenceServer {
@@ -202,7 +205,8 @@ class InferenceServer {
 // The gateway as a process on a free port; start() waits until /healthz answers.
 class GatewayServer {
  public:
-  explicit GatewayServer(Env env);
+  // config_file: passed as --config (its keys yield to the environment's).
+  explicit GatewayServer(Env env, std::string config_file = {});
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   void start();
   int stop();  // SIGTERM, wait; the exit code
@@ -212,6 +216,7 @@ class GatewayServer {
  private:
   TempDir dir_;
   Env env_;
+  std::string config_file_;
   int port_;
   int runs_ = 0;
   std::unique_ptr<Process> proc_;

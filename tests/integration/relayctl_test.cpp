@@ -179,5 +179,35 @@ TEST_F(RelayctlTest, CommandsWithJsonAndExitCodes) {
   EXPECT_NE(out.find("completed"), std::string::npos);
 }
 
+// relayctl jobs: the listing, filtered, newest first, paged up to --limit.
+TEST_F(RelayctlTest, JobsListsFiltersAndPages) {
+  start_up(0, /*max_relays=*/0);  // nothing runs: every job stays pending
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(submit_echo("job " + std::to_string(i)));
+  auto [code, out] = ctl("--json cancel echo/" + ids[0]);
+  EXPECT_EQ(code, 4) << out;
+  std::tie(code, out) = ctl("--json jobs");
+  ASSERT_EQ(code, 0) << out;
+  auto all = json::parse(out).as_array();
+  ASSERT_EQ(all.size(), 5u);
+  EXPECT_EQ(all[0].as_object().at("id").as_string(), ids[4]) << "newest first";
+  std::tie(code, out) = ctl("--json jobs echo --status cancelled");
+  ASSERT_EQ(code, 0) << out;
+  auto cancelled = json::parse(out).as_array();
+  ASSERT_EQ(cancelled.size(), 1u);
+  EXPECT_EQ(cancelled[0].as_object().at("id").as_string(), ids[0]);
+  std::tie(code, out) = ctl("--json jobs --status pending --limit 3");
+  EXPECT_EQ(json::parse(out).as_array().size(), 3u);
+  std::tie(code, out) = ctl("--json jobs --since 1h");
+  EXPECT_EQ(json::parse(out).as_array().size(), 5u);
+  std::tie(code, out) = ctl("--json jobs --since 2099-01-01T00:00:00Z");
+  EXPECT_EQ(json::parse(out).as_array().size(), 0u);
+  std::tie(code, out) = ctl("jobs --status nonsense");
+  EXPECT_EQ(code, 1) << "the gateway's 400";
+  std::tie(code, out) = ctl("jobs echo");
+  EXPECT_NE(out.find("STATUS"), std::string::npos);
+  EXPECT_NE(out.find("echo/" + ids[2]), std::string::npos);
+}
+
 }  // namespace
 }  // namespace relay::testing

@@ -244,3 +244,73 @@ TEST_F(WebhookTest, EventsADeadReplicaLeftUnacknowledgedAreClaimed) {
 
 }  // namespace
 }  // namespace relay::testing
+
+namespace relay::testing {
+namespace {
+
+// webhook_events: a job that asks for started and progress webhooks gets them, each with its
+// own webhook-id, beside the terminal one; the event is named in the body and a header.
+TEST_F(WebhookTest, StartedAndProgressWebhooksWhenAsked) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());
+  auto r =
+      submit("input", {},
+             {{"callback_url", receiver.url()}, {"webhook_events", "started,progress,terminal"}});
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string id = str(parse(r), "id");
+  InferenceServer inference({.delay_ms = 2500, .progress_steps = 5});
+  auto relay = start_relay(inference, {{"RELAY_RELAY_PROGRESS_INTERVAL", "50ms"},
+                                       {"RELAY_RELAY_PROGRESS_WEBHOOK_INTERVAL", "1s"}});
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  // Every delivery made (none left due), the terminal one among them.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        bool completed = false;
+        for (const auto& line : receiver.lines())
+          completed = completed || str(line_json(line), "event") == "completed";
+        return completed &&
+               redis::as_integer(conn_.command({"ZCARD", keys_.webhooks_due("m1")}).get()) == 0;
+      },
+      20s))
+      << gateway_->log();
+  std::vector<std::string> events;
+  std::set<std::string> ids;
+  for (const auto& line : receiver.lines()) {
+    auto d = line_json(line);
+    EXPECT_TRUE(d.at("valid").as_bool());
+    events.push_back(str(d, "event"));
+    ids.insert(str(d, "id"));
+    EXPECT_EQ(str(d.at("body").as_object(), "event"), str(d, "event"));
+  }
+  // Webhooks are not ordered (each is sent when due, concurrently): the body says the state.
+  EXPECT_EQ(std::count(events.begin(), events.end(), "started"), 1);
+  EXPECT_EQ(std::count(events.begin(), events.end(), "completed"), 1);
+  // Progress webhooks are rate-limited: five reports in 2.5 s make two or three, not five.
+  const auto progress = std::count(events.begin(), events.end(), "progress");
+  EXPECT_GE(progress, 1);
+  EXPECT_LE(progress, 3);
+  EXPECT_EQ(ids.size(), events.size()) << "one webhook-id per delivery";
+  // Only the terminal delivery stays with the job.
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 10s));
+  auto keys = conn_.command({"KEYS", "*webhook:*"});
+  EXPECT_EQ(keys->elements, 1u);
+}
+
+// Without webhook_events a job has its terminal webhook only, however much it reports.
+TEST_F(WebhookTest, ProgressMakesNoWebhookUnlessAsked) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());
+  submit_with_callback(receiver.url());
+  InferenceServer inference({.delay_ms = 1000, .progress_steps = 3});
+  auto relay = start_relay(inference, {{"RELAY_RELAY_PROGRESS_INTERVAL", "50ms"},
+                                       {"RELAY_RELAY_PROGRESS_WEBHOOK_INTERVAL", "1s"}});
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 20s));
+  EXPECT_EQ(str(line_json(receiver.lines()[0]), "event"), "completed");
+  EXPECT_TRUE(inference.saw("progress 3 204")) << inference.events();
+}
+
+}  // namespace
+}  // namespace relay::testing

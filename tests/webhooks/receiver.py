@@ -45,6 +45,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 parsed = None
             with open(args.log, "a") as f:
                 f.write(json.dumps({"id": wid, "timestamp": ts, "valid": valid, "status": status, "body": parsed,
+                                    "event": self.headers.get("webhook-event", ""),
                                     "received_at": time.time()}) + "\n")
         self.send_response(status)
         if status != 200 and args.retry_after:

@@ -2,7 +2,8 @@
 -- and mark the record processing. Until this runs the id sits in processing without a lease;
 -- the reaper tolerates that window (it reaps only ids seen lease-less on two passes).
 -- KEYS[1] job record, KEYS[2] processing list, KEYS[3] lease
--- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339)
+-- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339),
+-- ARGV[5] the job's changed channel (announced on only when a live event stream watches it)
 -- Returns {'ok', <HGETALL of the record>...}; {'missing'} when the record is gone, or
 -- {'terminal', status} when the job already ended (a cancelled job, say) — in both cases the id
 -- is taken out of processing and no lease is written; {'missing'} too when the id is no longer in
@@ -19,6 +20,7 @@ if st == 'completed' or st == 'failed' or st == 'cancelled' then
 end
 redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'processing', 'started_at', ARGV[4], 'holder', ARGV[2])
+if redis.call('HEXISTS', KEYS[1], 'watched') == 1 then redis.call('PUBLISH', ARGV[5], 'processing') end
 local out = {'ok'}
 for _, v in ipairs(redis.call('HGETALL', KEYS[1])) do out[#out + 1] = v end
 return out

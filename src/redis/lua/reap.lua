@@ -8,7 +8,8 @@
 -- KEYS[1] processing, KEYS[2] lease, KEYS[3] job record, KEYS[4] pending, KEYS[5] deadletter,
 -- KEYS[6] suspects hash, KEYS[7] events stream
 -- ARGV[1] job id, ARGV[2] grace in ms, ARGV[3] max reap attempts, ARGV[4] now (RFC 3339),
--- ARGV[5] events stream max length
+-- ARGV[5] events stream max length, ARGV[6] the job's changed channel (announced on, when requeued,
+-- only when a live event stream watches the job)
 -- Returns {'alive'} (has a lease), {'gone'} (not in processing, or a stale entry dropped),
 -- {'marked'} (first seen lease-less), {'waiting'} (within grace), {'requeued'}, or
 -- {'deadlettered', <service type>}: the caller publishes the completion (redis/completion.hpp).
@@ -46,4 +47,5 @@ end
 redis.call('LPUSH', KEYS[4], id)
 redis.call('HSET', KEYS[3], 'status', 'pending')
 redis.call('HDEL', KEYS[3], 'started_at', 'holder')
+if redis.call('HEXISTS', KEYS[3], 'watched') == 1 then redis.call('PUBLISH', ARGV[6], 'pending') end
 return {'requeued'}

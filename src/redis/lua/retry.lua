@@ -6,7 +6,8 @@
 -- the final outcome.
 -- KEYS[1] job record, KEYS[2] lease, KEYS[3] processing list, KEYS[4] retries (sorted set)
 -- ARGV[1] job id, ARGV[2] lease token, ARGV[3] due (ms since the epoch), ARGV[4] due (RFC 3339),
--- ARGV[5] the failures so far, this one included (JSON array)
+-- ARGV[5] the failures so far, this one included (JSON array), ARGV[6] the job's changed channel
+-- (announced on only when a live event stream watches the job)
 -- Returns 'ok', 'terminal', 'lease_lost' or 'missing' (nothing is written but for 'ok').
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'missing' end
@@ -17,4 +18,5 @@ redis.call('HDEL', KEYS[1], 'started_at', 'holder')
 redis.call('LREM', KEYS[3], 1, ARGV[1])
 redis.call('DEL', KEYS[2])
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+if redis.call('HEXISTS', KEYS[1], 'watched') == 1 then redis.call('PUBLISH', ARGV[6], 'pending') end
 return 'ok'

@@ -7,7 +7,8 @@
 -- and managed services require it); if another relay took that id first, nothing happens and
 -- the caller looks again.
 -- KEYS[1] pending list, KEYS[2] processing list, KEYS[3] job record, KEYS[4] lease
--- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339)
+-- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339),
+-- ARGV[5] the job's changed channel (announced on only when a live event stream watches it)
 -- Returns {'empty'}, {'raced'} (the head is another id: look again), {'stale'} (the id's record
 -- is gone or terminal: dropped from the queue; look again), or {'ok', <HGETALL of the record>...}.
 local head = redis.call('LINDEX', KEYS[1], 0)
@@ -21,6 +22,7 @@ if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then
 end
 redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
 redis.call('HSET', KEYS[3], 'status', 'processing', 'started_at', ARGV[4], 'holder', ARGV[2])
+if redis.call('HEXISTS', KEYS[3], 'watched') == 1 then redis.call('PUBLISH', ARGV[5], 'processing') end
 local out = {'ok'}
 for _, v in ipairs(redis.call('HGETALL', KEYS[3])) do out[#out + 1] = v end
 return out

@@ -1,13 +1,14 @@
-#include "gateway/callback_url.hpp"
+#include "http/destination.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
 
+#include <algorithm>
 #include <boost/url/parse.hpp>
 #include <charconv>
 #include <cstdint>
 
-namespace relay::gateway {
+namespace relay::http {
 
 bool is_public_address(const std::string& ip) {
   unsigned char a[16];
@@ -53,19 +54,23 @@ bool is_public_address(const std::string& ip) {
   return false;
 }
 
-std::optional<std::string> check_callback_url(const std::string& url, bool allow_private,
-                                              std::vector<std::string>* addresses) {
+std::optional<std::string> check_destination(const std::string& url, const Destination& rules,
+                                             std::vector<std::string>* addresses) {
   auto u = boost::urls::parse_absolute_uri(url);
-  if (!u || (u->scheme() != "http" && u->scheme() != "https") || u->host().empty() ||
-      u->has_userinfo())
-    return "callback_url must be an absolute http:// or https:// URL without credentials";
+  const bool scheme_ok = u && std::find(rules.schemes.begin(), rules.schemes.end(), u->scheme()) !=
+                                  rules.schemes.end();
+  if (!scheme_ok || u->host().empty() || u->has_userinfo()) {
+    std::string schemes;
+    for (const auto& s : rules.schemes) schemes += (schemes.empty() ? "" : " or ") + s + "://";
+    return rules.what + " must be an absolute " + schemes + " URL without credentials";
+  }
   std::string host = u->host();
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
-    return "callback_url host '" + host + "' does not resolve";
+    return rules.what + " host '" + host + "' does not resolve";
   std::optional<std::string> problem;
   for (addrinfo* p = res; p; p = p->ai_next) {
     char ip[INET6_ADDRSTRLEN] = {};
@@ -74,9 +79,9 @@ std::optional<std::string> check_callback_url(const std::string& url, bool allow
     else if (p->ai_family == AF_INET6)
       ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr, ip, sizeof ip);
     if (addresses) addresses->push_back(ip);
-    if (!allow_private && !is_public_address(ip)) {
-      problem = "callback_url resolves to a private, loopback or link-local address (" +
-                std::string(ip) + "); set webhooks.allow_private to allow it";
+    if (!rules.allow_private && !is_public_address(ip)) {
+      problem = rules.what + " resolves to a private, loopback or link-local address (" +
+                std::string(ip) + "); set " + rules.allow_setting + " to allow it";
       break;
     }
   }
@@ -84,4 +89,4 @@ std::optional<std::string> check_callback_url(const std::string& url, bool allow
   return problem;
 }
 
-}  // namespace relay::gateway
+}  // namespace relay::http

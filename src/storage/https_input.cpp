@@ -1,0 +1,86 @@
+// The https:// inputs of storage/input_url.hpp, on libcurl (in relay-s3.so).
+#include <boost/url/parse.hpp>
+#include <boost/url/url.hpp>
+
+#include "http/destination.hpp"
+#include "http/pull_source.hpp"
+#include "storage/input_url.hpp"
+
+namespace relay::storage {
+namespace {
+
+constexpr int kMaxRedirects = 5;
+
+ErrorKind kind_for(long status) {
+  if (status == 404 || status == 410) return ErrorKind::not_found;
+  if (status == 401 || status == 403) return ErrorKind::access_denied;
+  if (status >= 500 || status == 429) return ErrorKind::unavailable;
+  return ErrorKind::other;
+}
+
+// One hop: the URL checked, its addresses pinned for the connection.
+std::unique_ptr<http::PullSource> get(const InputUrlOptions& o, const std::string& url,
+                                      std::stop_token stop) {
+  std::vector<std::string> addresses;
+  if (auto why = http::check_destination(
+          url, {{"https"}, o.allow_private, "input_url", "input_urls.allow_private"}, &addresses))
+    throw StorageError(ErrorKind::invalid, *why);
+  auto u = boost::urls::parse_absolute_uri(url);
+  std::string host = u->host();
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  std::string entry = host + ":" + (u->has_port() ? std::string(u->port()) : "443") + ":";
+  for (size_t i = 0; i < addresses.size(); ++i)
+    entry +=
+        (i ? "," : "") +
+        (addresses[i].find(':') != std::string::npos ? "[" + addresses[i] + "]" : addresses[i]);
+  auto easy = http::make_easy();
+  auto headers = std::make_unique<http::Headers>();
+  headers->add(entry);  // kept alive with the transfer: CURLOPT_RESOLVE's list
+  curl_easy_setopt(easy.get(), CURLOPT_RESOLVE, headers->get());
+  curl_easy_setopt(easy.get(), CURLOPT_URL, url.c_str());
+  curl_easy_setopt(easy.get(), CURLOPT_PROTOCOLS_STR, "https");
+  curl_easy_setopt(easy.get(), CURLOPT_FOLLOWLOCATION, 0L);  // each hop is checked here
+  curl_easy_setopt(easy.get(), CURLOPT_USERAGENT, "relay");
+  if (!o.ca_file.empty()) curl_easy_setopt(easy.get(), CURLOPT_CAINFO, o.ca_file.c_str());
+  const long timeout_ms = static_cast<long>(o.timeout.count());
+  curl_easy_setopt(easy.get(), CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(easy.get(), CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(easy.get(), CURLOPT_LOW_SPEED_TIME, std::max(1L, timeout_ms / 1000));
+  const std::string shown = std::string(u->scheme()) + "://" +
+                            std::string(u->encoded_host_and_port()) +
+                            std::string(u->encoded_path());  // no query: it may hold a token
+  return std::make_unique<http::PullSource>(
+      std::move(easy), std::move(headers), std::move(stop),
+      [shown](CURLcode code, long status, const std::string& body) {
+        if (code != CURLE_OK)
+          throw StorageError(ErrorKind::unavailable, "GET " + shown + ": " + http::describe(code));
+        if (status >= 300 && status < 400) return;  // a redirect: the caller follows it
+        std::string text = "GET " + shown + ": HTTP " + std::to_string(status);
+        if (!body.empty()) text += ": " + body.substr(0, 200);
+        throw StorageError(kind_for(status), text, {}, status);
+      });
+}
+
+}  // namespace
+
+std::unique_ptr<ByteSource> open_https(const InputUrlOptions& o, const std::string& url,
+                                       std::stop_token stop) {
+  std::string at = url;
+  for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+    auto source = get(o, at, stop);
+    const long status = source->status();
+    if (status < 300 || status >= 400) return source;
+    auto it = source->response_headers().find("location");
+    if (it == source->response_headers().end())
+      throw StorageError(ErrorKind::other, "HTTP " + std::to_string(status) + " without Location");
+    boost::urls::url next;
+    auto base = boost::urls::parse_absolute_uri(at);
+    auto ref = boost::urls::parse_uri_reference(it->second);
+    if (!base || !ref || !boost::urls::resolve(*base, *ref, next))
+      throw StorageError(ErrorKind::invalid, "a redirect to an unreadable URL");
+    at = std::string(next.buffer());
+  }
+  throw StorageError(ErrorKind::other, "more than 5 redirects");
+}
+
+}  // namespace relay::storage
