@@ -29,6 +29,7 @@ struct Options {
   std::vector<std::string> params;
   std::string ttl, job_timeout;  // submit: the job's deadlines, as durations
   std::string webhook_events;    // submit
+  std::string input_url;         // submit: the input by reference instead of a file
   // jobs: the listing's filters; since is RFC 3339 or a duration back from now ("1h").
   std::string status_filter, since;
   std::int64_t limit = 20;

@@ -36,9 +36,11 @@ HttpAnswer http_call(const std::string& method, const std::string& url,
   std::unique_ptr<curl_mime, MimeDeleter> mime;
   if (upload) {
     mime.reset(curl_mime_init(c));
-    auto* part = curl_mime_addpart(mime.get());
-    curl_mime_name(part, "file");
-    curl_mime_filedata(part, upload->file.c_str());  // streamed, not read into memory
+    if (!upload->file.empty()) {
+      auto* part = curl_mime_addpart(mime.get());
+      curl_mime_name(part, "file");
+      curl_mime_filedata(part, upload->file.c_str());  // streamed, not read into memory
+    }
     for (const auto& [k, v] : upload->fields) {
       auto* f = curl_mime_addpart(mime.get());
       curl_mime_name(f, k.c_str());

@@ -14,7 +14,7 @@ struct HttpAnswer {
 };
 
 struct Upload {
-  std::string file;                           // streamed from disk as the "file" part
+  std::string file;  // streamed from disk as the "file" part (none when empty: an input_url)
   std::map<std::string, std::string> fields;  // other form fields
   bool progress = false;                      // a progress bar on stderr
 };

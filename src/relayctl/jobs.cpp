@@ -106,7 +106,10 @@ int show(const Options& o, const HttpAnswer& a) {
 }  // namespace
 
 int submit(const Options& o) {
-  Upload u{o.file, {}, !o.as_json && ::isatty(2)};
+  if (o.file.empty() == o.input_url.empty())
+    throw std::invalid_argument("give FILE or --input-url (one of them)");
+  Upload u{o.file, {}, !o.as_json && ::isatty(2) && !o.file.empty()};
+  if (!o.input_url.empty()) u.fields["input_url"] = o.input_url;
   if (!o.operation.empty()) u.fields["operation"] = o.operation;
   if (!o.callback.empty()) u.fields["callback_url"] = o.callback;
   if (!o.webhook_events.empty()) u.fields["webhook_events"] = o.webhook_events;

@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
   auto* submit =
       app.add_subcommand("submit", "submit FILE as a job of SERVICE_TYPE (prints SERVICE_TYPE/ID)");
   submit->add_option("service_type", o.service_type)->required();
-  submit->add_option("file", o.file)->required()->check(CLI::ExistingFile);
+  submit->add_option("file", o.file, "the input (or --input-url)")->check(CLI::ExistingFile);
+  submit->add_option("--input-url", o.input_url,
+                     "the input by reference instead of FILE: s3://bucket/key or https://...");
   submit->add_option("--operation", o.operation);
   submit->add_option("--param", o.params, "k=v, sent in the job's params");
   submit->add_option("--callback", o.callback, "webhook URL");

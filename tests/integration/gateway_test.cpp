@@ -308,6 +308,8 @@ TEST_F(GatewayTest, OpenApiDocumentsEveryRoute) {
        "DELETE"},
       {"/jobs/{service_type}/{id}/result", "get",
        "/jobs/echo/11111111-1111-4111-8111-111111111111/result", "GET"},
+      {"/jobs/{service_type}/{id}/events", "get",
+       "/jobs/echo/11111111-1111-4111-8111-111111111111/events", "GET"},
       {"/healthz", "get", "/healthz", "GET"},
       {"/readyz", "get", "/readyz", "GET"},
       {"/metrics", "get", "/metrics", "GET"},
@@ -323,7 +325,7 @@ TEST_F(GatewayTest, OpenApiDocumentsEveryRoute) {
     EXPECT_TRUE(responses.contains(std::to_string(res.status)))
         << r.probe << " answered " << res.status;
   }
-  EXPECT_EQ(paths.size(), 8u) << "every documented path is served";
+  EXPECT_EQ(paths.size(), 9u) << "every documented path is served";
 }
 
 TEST_F(GatewayTest, MetricsExposeQueuesAndCounters) {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_stream.hpp"
 #include "redis/connection.hpp"
 
 namespace relay::testing {
@@ -28,6 +30,24 @@ int free_port();
 // with the openssl command; throws on failure.
 void make_test_pki(const std::string& dir);
 bool port_open(int port);
+
+// n bytes of a fixed pattern, generated as they are read (large inputs without holding them);
+// its size undeclared, as a stream's.
+class PatternSource final : public ByteSource {
+ public:
+  explicit PatternSource(std::uint64_t n) : left_(n) {}
+  size_t read(std::span<char> buf) override {
+    size_t n = static_cast<size_t>(std::min<std::uint64_t>(buf.size(), left_));
+    for (size_t i = 0; i < n; ++i) buf[i] = static_cast<char>((pos_ + i) * 2654435761u >> 24);
+    pos_ += n;
+    left_ -= n;
+    return n;
+  }
+  std::optional<std::uint64_t> size() const override { return std::nullopt; }
+
+ private:
+  std::uint64_t left_, pos_ = 0;
+};
 
 class TempDir {
  public:

@@ -7,6 +7,7 @@
 
 #include "common/sha256.hpp"
 #include "gateway_fixture.hpp"
+#include "storage/storage.hpp"
 
 namespace relay::testing {
 namespace {
@@ -140,6 +141,42 @@ TEST_F(InputUrlTest, TheGatewayRefusesWhatTheServiceTypeDoesNotAllow) {
   EXPECT_EQ(code_of(raw_both), "invalid_input_url");
   EXPECT_EQ(job_records(), 0);
   EXPECT_EQ(stored_files(), 0u);
+}
+
+// Gigabyte media by reference: 512 MiB from S3 reach the model through a relay that stays
+// under 64 MiB of memory.
+TEST_F(InputUrlTest, A512MiBS3InputStreamsInBoundedMemory) {
+  HttpsOrigin origin;
+  S3Server s3;
+  const std::uint64_t size = 512ull << 20;
+  {
+    storage::Config c;
+    c.url = "s3://" + s3.bucket();
+    c.s3_endpoint = s3.endpoint();
+    c.s3_path_style = true;
+    for (const auto& [k, v] : s3.env())
+      if (k.starts_with("AWS_")) ::setenv(k.c_str(), v.c_str(), 1);
+    PatternSource pattern(size);
+    storage::make_storage(c)->put("media/big.bin", pattern, {});
+  }
+  start_gateway_with_config(
+      "service_types:\n  echo: {model: m1, input_urls: [\"s3://relay-test/media/\"]}\n");
+  auto r = submit_url("s3://relay-test/media/big.bin");
+  ASSERT_EQ(r.status, 202) << r.body;
+  InferenceServer inference;
+  auto relay = start_relay(inference, relay_env(origin, s3));
+  ASSERT_EQ(relay->wait_exit(300s), 0) << relay->log();
+  const std::string id = field(r, "id");
+  ASSERT_EQ(str(job(id), "status"), "completed") << job(id);
+  auto answer = json::parse(http("GET", url("/jobs/echo/" + id + "/result")).body).as_object();
+  EXPECT_EQ(answer.at("parts").as_array()[0].as_object().at("size").as_int64(),
+            static_cast<std::int64_t>(size));
+  std::cerr << "relay peak RSS: /proc VmHWM " << relay->peak_rss_proc_kib() << " KiB\n";
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the memory bound is not meaningful under AddressSanitizer";
+#endif
+  EXPECT_GT(relay->peak_rss_proc_kib(), 0);
+  EXPECT_LT(relay->peak_rss_proc_kib(), 64 * 1024);
 }
 
 // What cannot be read fails the job, with a code saying why: missing, too large, a redirect to

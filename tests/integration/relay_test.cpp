@@ -156,23 +156,8 @@ TEST_F(RelayTest, LargeInputStreamsInBoundedMemory) {
   auto env = base_env(inference, s3);
   auto st = storage_for(env);
   // 512 MiB, generated as it is uploaded (multipart) rather than held in the test's memory.
-  class Pattern final : public ByteSource {
-   public:
-    explicit Pattern(std::uint64_t n) : left_(n) {}
-    size_t read(std::span<char> buf) override {
-      size_t n = static_cast<size_t>(std::min<std::uint64_t>(buf.size(), left_));
-      for (size_t i = 0; i < n; ++i) buf[i] = static_cast<char>((pos_ + i) * 2654435761u >> 24);
-      pos_ += n;
-      left_ -= n;
-      return n;
-    }
-    std::optional<std::uint64_t> size() const override { return std::nullopt; }
-
-   private:
-    std::uint64_t left_, pos_ = 0;
-  };
   const std::uint64_t size = 512ull << 20;
-  Pattern pattern(size);
+  PatternSource pattern(size);
   const std::string id = submit(*st, pattern, {.filename = "big.bin", .size = size}, store_);
 
   auto relay = start_relay(env);

@@ -204,6 +204,10 @@ TEST_F(RelayctlTest, JobsListsFiltersAndPages) {
   EXPECT_EQ(json::parse(out).as_array().size(), 0u);
   std::tie(code, out) = ctl("jobs --status nonsense");
   EXPECT_EQ(code, 1) << "the gateway's 400";
+  std::tie(code, out) = ctl("submit echo");
+  EXPECT_EQ(code, 1) << "neither a file nor --input-url";
+  std::tie(code, out) = ctl("submit echo --input-url s3://b/k");
+  EXPECT_EQ(code, 1) << "echo takes no inputs by reference: the gateway's 400";
   std::tie(code, out) = ctl("jobs echo");
   EXPECT_NE(out.find("STATUS"), std::string::npos);
   EXPECT_NE(out.find("echo/" + ids[2]), std::string::npos);
