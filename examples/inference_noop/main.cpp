@@ -173,6 +173,7 @@ void serve(tcp::socket sock, const Options& o) {
           boundary.clear();
         }
       }
+      if (auto tp = req["traceparent"]; !tp.empty()) event(o, "traceparent " + std::string(tp));
       const std::string progress_url(req["Relay-Progress-URL"]);
       if (!progress_url.empty()) event(o, "progress-url " + progress_url);
       if (o.progress_steps > 0 && progress_url.starts_with("http://")) {

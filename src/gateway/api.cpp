@@ -377,6 +377,15 @@ Response Api::metrics_text() {
   w.counter("relay_jobs_expired_total",
             "Jobs whose ttl passed while they waited in pending, by model.", {"model"},
             m.expired.snapshot());
+  w.histogram("relay_job_stage_duration_seconds",
+              "Time jobs spent in each stage the relay measures (queue_wait, download, decrypt, "
+              "inference, upload, total), by model.",
+              {"model", "stage"}, m.job_stage_seconds);
+  w.histogram("relay_job_end_to_end_seconds",
+              "Submission to terminal state of jobs a relay finished, by model and status.",
+              {"model", "status"}, m.job_end_to_end_seconds);
+  w.histogram("relay_webhook_delivery_duration_seconds",
+              "Duration of webhook delivery attempts, by outcome.", {"outcome"}, m.webhook_seconds);
   w.counter("relay_webhook_attempts_total", "Webhook delivery attempts by outcome.", {"outcome"},
             m.webhook_attempts.snapshot());
   // Queue gauges, read now.

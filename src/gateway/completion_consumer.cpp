@@ -19,7 +19,7 @@ int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
   for (const auto& ev : batch) {
     if (!ev.job_id.empty()) {
       try {
-        p_.handle(c, CompletionEvent{ev.model, ev.job_id, ev.status});
+        p_.handle(c, CompletionEvent{ev.model, ev.job_id, ev.status, ev.timings, ev.traceparent});
       } catch (const redis::IoError&) {
         throw;
       } catch (const std::exception& e) {

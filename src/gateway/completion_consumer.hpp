@@ -24,6 +24,7 @@ inline constexpr const char* kEventsGroup = "relay-gateway";
 
 struct CompletionEvent {
   std::string model, job_id, status;
+  std::string timings, traceparent;  // when a relay finished the job
 };
 
 struct CompletionConsumerParams {

@@ -4,6 +4,7 @@
 #include <boost/url/parse.hpp>
 
 #include "common/time.hpp"
+#include "common/trace.hpp"
 
 namespace relay::gateway {
 
@@ -41,6 +42,10 @@ std::string job_json(const JobRecord& r) {
   else
     o["timeout"] = nullptr;
   o["attempts"] = r.attempts;
+  if (auto t = parse_traceparent(r.traceparent))
+    o["trace_id"] = t->trace_id;
+  else
+    o["trace_id"] = nullptr;
   if (r.has_current_progress()) {
     json::object p;
     p["fraction"] = r.progress ? json::value(*r.progress) : json::value(nullptr);

@@ -11,6 +11,7 @@
 
 #include "common/log.hpp"
 #include "common/signals.hpp"
+#include "common/trace.hpp"
 #include "gateway/api.hpp"
 #include "gateway/completion_consumer.hpp"
 #include "gateway/config.hpp"
@@ -93,7 +94,10 @@ int main(int argc, char** argv) {
       if (auto rec = store.get(ev.model, ev.job_id))
         store.release(rec->tenant, ev.model, ev.job_id);
     gateway::metrics().jobs_finished.add({ev.model, ev.status});
-    log::info("job finished", {{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}});
+    gateway::observe_timings(ev.model, ev.status, ev.timings);
+    boost::json::object line{{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}};
+    if (auto trace = parse_traceparent(ev.traceparent)) line["trace_id"] = trace->trace_id;
+    log::info("job finished", line);
   };
   // One XREADGROUP reads every model's stream; in cluster mode they live on different nodes,
   // so each model gets its own consumer (and thread).

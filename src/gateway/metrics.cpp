@@ -1,13 +1,33 @@
 #include "gateway/metrics.hpp"
 
+#include <boost/json/parse.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 namespace relay::gateway {
 
 Metrics& metrics() {
   static Metrics m;
   return m;
+}
+
+void observe_timings(const std::string& model, const std::string& status,
+                     const std::string& timings_json) {
+  if (timings_json.empty()) return;
+  boost::system::error_code ec;
+  auto v = boost::json::parse(timings_json, ec);
+  if (ec || !v.is_object()) return;
+  static const std::set<std::string> stages{"queue_wait", "download", "decrypt",
+                                            "inference",  "upload",   "total"};
+  for (const auto& [key, value] : v.as_object()) {
+    if (!value.is_number()) continue;
+    const double seconds = value.to_number<double>() / 1000.0;
+    if (key == "end_to_end")
+      metrics().job_end_to_end_seconds.observe({model, status}, seconds);
+    else if (stages.count(std::string(key)))
+      metrics().job_stage_seconds.observe({model, std::string(key)}, seconds);
+  }
 }
 
 void LabeledCounter::add(const std::vector<std::string>& label_values, std::uint64_t n) {
@@ -62,12 +82,15 @@ std::string labels(const std::vector<std::string>& names, const std::vector<std:
 }
 
 // Shortest text that reads back as the same double ("0.1", not "0.10000000000000001").
+// The shortest plain decimal that reads back as v: "30", "0.005", never "3e+01" (bucket
+// bounds are matched as text by dashboards and recording rules).
 std::string number(double v) {
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
+  char buf[400];
+  for (int decimals = 0; decimals <= 20; ++decimals) {
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    if (std::strtod(buf, nullptr) == v) return buf;
   }
+  std::snprintf(buf, sizeof buf, "%.17g", v);  // too small for plain decimals: exact anyway
   return buf;
 }
 

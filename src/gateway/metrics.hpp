@@ -59,8 +59,18 @@ struct Metrics {
   LabeledCounter expired;           // {model}: queue deadlines passed in pending
   LabeledCounter quota_refusals;    // {tenant, limit}
   LabeledCounter webhook_attempts;  // {outcome}
+  // Inference jobs take from milliseconds to an hour: one set of bounds for their durations.
+  Histogram job_stage_seconds{
+      {0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}};  // {model, stage}
+  Histogram job_end_to_end_seconds{
+      {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400}};        // {model, status}
+  Histogram webhook_seconds{{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};  // {outcome}
 };
 Metrics& metrics();
+// A finished job's timings (the relay's JSON, milliseconds per stage) into the stage and
+// end-to-end histograms. Stages outside the known set are left out (bounded labels).
+void observe_timings(const std::string& model, const std::string& status,
+                     const std::string& timings_json);
 
 // Prometheus text exposition format 0.0.4.
 class PrometheusWriter {

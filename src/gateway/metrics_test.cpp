@@ -38,6 +38,17 @@ TEST(Prometheus, CountersGaugesAndHistogramsInTextFormat) {
             "relay_http_request_duration_seconds_count{route=\"GET /healthz\"} 3\n");
 }
 
+// Bucket bounds are plain decimals: dashboards and recording rules match le="30", not "3e+01".
+TEST(Prometheus, BucketBoundsArePlainNumbers) {
+  Histogram h({0.005, 30, 3600, 14400, 0.25});
+  h.observe({"x"}, 1);
+  PrometheusWriter w;
+  w.histogram("h", "h.", {"l"}, h);
+  for (const char* le : {"le=\"0.005\"", "le=\"30\"", "le=\"3600\"", "le=\"14400\"", "le=\"0.25\""})
+    EXPECT_NE(w.text().find(le), std::string::npos) << le << "\n" << w.text();
+  EXPECT_EQ(w.text().find("e+"), std::string::npos) << w.text();
+}
+
 TEST(Prometheus, LabelValuesAreEscaped) {
   EXPECT_EQ(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }

@@ -10,6 +10,7 @@
 #include "common/log.hpp"
 #include "common/sha256.hpp"
 #include "common/time.hpp"
+#include "common/trace.hpp"
 #include "common/utf8.hpp"
 #include "crypto/streaming_aead.hpp"
 #include "gateway/api_steps.hpp"
@@ -39,7 +40,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
   // declared: the raw body's Content-Length, when there is one (storage can then stream it).
   Upload(Api& api, std::string tenant, std::string svc, std::uint64_t limit,
          std::optional<std::string> boundary, std::optional<std::uint64_t> declared, Submission sub,
-         bool priority, std::string idem_key)
+         bool priority, std::string idem_key, TraceParent trace, std::string tracestate)
       : api_(api),
         tenant_(std::move(tenant)),
         svc_(std::move(svc)),
@@ -49,6 +50,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
         sub_(std::move(sub)),
         priority_(priority),
         idem_key_(std::move(idem_key)),
+        trace_(std::move(trace)),
+        tracestate_(std::move(tracestate)),
         job_id_(new_job_id()),
         input_key_(input_object_key(svc_, job_id_)) {
     if (boundary) parser_.emplace(*boundary, static_cast<multipart::Handler&>(*this));
@@ -245,6 +248,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
     r.callback_url = sub_.callback_url;
     r.webhook_events = normalized_webhook_events(sub_.webhook_events);
     r.priority = priority_;
+    r.traceparent = trace_.header();
+    r.tracestate = tracestate_;
     r.key_id = api_.enc_.enabled ? api_.enc_.active_id : "";
     r.created_at = wall_now();
     // Deadlines: the submission's, else the service type's default.
@@ -288,7 +293,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
                                 {"model", st_.model},
                                 {"size", size_},
                                 {"priority", priority_},
-                                {"tenant", tenant_}});
+                                {"tenant", tenant_},
+                                {"trace_id", trace_.trace_id}});
     Response resp;
     resp.status = 202;
     resp.body = job_json(r);
@@ -304,6 +310,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
   Submission sub_;
   const bool priority_;
   std::string idem_key_;
+  const TraceParent trace_;
+  const std::string tracestate_;
   const std::string job_id_, input_key_;
 
   std::optional<multipart::Parser> parser_;
@@ -376,9 +384,14 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   const bool priority = !cfg_.priority_header.empty() && !req.header(cfg_.priority_header).empty();
   // Made before the key is reserved: the upload owns the reservation (and frees it) from then.
   std::string reserved = idem_key;
-  auto upload =
-      std::make_unique<Upload>(*this, ctx.tenant, svc, limit, boundary, req.content_length,
-                               std::move(sub), priority, std::move(idem_key));
+  // The client's trace, or a new one: every job has a trace_id for its log lines.
+  // (A tracestate goes with the traceparent it came with, never with a new trace.)
+  auto given = parse_traceparent(req.header("traceparent"));
+  TraceParent trace = given.value_or(new_trace());
+  std::string tracestate = given ? clean_tracestate(req.header("tracestate")) : std::string();
+  auto upload = std::make_unique<Upload>(
+      *this, ctx.tenant, svc, limit, boundary, req.content_length, std::move(sub), priority,
+      std::move(idem_key), std::move(trace), std::move(tracestate));
 
   // Idempotency-Key: reserve it for the new id before storing anything; a retry finds the first
   // job. Reserved for as long as an upload may stall; renewed while it progresses, given the

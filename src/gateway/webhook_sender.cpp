@@ -11,6 +11,7 @@
 #include "common/errors.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
+#include "common/trace.hpp"
 #include "gateway/callback_url.hpp"
 #include "gateway/job_json.hpp"
 #include "gateway/metrics.hpp"
@@ -132,6 +133,7 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
     log::debug("webhook superseded by the job's end", {{"webhook_id", id}, {"event", event}});
     return;
   }
+  const auto trace = parse_traceparent(job.traceparent);
   std::string body = job_json(job);
   body.insert(1, "\"event\":" + boost::json::serialize(boost::json::value(event)) + ",");
 
@@ -152,17 +154,27 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
                                      "webhook-timestamp: " + std::to_string(ts)};
     if (!p_.key.empty())
       headers.push_back("webhook-signature: " + sign_webhook(p_.key, id, ts, body));
+    // The job's trace reaches the receiver: this delivery as its parent.
+    if (trace) {
+      headers.push_back("traceparent: " + child_of(*trace).header());
+      if (!job.tracestate.empty()) headers.push_back("tracestate: " + job.tracestate);
+    }
+    const auto started = std::chrono::steady_clock::now();
     Attempt a = post(url, addresses, headers, body, p_.timeout, stop);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (a.status >= 200 && a.status < 300) {
       outcome = "delivered";
       last["status"] = a.status;
       metrics().webhook_attempts.add({"delivered"});
+      metrics().webhook_seconds.observe({"delivered"}, seconds);
     } else {
       if (a.status)
         last["status"] = a.status;
       else
         last["error"] = a.error;
       metrics().webhook_attempts.add({a.status ? "http_error" : "network_error"});
+      metrics().webhook_seconds.observe({a.status ? "http_error" : "network_error"}, seconds);
       auto delay = webhook_backoff(attempts, p_.initial_backoff, a.retry_after, rng);
       const bool expired = now_ms() + delay.count() - d.created_ms > p_.max_age.count();
       // 410 Gone: the receiver says the endpoint is gone for good (Standard Webhooks).
@@ -173,15 +185,18 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
   }
   redis::Schedules(conn.get(), p_.keys)
       .webhook_outcome(d, outcome, next_due, attempts, boost::json::serialize(last));
-  if (outcome == "retrying" || outcome == "failed")
-    log::warn("webhook attempt failed", {{"job_id", job.id},
-                                         {"webhook_id", id},
-                                         {"attempt", attempts},
-                                         {"outcome", outcome},
-                                         {"last", last}});
-  else
-    log::info(outcome == "delivered" ? "webhook delivered" : "webhook refused",
-              {{"job_id", job.id}, {"webhook_id", id}, {"attempt", attempts}, {"last", last}});
+  boost::json::object line{{"job_id", job.id},
+                           {"webhook_id", id},
+                           {"event", event},
+                           {"attempt", attempts},
+                           {"last", last}};
+  if (trace) line["trace_id"] = trace->trace_id;
+  if (outcome == "retrying" || outcome == "failed") {
+    line["outcome"] = outcome;
+    log::warn("webhook attempt failed", line);
+  } else {
+    log::info(outcome == "delivered" ? "webhook delivered" : "webhook refused", line);
+  }
 }
 
 int WebhookSender::dispatch() {

@@ -17,6 +17,10 @@ void parse_entries(const std::string& model, const redisReply* entries, std::vec
         ev.job_id = std::move(v);
       else if (k == "status")
         ev.status = std::move(v);
+      else if (k == "timings")
+        ev.timings = std::move(v);
+      else if (k == "traceparent")
+        ev.traceparent = std::move(v);
     }
     out.push_back(std::move(ev));
   }

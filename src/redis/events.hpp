@@ -13,6 +13,8 @@ namespace relay::redis {
 
 struct Event {
   std::string model, entry_id, job_id, status;
+  std::string timings;      // the relay's, JSON (relay finishes only)
+  std::string traceparent;  // the job's (relay finishes only)
 };
 
 class EventLog {

@@ -149,6 +149,8 @@ void for_each_field(Record& r, F&& f) {
   f(field::webhook_last, r.webhook_last);
   f(field::webhook_events, r.webhook_events);
   f(field::input_url, r.input_url);
+  f(field::traceparent, r.traceparent);
+  f(field::tracestate, r.tracestate);
   f(field::input_max_size, r.input_max_size);
   f(field::progress, r.progress);
   f(field::progress_message, r.progress_message);

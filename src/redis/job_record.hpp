@@ -66,6 +66,9 @@ inline constexpr std::string_view progress_holder = "progress_holder";
 // then absent, and input_max_size is the most the relay reads from it.
 inline constexpr std::string_view input_url = "input_url";
 inline constexpr std::string_view input_max_size = "input_max_size";
+// W3C Trace Context: the submission's traceparent (or a new trace's), and its tracestate.
+inline constexpr std::string_view traceparent = "traceparent";
+inline constexpr std::string_view tracestate = "tracestate";
 // The events a submission wants webhooks for, comma-separated: "terminal" (absent = only that),
 // "started", "progress".
 inline constexpr std::string_view webhook_events = "webhook_events";
@@ -122,6 +125,7 @@ struct JobRecord {
   std::int64_t webhook_attempts = 0;
   std::string webhook_events;  // empty: terminal only
   std::string input_url;       // an input by reference (input_key is then empty)
+  std::string traceparent, tracestate;
   std::uint64_t input_max_size = 0;
   std::optional<double> progress;
   std::string progress_message, progress_holder;

@@ -90,4 +90,35 @@ HttpAnswer http_call(const std::string& method, const std::string& url,
   return a;
 }
 
+HttpAnswer http_stream(const std::string& url, const std::vector<std::string>& headers,
+                       const std::function<bool(std::string_view)>& on_data, long timeout_ms) {
+  HttpAnswer a;
+  auto easy = http::make_easy();
+  CURL* c = easy.get();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  if (timeout_ms > 0) curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+  http::Headers list;
+  for (const auto& h : headers) list.add(h);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, list.get());
+  struct Sink {
+    const std::function<bool(std::string_view)>* on_data;
+    CURL* easy;
+    std::string* error_body;
+  } sink{&on_data, c, &a.body};
+  curl_write_callback feed = [](char* d, size_t s, size_t n, void* u) -> size_t {
+    auto* sink = static_cast<Sink*>(u);
+    if (http::response_code(sink->easy) >= 300) {  // an error document, for the message
+      sink->error_body->append(d, s * n);
+      return s * n;
+    }
+    return (*sink->on_data)(std::string_view(d, s * n)) ? s * n : 0;
+  };
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, feed);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+  CURLcode rc = http::Transfer(c).run();
+  a.status = http::response_code(c);
+  if (rc != CURLE_OK && rc != CURLE_WRITE_ERROR) a.error = http::describe(rc);
+  return a;
+}
+
 }  // namespace relay::ctl

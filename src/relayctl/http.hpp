@@ -1,8 +1,10 @@
 #pragma once
 // relayctl's calls to the gateway API, on the project's libcurl wrapper (src/http/).
 
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace relay::ctl {
@@ -22,5 +24,10 @@ struct Upload {
 HttpAnswer http_call(const std::string& method, const std::string& url,
                      const std::vector<std::string>& headers = {}, const Upload* upload = nullptr,
                      const std::string& save_to = {}, long timeout_ms = 0);
+
+// GET url, each piece of the body handed to on_data as it arrives (an event stream) until it
+// returns false, the server ends it, or timeout_ms. The answer's status (0: none, error set).
+HttpAnswer http_stream(const std::string& url, const std::vector<std::string>& headers,
+                       const std::function<bool(std::string_view)>& on_data, long timeout_ms);
 
 }  // namespace relay::ctl

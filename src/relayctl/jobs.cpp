@@ -93,6 +93,50 @@ HttpAnswer wait_for(const Options& o, const std::string& url) {
   return a;
 }
 
+// On a terminal (and without --json): follows the job's live events, one status line kept up to
+// date on stderr — status, progress, time waited — until the job ends or --timeout passes. The
+// last answer, as wait_for gives it.
+HttpAnswer watch_live(const Options& o, const std::string& url) {
+  const auto limit = parse_duration(o.timeout).value_or(std::chrono::seconds(60));
+  const auto start = std::chrono::steady_clock::now();
+  std::string buffer, line;
+  bool ended = false;
+  auto on_data = [&](std::string_view d) {
+    buffer.append(d);
+    for (auto end = buffer.find("\n\n"); end != std::string::npos; end = buffer.find("\n\n")) {
+      const std::string block = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      const auto at = block.find("data: ");
+      if (at == std::string::npos) continue;
+      boost::system::error_code ec;
+      auto v = boost::json::parse(block.substr(at + 6, block.find('\n', at) - at - 6), ec);
+      if (ec || !v.is_object()) continue;
+      const auto& j = v.as_object();
+      const std::string status = field(j, "status");
+      std::string progress;
+      if (auto p = j.if_contains("progress"); p && p->is_object()) {
+        if (auto f = p->as_object().if_contains("fraction"); f && f->is_number())
+          progress = std::to_string(static_cast<int>(f->to_number<double>() * 100)) + "%";
+        const std::string message = field(p->as_object(), "message");
+        if (!message.empty()) progress += (progress.empty() ? "" : " ") + message;
+      }
+      const auto secs =
+          std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start)
+              .count();
+      line = field(j, "service_type") + "/" + field(j, "id") + "  " + status +
+             (progress.empty() ? "" : "  " + progress) + "  (" + std::to_string(secs) + "s)";
+      std::fprintf(stderr, "\r\033[K%s", line.c_str());
+      if (exit_for(status) != 5) ended = true;
+    }
+    return !ended;
+  };
+  auto streamed = http_stream(url + "/events", auth(o), on_data,
+                              static_cast<long>(std::chrono::milliseconds(limit).count()));
+  if (!line.empty()) std::fputc('\n', stderr);
+  if (streamed.status >= 300 || streamed.status == 0) return wait_for(o, url);  // an old gateway
+  return http_call("GET", url, auth(o));
+}
+
 // Prints the job (JSON or a table); its status's exit code.
 int show(const Options& o, const HttpAnswer& a) {
   auto j = boost::json::parse(a.body).as_object();
@@ -129,7 +173,9 @@ int submit(const Options& o) {
       std::cout << r << "\n";
     return 0;
   }
-  auto done = wait_for(o, o.gateway + "/jobs/" + r);
+  const bool live = !o.as_json && ::isatty(2);
+  auto done =
+      live ? watch_live(o, o.gateway + "/jobs/" + r) : wait_for(o, o.gateway + "/jobs/" + r);
   if (done.status != 200) return api_error(o, done);
   return show(o, done);
 }
@@ -138,7 +184,10 @@ int job(const Options& o, JobVerb verb) {
   auto url = job_url(o, o.ref);
   if (!url) throw std::invalid_argument("expected SERVICE_TYPE/ID, got '" + o.ref + "'");
   if (verb == JobVerb::status || verb == JobVerb::wait) {
-    auto a = verb == JobVerb::wait ? wait_for(o, *url) : http_call("GET", *url, auth(o));
+    const bool live = verb == JobVerb::wait && !o.as_json && ::isatty(2);
+    auto a = live                    ? watch_live(o, *url)
+             : verb == JobVerb::wait ? wait_for(o, *url)
+                                     : http_call("GET", *url, auth(o));
     if (a.status != 200) return api_error(o, a);
     return show(o, a);
   }

@@ -8,6 +8,7 @@
 #include "common/json_members.hpp"
 #include "common/log.hpp"
 #include "common/time.hpp"
+#include "common/trace.hpp"
 #include "common/utf8.hpp"
 #include "crypto/primed_source.hpp"
 #include "sidecar/inference_client.hpp"
@@ -172,6 +173,11 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     req.params = std::move(params);
     req.timeout = cfg.inference.timeout;
     if (!progress_url.empty()) req.headers.emplace_back("Relay-Progress-URL", progress_url);
+    // The job's trace goes on to the model: the same trace, this request as its parent.
+    if (auto trace = parse_traceparent(job.traceparent)) {
+      req.headers.emplace_back("traceparent", child_of(*trace).header());
+      if (!job.tracestate.empty()) req.headers.emplace_back("tracestate", job.tracestate);
+    }
     auto t_post = Clock::now();
     InferenceResponse resp = inference.post(req, control.token());
     // timed: everything spent pulling the input (download + decryption); downloaded: the

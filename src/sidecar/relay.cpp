@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "common/random.hpp"
 #include "common/time.hpp"
+#include "common/trace.hpp"
 #include "redis/job_store.hpp"
 #include "redis/retry.hpp"
 #include "sidecar/cancel_listener.hpp"
@@ -302,6 +303,11 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     });
     outcome = fin == redis::FinishOutcome::ok ? "retrying" : std::string(redis::to_string(fin));
   } else {
+    // Submission to now, for the gateway's end-to-end histogram (and the job's timings).
+    if (job.created_at)
+      result.timings.set(
+          "end_to_end",
+          std::chrono::duration<double, std::milli>(wall_now() - *job.created_at).count());
     const redis::Completion completion{
         .job_id = job_id,
         .model = cfg_.model,
@@ -341,6 +347,7 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   boost::json::object line{
       {"job_id", job_id},           {"model", cfg_.model}, {"service_type", job.service_type},
       {"operation", job.operation}, {"outcome", outcome},  {"timings_us", result.timings.micros()}};
+  if (auto trace = parse_traceparent(job.traceparent)) line["trace_id"] = trace->trace_id;
   if (!result.error_code.empty()) {
     line["error_code"] = result.error_code;
     line["error"] = result.error_message.substr(0, 512);

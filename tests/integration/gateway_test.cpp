@@ -1,6 +1,8 @@
 // The gateway's API and a job's life through it, end to end (fixture: gateway_fixture.hpp): one
 // test per route and per lifecycle rule, hence its length.
 
+#include <regex>
+
 #include "gateway_fixture.hpp"
 
 namespace relay::testing {
@@ -340,6 +342,27 @@ TEST_F(GatewayTest, MetricsExposeQueuesAndCounters) {
                 "relay_http_requests_total{route=\"POST /jobs/{service_type}\",status=\"202\"} 1"),
             std::string::npos);
   EXPECT_NE(m.body.find("relay_queue_oldest_age_seconds{model=\"m1\"}"), std::string::npos);
+}
+
+// The Grafana dashboard (deploy/grafana) queries only metrics the gateway exports.
+TEST_F(GatewayTest, TheGrafanaDashboardUsesExportedMetrics) {
+  start_gateway();
+  const std::string metrics = http("GET", url("/metrics")).body;
+  std::ifstream f(std::string(RELAY_TEST_SOURCE_DIR) + "/deploy/grafana/relay-dashboard.json");
+  const std::string dashboard((std::istreambuf_iterator<char>(f)), {});
+  ASSERT_FALSE(dashboard.empty());
+  json::parse(dashboard);  // valid JSON
+  std::set<std::string> names;
+  const std::regex metric("relay_[a-z_]+");
+  for (std::sregex_iterator it(dashboard.begin(), dashboard.end(), metric), end; it != end; ++it) {
+    std::string name = it->str();
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (name.ends_with(suffix)) name.resize(name.size() - std::string(suffix).size());
+    names.insert(name);
+  }
+  EXPECT_GE(names.size(), 10u);
+  for (const auto& name : names)
+    EXPECT_NE(metrics.find("# TYPE " + name + " "), std::string::npos) << name;
 }
 
 TEST_F(GatewayTest, FinishedJobsExpireAndTheirObjectsAreDeleted) {

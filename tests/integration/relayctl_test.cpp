@@ -213,5 +213,26 @@ TEST_F(RelayctlTest, JobsListsFiltersAndPages) {
   EXPECT_NE(out.find("echo/" + ids[2]), std::string::npos);
 }
 
+// On a terminal, waiting shows a live status line (from the job's events); the final table
+// follows. (script(1) gives relayctl a terminal.)
+TEST_F(RelayctlTest, WaitingOnATerminalShowsALiveStatusLine) {
+  start_up(/*echo_delay_ms=*/1500);
+  const std::string id = submit_echo("live");
+  const std::string cmd = "script -qec '" + std::string(RELAY_TEST_RELAYCTL_BIN) + " --gateway " +
+                          gw() + " wait echo/" + id + " --timeout 30s' /dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(WEXITSTATUS(::pclose(p)), 0) << out;
+  EXPECT_NE(out.find("\r\033[Kecho/" + id + "  "), std::string::npos) << out;
+  EXPECT_NE(out.find("completed"), std::string::npos) << out;
+  EXPECT_NE(out.find("STATUS"), std::string::npos) << "the table after the line: " << out;
+  // Not on a terminal (popen's pipe) or with --json: no status line.
+  auto [code, plain] = ctl("wait echo/" + id);
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(plain.find("\033[K"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace relay::testing

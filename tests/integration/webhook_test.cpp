@@ -1,5 +1,7 @@
 // Webhooks end to end: signed deliveries to a real receiver, retries, replicas, dead letters.
 
+#include <regex>
+
 #include "gateway_fixture.hpp"
 
 namespace relay::testing {
@@ -310,6 +312,60 @@ TEST_F(WebhookTest, ProgressMakesNoWebhookUnlessAsked) {
   ASSERT_TRUE(wait_until([&] { return receiver.lines().size() == 1; }, 20s));
   EXPECT_EQ(str(line_json(receiver.lines()[0]), "event"), "completed");
   EXPECT_TRUE(inference.saw("progress 3 204")) << inference.events();
+}
+
+// W3C Trace Context follows the job: the submission's trace is on the job, reaches the model
+// and the webhook (each hop its own parent id), and names the job's log lines; the relay's
+// stage timings land in the gateway's histograms.
+TEST_F(WebhookTest, TheTraceFollowsTheJobAndTimingsBecomeMetrics) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env());
+  const std::string trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+  const std::string given = "00-" + trace + "-00f067aa0ba902b7-01";
+  auto r = submit("input", {"traceparent: " + given, "tracestate: congo=t61rcWkgMzE"},
+                  {{"callback_url", receiver.url()}});
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string id = str(parse(r), "id");
+  EXPECT_EQ(str(parse(r), "trace_id"), trace);
+  // Without one, a job still gets a trace of its own; a malformed one is replaced.
+  EXPECT_EQ(str(parse(submit("x")), "trace_id").size(), 32u);
+  EXPECT_NE(str(parse(submit("x", {"traceparent: 00-zz-00f067aa0ba902b7-01"})), "trace_id"), "zz");
+  InferenceServer inference;
+  auto relay = start_relay(inference, {}, {"--max-jobs", "3"});
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  ASSERT_TRUE(wait_until([&] { return !receiver.lines().empty(); }, 20s));
+  // The model and the receiver each got the trace with a parent id of their own.
+  std::smatch m;
+  const std::string events = inference.events();
+  ASSERT_TRUE(
+      std::regex_search(events, m, std::regex("traceparent 00-" + trace + "-([0-9a-f]{16})-01")))
+      << events;
+  EXPECT_NE(m[1].str(), "00f067aa0ba902b7");
+  auto hook = line_json(receiver.lines()[0]);
+  const std::string hook_trace = str(hook, "traceparent");
+  EXPECT_TRUE(hook_trace.starts_with("00-" + trace + "-")) << hook_trace;
+  EXPECT_EQ(hook_trace.find("00f067aa0ba902b7"), std::string::npos);
+  // The job's log lines name its trace, in the gateway and in the relay.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return gateway_->log().find("\"msg\":\"job finished\"") != std::string::npos &&
+               gateway_->log().find("\"trace_id\":\"" + trace + "\"") != std::string::npos;
+      },
+      10s))
+      << gateway_->log();
+  EXPECT_NE(relay->log().find("\"trace_id\":\"" + trace + "\""), std::string::npos);
+  // Histograms: stages and end to end by model, webhook deliveries; bounds as plain numbers.
+  auto metrics = http("GET", url("/metrics")).body;
+  for (const char* want :
+       {"relay_job_stage_duration_seconds_bucket{model=\"m1\",stage=\"inference\",le=\"30\"} 3",
+        "relay_job_stage_duration_seconds_count{model=\"m1\",stage=\"queue_wait\"} 3",
+        "relay_job_end_to_end_seconds_count{model=\"m1\",status=\"completed\"} 3",
+        "relay_webhook_delivery_duration_seconds_count{outcome=\"delivered\"}"})
+    EXPECT_NE(metrics.find(want), std::string::npos) << want << "\n" << metrics;
+  EXPECT_EQ(metrics.find("e+0"), std::string::npos) << metrics;
+  // The job shows its end-to-end time with the relay's stages.
+  EXPECT_TRUE(job(id).at("timings").as_object().contains("end_to_end"));
 }
 
 }  // namespace

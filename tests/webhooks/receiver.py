@@ -46,6 +46,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with open(args.log, "a") as f:
                 f.write(json.dumps({"id": wid, "timestamp": ts, "valid": valid, "status": status, "body": parsed,
                                     "event": self.headers.get("webhook-event", ""),
+                                    "traceparent": self.headers.get("traceparent", ""),
                                     "received_at": time.time()}) + "\n")
         self.send_response(status)
         if status != 200 and args.retry_after:

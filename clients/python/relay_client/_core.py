@@ -1,0 +1,314 @@
+"""What the sync and async clients share: building requests, reading answers, parsing events.
+
+No I/O here: client.py and aio.py send what these functions build, each with its own httpx
+client, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+import time
+from typing import Any, BinaryIO, Callable, Dict, Generator, Iterable, List, Optional, Tuple, Union
+
+from .errors import JobCancelled, JobFailed, RelayError, error_for
+
+# An input: a path, a binary file object, or the bytes themselves.
+Input = Union[str, "os.PathLike[str]", bytes, bytearray, BinaryIO]
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+# Every route and job field the clients use, checked against the gateway's /openapi.json by the
+# tests: the client cannot call what the API does not document.
+ROUTES_USED = [
+    ("post", "/jobs/{service_type}"),
+    ("get", "/jobs/{service_type}"),
+    ("get", "/jobs"),
+    ("get", "/jobs/{service_type}/{id}"),
+    ("delete", "/jobs/{service_type}/{id}"),
+    ("get", "/jobs/{service_type}/{id}/result"),
+    ("get", "/jobs/{service_type}/{id}/events"),
+]
+SUBMIT_FIELDS_USED = [
+    "file", "operation", "params", "callback_url", "webhook_events", "ttl", "timeout",
+    "max_attempts", "input_url",
+]
+JOB_FIELDS_USED = ["id", "service_type", "status", "error", "progress", "result_url"]
+LIST_PARAMS_USED = ["status", "since", "until", "idempotency_key", "limit", "cursor"]
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    params: Dict[str, str] = field(default_factory=dict)
+    headers: Dict[str, str] = field(default_factory=dict)
+    data: Dict[str, str] = field(default_factory=dict)
+    files: Optional[Dict[str, Tuple[str, BinaryIO, str]]] = None
+    content: Optional[bytes] = None
+    timeout: Optional[float] = None  # this request's, when not the client's
+
+
+@dataclass
+class Event:
+    """One Server-Sent Event of a job: its name (pending, processing, progress, completed,
+    failed, cancelled), id, and the job's JSON at that moment."""
+
+    id: str
+    name: str
+    job: Dict[str, Any]
+
+    @property
+    def terminal(self) -> bool:
+        return self.name in TERMINAL
+
+
+def api_key_or_env(api_key: Optional[str]) -> Optional[str]:
+    return api_key if api_key is not None else os.environ.get("RELAY_API_KEY") or None
+
+
+def auth_headers(api_key: Optional[str]) -> Dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _duration(value: Union[None, int, float, str]) -> Optional[str]:
+    """ttl and timeout: seconds as numbers, or the API's duration strings ("15m")."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError("durations must be positive")
+        return f"{int(value * 1000)}ms" if value != int(value) else str(int(value))
+    return str(value)
+
+
+class Opened:
+    """The input opened for one attempt of a submission; close() releases a file we opened."""
+
+    def __init__(self, source: Input, filename: Optional[str]):
+        self._own = None
+        if isinstance(source, (bytes, bytearray)):
+            import io
+
+            self.file: BinaryIO = io.BytesIO(bytes(source))
+            self.filename = filename or "input"
+        elif isinstance(source, (str, os.PathLike)):
+            self._own = open(source, "rb")  # streamed by httpx, never read whole
+            self.file = self._own
+            self.filename = filename or os.path.basename(os.fspath(source))
+        else:
+            self.file = source
+            try:
+                self._start = source.tell()
+            except (AttributeError, OSError):
+                self._start = None
+            self.filename = filename or os.path.basename(getattr(source, "name", "") or "input")
+
+    def rewind(self) -> bool:
+        """Back to the start for a retry; False when the source cannot go back."""
+        if self._own is not None:
+            self._own.seek(0)
+            return True
+        if isinstance(self.file, (bytes, bytearray)):
+            return True
+        try:
+            self.file.seek(getattr(self, "_start", 0) or 0)
+            return True
+        except (AttributeError, OSError):
+            return False
+
+    def close(self) -> None:
+        if self._own is not None:
+            self._own.close()
+
+
+def submit_request(
+    service_type: str,
+    opened: Optional[Opened],
+    *,
+    content_type: Optional[str],
+    input_url: Optional[str],
+    operation: Optional[str],
+    params: Optional[Dict[str, Any]],
+    callback_url: Optional[str],
+    webhook_events: Optional[Iterable[str]],
+    priority: bool,
+    priority_header: str,
+    idempotency_key: str,
+    ttl: Union[None, int, float, str],
+    timeout: Union[None, int, float, str],
+    max_attempts: Optional[int],
+) -> Request:
+    if (opened is None) == (input_url is None):
+        raise ValueError("give an input (path, file or bytes) or input_url, not both")
+    data: Dict[str, str] = {}
+    for name, value in (
+        ("operation", operation),
+        ("params", json.dumps(params, separators=(",", ":")) if params is not None else None),
+        ("callback_url", callback_url),
+        ("webhook_events", ",".join(webhook_events) if webhook_events else None),
+        ("ttl", _duration(ttl)),
+        ("timeout", _duration(timeout)),
+        ("max_attempts", str(max_attempts) if max_attempts is not None else None),
+        ("input_url", input_url),
+    ):
+        if value is not None:
+            data[name] = value
+    headers = {"Idempotency-Key": idempotency_key}
+    if priority:
+        headers[priority_header] = "1"
+    if opened is None:
+        # By reference: no body, the options in the query (the API's raw-body form).
+        return Request("POST", f"/jobs/{service_type}", params=data, headers=headers, content=b"")
+    req = Request("POST", f"/jobs/{service_type}", headers=headers, data=data)
+    req.files = {"file": (opened.filename, opened.file, content_type or "application/octet-stream")}
+    return req
+
+
+def new_idempotency_key() -> str:
+    return f"relay-py-{uuid.uuid4()}"
+
+
+def check(status: int, body: bytes, headers: Any) -> None:
+    if status >= 400:
+        raise error_for(status, body, headers.get("retry-after"))
+
+
+def job_or_raise(job: Dict[str, Any]) -> Dict[str, Any]:
+    """After a wait: the job if it completed, else the typed error for how it ended."""
+    if job["status"] == "failed":
+        raise JobFailed(job)
+    if job["status"] == "cancelled":
+        raise JobCancelled(job)
+    return job
+
+
+def decode_result(body: bytes, content_type: str) -> Union[Any, bytes]:
+    if content_type.split(";")[0].strip().lower() == "application/json":
+        return json.loads(body)
+    return body
+
+
+def list_params(
+    status: Union[None, str, Iterable[str]],
+    since: Optional[str],
+    until: Optional[str],
+    idempotency_key: Optional[str],
+    page_size: int,
+    cursor: Optional[str],
+) -> Dict[str, str]:
+    p: Dict[str, str] = {"limit": str(page_size)}
+    if status:
+        p["status"] = status if isinstance(status, str) else ",".join(status)
+    for name, value in (("since", since), ("until", until), ("idempotency_key", idempotency_key), ("cursor", cursor)):
+        if value:
+            p[name] = value
+    return p
+
+
+class SseParser:
+    """Server-Sent Events, fed text as it arrives (lines may be split across chunks)."""
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self._id = ""
+        self._name = ""
+        self._data: List[str] = []
+
+    def feed(self, text: str) -> List[Event]:
+        self._buf += text.replace("\r\n", "\n")
+        out: List[Event] = []
+        while "\n" in self._buf:
+            line, self._buf = self._buf.split("\n", 1)
+            if line == "":
+                if self._data:
+                    out.append(Event(self._id, self._name or "message", json.loads("\n".join(self._data))))
+                self._name, self._data = "", []
+                continue
+            if line.startswith(":"):
+                continue  # a keep-alive comment
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "id":
+                self._id = value
+            elif name == "event":
+                self._name = value
+            elif name == "data":
+                self._data.append(value)
+        return out
+
+
+def retryable(error: Exception) -> bool:
+    """Worth sending the same submission again (with its Idempotency-Key)."""
+    if isinstance(error, RelayError):
+        return error.status in (0, 503) or error.code == "idempotency_in_progress"
+    return False
+
+
+# --- The operations as flows ----------------------------------------------------------------
+# Each operation is a generator that yields what it needs done — a Request to send (it gets the
+# answer back, or the RelayError thrown in), a Sleep, an Item to hand the caller — and returns
+# its result. client.py and aio.py each drive them with their own I/O: one logic, two shells.
+
+
+@dataclass
+class Sleep:
+    seconds: float
+
+
+@dataclass
+class Item:
+    value: Any
+
+
+Flow = Generator[Union[Request, Sleep, Item], Any, Any]
+
+
+def submit_flow(build: Callable[[], Request], opened: Optional[Opened], retries: int) -> Flow:
+    """POST the submission; on no answer or a 503, again with the same Idempotency-Key."""
+    for attempt in range(retries + 1):
+        try:
+            response = yield build()
+            return response.json()
+        except RelayError as e:
+            if attempt == retries or not retryable(e):
+                raise
+            if opened is not None and not opened.rewind():
+                raise
+            yield Sleep(min(e.retry_after or 0.5 * 2**attempt, 10.0))
+    raise AssertionError("unreachable")
+
+
+def wait_flow(job: Dict[str, Any], path: str, timeout: Optional[float]) -> Flow:
+    """Long-polls (60 s at a time, within timeout) until the job ends; its final JSON."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while job["status"] not in TERMINAL:
+        left = 60.0 if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            from .errors import WaitTimeout
+
+            raise WaitTimeout(job, timeout or 0)
+        wait = max(1, min(60, int(left)))
+        response = yield Request("GET", path, params={"wait": str(wait)}, timeout=wait + 30)
+        job = response.json()
+    return job
+
+
+def list_flow(path: str, params: Callable[[int, Optional[str]], Dict[str, str]],
+              limit: Optional[int], page_size: int) -> Flow:
+    """The listing's pages, followed: yields an Item per job."""
+    cursor: Optional[str] = None
+    given = 0
+    while True:
+        want = page_size if limit is None else min(page_size, limit - given)
+        if want <= 0:
+            return None
+        page = (yield Request("GET", path, params=params(want, cursor))).json()
+        for j in page["jobs"]:
+            given += 1
+            yield Item(j)
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return None

@@ -1,0 +1,170 @@
+"""The client against a real gateway, relays and the no-op model (conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+
+import httpx
+import pytest
+
+from conftest import API_KEY, OTHER_KEY, WEBHOOK_SECRET, wait_for
+from relay_client import (AsyncClient, AuthenticationFailed, Client, Conflict, InvalidRequest,
+                          JobCancelled, NotFound, WaitTimeout, WebhookVerificationError,
+                          verify_webhook)
+
+
+def file_part(answer):
+    return next(p for p in answer["parts"] if p["name"] == "file")
+
+
+def test_submit_a_path_wait_and_read_the_result(client, tmp_path):
+    data = bytes(range(256)) * 4096  # 1 MiB
+    path = tmp_path / "clip.bin"
+    path.write_bytes(data)
+    job = client.submit("echo", path, params={"lang": "en", "n": 0.1}, operation="transcribe")
+    assert job.status == "pending" and job.service_type == "echo"
+    assert job.wait(30) is job and job.status == "completed"
+    answer = job.result()
+    assert answer["path"] == "/transcribe"
+    assert file_part(answer)["sha256"] == hashlib.sha256(data).hexdigest()
+    assert file_part(answer)["filename"] == "clip.bin"
+    fields = {p["name"]: p.get("value") for p in answer["parts"]}
+    assert fields["lang"] == "en" and fields["n"] == "0.1"
+
+
+def test_bytes_and_file_objects_and_run(client):
+    answer = client.run("echo", b"hello", filename="a.txt", content_type="text/plain",
+                        wait_timeout=30)
+    assert file_part(answer)["size"] == 5 and file_part(answer)["content_type"] == "text/plain"
+    answer = client.run("echo", io.BytesIO(b"x" * 1000), wait_timeout=30)
+    assert file_part(answer)["size"] == 1000
+
+
+def test_errors_are_typed(client, stack):
+    with pytest.raises(NotFound) as e:
+        client.submit("nope", b"x")
+    assert e.value.code == "unknown_service_type" and e.value.status == 404
+    with pytest.raises(InvalidRequest) as e:
+        client.submit("echo", b"x", max_attempts=99)
+    assert e.value.code == "invalid_max_attempts"
+    with pytest.raises(NotFound):
+        client.job("echo", "11111111-1111-4111-8111-111111111111")
+    with Client(stack.url, api_key="wrong") as bad:
+        with pytest.raises(AuthenticationFailed):
+            bad.submit("echo", b"x")
+    with pytest.raises(ValueError):
+        client.submit("echo")  # no input at all
+
+
+def test_another_tenants_job_is_not_found(client, stack):
+    job = client.submit("echo", b"mine")
+    with Client(stack.url, api_key=OTHER_KEY) as other:
+        with pytest.raises(NotFound):
+            other.job("echo", job.id)
+
+
+def test_api_key_from_the_environment(stack, monkeypatch):
+    monkeypatch.setenv("RELAY_API_KEY", API_KEY)
+    with Client(stack.url) as c:
+        assert c.submit("echo", b"x").wait(30).status == "completed"
+
+
+def test_wait_timeout_cancel_and_a_cancelled_job(client):
+    job = client.submit("slow", b"x")
+    with pytest.raises(WaitTimeout):
+        job.wait(timeout=0.2)
+    job.cancel()
+    assert job.status in ("cancelled", "processing", "pending")
+    with pytest.raises(JobCancelled):
+        job.wait(30)
+    with pytest.raises(Conflict) as e:
+        job.cancel()
+    assert e.value.code == "job_already_ended" or e.value.status == 409
+
+
+def test_listing_follows_pages(client):
+    ids = [client.submit("echo", b"page", idempotency_key=f"list-{i}").id for i in range(5)]
+    listed = [j.id for j in client.jobs("echo", page_size=2, limit=200)]
+    assert listed.index(ids[4]) < listed.index(ids[0]), "newest first"
+    assert set(ids) <= set(listed)
+    assert len(listed) == len(set(listed)), "each job once"
+    assert [j.id for j in client.jobs(idempotency_key="list-3")] == [ids[3]]
+    assert len(list(client.jobs("echo", limit=3))) == 3
+
+
+def test_a_retried_submit_makes_one_job(stack):
+    """The first attempt reaches the gateway, its answer is lost: the retry carries the same
+    Idempotency-Key and gets the first job back."""
+    calls = {"n": 0}
+
+    class LoseFirstAnswer(httpx.HTTPTransport):
+        def handle_request(self, request):
+            response = super().handle_request(request)
+            calls["n"] += 1
+            if calls["n"] == 1:
+                response.read()
+                raise httpx.ReadError("the answer was lost", request=request)
+            return response
+
+    with Client(stack.url, api_key=API_KEY, transport=LoseFirstAnswer()) as c:
+        job = c.submit("echo", b"exactly once", filename="once.txt")
+    assert calls["n"] == 2
+    with Client(stack.url, api_key=API_KEY) as c:
+        named = [j for j in c.jobs("echo", limit=100) if j.data["input"]["filename"] == "once.txt"]
+    assert [j.id for j in named] == [job.id]
+
+
+def test_events_until_the_end(client):
+    job = client.submit("slow", b"x")
+    names = [e.name for e in job.events()]
+    assert names[0] in ("pending", "processing", "progress")
+    assert names[-1] == "completed"
+    assert "progress" in names
+    assert job.status == "completed" and job.progress["fraction"] > 0
+
+
+def test_the_async_twin(stack):
+    async def main():
+        async with AsyncClient(stack.url, api_key=API_KEY) as c:
+            job = await c.submit("echo", b"async", filename="a.bin")
+            await job.wait(30)
+            answer = await job.result()
+            assert file_part(answer)["size"] == 5
+            slow = await c.submit("slow", b"x")
+            names = [e.name async for e in slow.events()]
+            assert names[-1] == "completed"
+            listed = [j.id async for j in c.jobs("echo", limit=50)]
+            assert job.id in listed
+            with pytest.raises(NotFound):
+                await c.job("echo", "11111111-1111-4111-8111-111111111111")
+
+    asyncio.run(main())
+
+
+def test_webhooks_verify(client, receiver):
+    job = client.submit("echo", b"hook", callback_url=receiver.url,
+                        webhook_events=["started", "terminal"])
+    job.wait(30)
+    assert wait_for(lambda: any(json.loads(r["body"])["event"] == "completed"
+                                for r in receiver.received))
+    for r in receiver.received:
+        doc = verify_webhook(WEBHOOK_SECRET, r["headers"], r["body"])
+        assert doc["id"] == job.id
+    r = receiver.received[0]
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(WEBHOOK_SECRET, r["headers"], r["body"] + b" ")
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook("whsec_" + "A" * 32, r["headers"], r["body"])
+    old = dict(r["headers"], **{"webhook-timestamp": "1000"})
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook(WEBHOOK_SECRET, old, r["body"])
+
+
+def test_input_by_reference_is_sent_without_a_body(client):
+    # echo takes no inputs by reference: the gateway's refusal says so (the request was right).
+    with pytest.raises(InvalidRequest) as e:
+        client.submit("echo", input_url="s3://bucket/key.wav")
+    assert e.value.code == "input_url_not_allowed"
