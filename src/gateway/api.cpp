@@ -152,6 +152,10 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
       return with_route(std::move(r), "GET /openapi.json");
     }
   }
+  if (seg.size() == 1 && seg[0] == "dashboard" && m == "GET")
+    return with_route(dashboard_page(), "GET /dashboard");
+  if (seg.size() >= 2 && seg[0] == "admin" && seg[1] == "api")
+    return with_route(admin(req, ctx, seg), "/admin/api");
   if (seg.empty() || seg[0] != "jobs" || seg.size() > 4)
     return error_response(404, "not_found", "no such route");
 
@@ -398,6 +402,8 @@ Response Api::metrics_text() {
       depth[{model, "pending"}] = static_cast<double>(q.pending);
       depth[{model, "processing"}] = static_cast<double>(q.processing);
       depth[{model, "deadletter"}] = static_cast<double>(q.deadletter);
+      depth[{model, "held"}] = static_cast<double>(q.held);
+      depth[{model, "retrying"}] = static_cast<double>(q.retrying);
       double age = 0;
       if (q.oldest_pending) {
         if (auto rec = store.get(model, *q.oldest_pending))
@@ -409,7 +415,9 @@ Response Api::metrics_text() {
   } catch (const redis::IoError&) {
     conn->reset();
   }
-  w.gauge("relay_queue_depth", "Jobs per model and queue (pending, processing, deadletter).",
+  w.gauge("relay_queue_depth",
+          "Jobs per model and queue (pending, processing, deadletter, held: a paused model's, "
+          "retrying).",
           {"model", "queue"}, depth);
   w.gauge("relay_queue_oldest_age_seconds", "Age of the oldest pending job per model.", {"model"},
           oldest);

@@ -112,6 +112,10 @@ class Api {
   Response cancel(Context& ctx, const std::string& service_type, const std::string& id);
   // GET /jobs (service_type empty) and GET /jobs/{service_type} (listing.cpp).
   Response list_jobs(const Request& req, Context& ctx, const std::string& service_type);
+  // The operator dashboard (admin.cpp): its page and its API, with operator keys.
+  Response dashboard_page();
+  Response admin(const Request& req, Context& ctx, const std::vector<std::string>& segments);
+  std::optional<std::string> admin_role(const Request& req) const;  // "admin", "read"
   Response ready();
   Response metrics_text();
   std::optional<std::string> tenant_of(const Request& req) const;

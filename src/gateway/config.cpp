@@ -171,6 +171,10 @@ config::Schema schema(Config& c) {
   s.string_map("auth.api_keys", &c.api_keys, {},
                "SHA-256 (hex) of each API key → its tenant. Keys are never stored in clear: "
                "`printf %s KEY | sha256sum`.");
+  s.string_map("admin.api_keys", &c.admin_keys, {},
+               "SHA-256 (hex) of each operator key → its role on the dashboard (`/dashboard`, "
+               "`/admin/api`): `admin` (may cancel, requeue, pause) or `read`. Separate from "
+               "tenants' keys; none: no dashboard.");
   s.integer("quotas.max_pending", &c.quota.max_pending, 0, 0, 1'000'000'000,
             "Per tenant: jobs submitted and not yet ended, at most (0: no limit). Over it, a "
             "submission gets 429 `max_pending_exceeded`.");
@@ -285,6 +289,14 @@ void validate(const Config& c) {
     if (!config::is_safe_name(tenant))
       bad("auth.api_keys." + hash.substr(0, 8) + "...",
           "tenant names may use letters, digits, '-', '_' and '.'");
+  }
+  for (const auto& [hash, role] : c.admin_keys) {
+    if (hash.size() != 64 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
+      bad("admin.api_keys", "keys are the lowercase hex SHA-256 of the operator's key");
+    if (role != "admin" && role != "read")
+      bad("admin.api_keys." + hash.substr(0, 8) + "...", "the role is admin or read");
+    if (c.api_keys.count(hash))
+      bad("admin.api_keys." + hash.substr(0, 8) + "...", "an operator key may not be a tenant's");
   }
   if (!c.webhook_secret.empty() && !decode_webhook_secret(c.webhook_secret))
     bad("webhooks.secret", "expected whsec_<base64 of the key>");

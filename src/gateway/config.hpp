@@ -70,6 +70,8 @@ struct Config {
 
   bool auth_enabled = true;
   std::map<std::string, std::string> api_keys;  // SHA-256 hex of the key -> tenant
+  // The operator dashboard's keys, apart from tenants': SHA-256 hex -> role, "admin" or "read".
+  std::map<std::string, std::string> admin_keys;
 
   std::chrono::milliseconds reap_interval{}, reap_grace{}, job_retention{}, gc_interval{};
   std::chrono::milliseconds expire_interval{};

@@ -32,10 +32,11 @@ bool JobStore::submit(const JobRecord& record, bool priority) {
     args.push_back(k);
     args.push_back(v);
   }
-  auto r = conn_.eval(lua::submit,
-                      {keys_.job(record.model, record.id), keys_.pending(record.model),
-                       keys_.expiries(record.model)},
-                      args);
+  auto r = conn_.eval(
+      lua::submit,
+      {keys_.job(record.model, record.id), keys_.pending(record.model),
+       keys_.expiries(record.model), keys_.paused(record.model), keys_.held(record.model)},
+      args);
   return as_integer(r.get()) == 1;
 }
 
@@ -144,10 +145,10 @@ FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
 
 bool JobStore::give_back(const std::string& model, const std::string& id,
                          const std::string& token) {
-  auto r = conn_.eval(
-      lua::give_back,
-      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.pending(model)},
-      {id, token});
+  auto r = conn_.eval(lua::give_back,
+                      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model),
+                       keys_.pending(model), keys_.paused(model), keys_.held(model)},
+                      {id, token});
   return as_integer(r.get()) == 1;
 }
 
@@ -159,11 +160,11 @@ CancelOutcome JobStore::cancel(const std::string& model, const std::string& serv
   c.service_type = service_type;
   c.status = JobStatus::cancelled;
   c.finished_at = wall_now();
-  auto r = conn_.eval(
-      lua::cancel,
-      {keys_.job(model, id), keys_.pending(model), keys_.events(model), keys_.retries(model)},
-      {id, format_rfc3339(c.finished_at), keys_.completed_channel(model),
-       keys_.cancel_channel(model), std::to_string(kEventsMaxLen), c.payload()});
+  auto r = conn_.eval(lua::cancel,
+                      {keys_.job(model, id), keys_.pending(model), keys_.events(model),
+                       keys_.retries(model), keys_.held(model)},
+                      {id, format_rfc3339(c.finished_at), keys_.completed_channel(model),
+                       keys_.cancel_channel(model), std::to_string(kEventsMaxLen), c.payload()});
   const std::string tag = as_string(r.get());
   if (tag == "cancelled") return CancelOutcome::cancelled;
   if (tag == "requested") return CancelOutcome::requested;
@@ -177,6 +178,16 @@ std::string JobStore::webhook_id(const std::string& job_id) {
   for (char c : job_id)
     if (c != '-') out += c;
   return out;
+}
+
+std::int64_t JobStore::set_paused(const std::string& model, bool paused) {
+  auto r = conn_.eval(lua::pause, {keys_.paused(model), keys_.pending(model), keys_.held(model)},
+                      {paused ? "pause" : "resume"});
+  return as_integer(r.get());
+}
+
+bool JobStore::paused(const std::string& model) {
+  return as_integer(conn_.command({"EXISTS", keys_.paused(model)}).get()) == 1;
 }
 
 bool JobStore::watch(const std::string& model, const std::string& id) {
@@ -279,6 +290,8 @@ QueueDepth JobStore::queue_depth(const std::string& model) {
   d.pending = pending_count(model);
   d.processing = as_integer(conn_.command({"LLEN", keys_.processing(model)}).get());
   d.deadletter = as_integer(conn_.command({"LLEN", keys_.deadletter(model)}).get());
+  d.held = as_integer(conn_.command({"LLEN", keys_.held(model)}).get());
+  d.retrying = as_integer(conn_.command({"ZCARD", keys_.retries(model)}).get());
   d.oldest_pending =
       as_optional_string(conn_.command({"LINDEX", keys_.pending(model), "-1"}).get());
   return d;
@@ -313,20 +326,22 @@ std::vector<std::string> JobStore::known_models(const Endpoint& ep, const Keys& 
 
 bool JobStore::requeue_deadletter(const std::string& model, const std::string& id) {
   auto r = conn_.eval(lua::requeue_deadletter,
-                      {keys_.deadletter(model), keys_.pending(model), keys_.job(model, id)}, {id});
+                      {keys_.deadletter(model), keys_.pending(model), keys_.job(model, id),
+                       keys_.paused(model), keys_.held(model)},
+                      {id});
   return as_integer(r.get()) == 1;
 }
 
 ReapOutcome JobStore::reap(const std::string& model, const std::string& id,
                            std::chrono::milliseconds grace, long long max_attempts) {
   Completion c = Completion::failure(id, model, "dead_lettered");
-  auto r = conn_.eval(
-      lua::reap,
-      {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id), keys_.pending(model),
-       keys_.deadletter(model), keys_.suspects(model), keys_.events(model)},
-      {id, std::to_string(grace.count()), std::to_string(max_attempts),
-       format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen),
-       keys_.job_changed_channel(id)});
+  auto r = conn_.eval(lua::reap,
+                      {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id),
+                       keys_.pending(model), keys_.deadletter(model), keys_.suspects(model),
+                       keys_.events(model), keys_.paused(model), keys_.held(model)},
+                      {id, std::to_string(grace.count()), std::to_string(max_attempts),
+                       format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen),
+                       keys_.job_changed_channel(id)});
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("reap: unexpected reply");
   const std::string tag = as_string(r->element[0]);
   if (tag == "alive") return ReapOutcome::alive;
@@ -365,7 +380,9 @@ std::vector<std::string> JobStore::due_retries(const std::string& model, WallTim
 
 bool JobStore::requeue_retry(const std::string& model, const std::string& id) {
   auto r = conn_.eval(lua::requeue_retry,
-                      {keys_.retries(model), keys_.pending(model), keys_.job(model, id)}, {id});
+                      {keys_.retries(model), keys_.pending(model), keys_.job(model, id),
+                       keys_.paused(model), keys_.held(model)},
+                      {id});
   return as_string(r.get()) == "requeued";
 }
 
@@ -384,10 +401,10 @@ FinishOutcome JobStore::retry(const std::string& model, const std::string& id,
 
 bool JobStore::expire(const std::string& model, const std::string& id) {
   Completion c = Completion::failure(id, model, "expired");
-  auto r = conn_.eval(
-      lua::expire,
-      {keys_.expiries(model), keys_.pending(model), keys_.job(model, id), keys_.events(model)},
-      {id, format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen)});
+  auto r = conn_.eval(lua::expire,
+                      {keys_.expiries(model), keys_.pending(model), keys_.job(model, id),
+                       keys_.events(model), keys_.held(model)},
+                      {id, format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen)});
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
     throw ReplyError("expire: unexpected reply");
   if (as_string(r->element[0]) != "expired") return false;

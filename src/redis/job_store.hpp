@@ -42,6 +42,8 @@ enum class ReapOutcome { alive, gone, marked, waiting, requeued, deadlettered };
 
 struct QueueDepth {
   long long pending = 0, processing = 0, deadletter = 0;
+  long long held = 0;      // a paused model's queue
+  long long retrying = 0;  // failed jobs waiting for their retry
   // The oldest waiting job (the right end of pending: priority jobs jump in at the left).
   std::optional<std::string> oldest_pending;
 };
@@ -93,6 +95,9 @@ class JobStore {
   bool requeue_retry(const std::string& model, const std::string& id);
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
+  // Pauses or resumes the model's intake (lua/pause.lua); the jobs moved.
+  std::int64_t set_paused(const std::string& model, bool paused);
+  bool paused(const std::string& model);
   // A live event stream opened on the job (lua/watch.lua): its changes short of the end are
   // announced from now on. False when the record is gone.
   bool watch(const std::string& model, const std::string& id);

@@ -21,6 +21,10 @@ class Keys {
   std::string pending(std::string_view model) const { return model_key(model, "pending"); }
   std::string processing(std::string_view model) const { return model_key(model, "processing"); }
   std::string deadletter(std::string_view model) const { return model_key(model, "deadletter"); }
+  // A paused model (lua/pause.lua): the flag, and the list that is its queue meanwhile (pending
+  // stays empty, so the scaler, which counts pending, starts no pod).
+  std::string paused(std::string_view model) const { return model_key(model, "paused"); }
+  std::string held(std::string_view model) const { return model_key(model, "held"); }
   std::string lease(std::string_view model, std::string_view id) const {
     return lease_prefix(model) + std::string(id);
   }

@@ -37,7 +37,8 @@ const std::initializer_list<Script> kScripts = {lua::submit,
                                                 lua::schedule_gc,
                                                 lua::requeue_deadletter,
                                                 lua::renew_idempotency,
-                                                lua::watch};
+                                                lua::watch,
+                                                lua::pause};
 
 TEST(LuaScripts, BuildTimeSha1MatchesTheEmbeddedSource) {
   // EVALSHA names a script by the SHA-1 of exactly the bytes EVAL sends.

@@ -4,7 +4,8 @@
 -- set and the id is published on the relay's cancel channel: the relay reads the flag when it
 -- takes the job and on every heartbeat, and listens to the channel.
 -- A job waiting for its retry (in the retries set) is cancelled at once the same way.
--- KEYS[1] job record, KEYS[2] pending list, KEYS[3] events stream, KEYS[4] retries (sorted set)
+-- KEYS[1] job record, KEYS[2] pending list, KEYS[3] events stream, KEYS[4] retries (sorted set),
+-- KEYS[5] the model's held list (a paused model's queue)
 -- ARGV[1] job id, ARGV[2] now (RFC 3339), ARGV[3] completed channel, ARGV[4] cancel channel,
 -- ARGV[5] events stream max length, ARGV[6] completion payload (JSON)
 -- Returns 'cancelled', 'requested', 'terminal' (already ended: nothing changes) or 'missing'.
@@ -12,6 +13,7 @@ local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'missing' end
 if st == 'completed' or st == 'failed' or st == 'cancelled' then return 'terminal' end
 if st == 'pending' and (redis.call('LREM', KEYS[2], 1, ARGV[1]) == 1 or
+                       redis.call('LREM', KEYS[5], 1, ARGV[1]) == 1 or
                        redis.call('ZREM', KEYS[4], ARGV[1]) == 1) then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[2])
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'job_id', ARGV[1], 'status', 'cancelled')

@@ -1,13 +1,16 @@
 -- Give back on SIGTERM mid-job (SPEC §5): the job goes back to the front of pending at once,
 -- instead of waiting for its lease to expire and the reaper to count an attempt.
--- KEYS[1] job record, KEYS[2] lease, KEYS[3] processing list, KEYS[4] pending list
+-- KEYS[1] job record, KEYS[2] lease, KEYS[3] processing list, KEYS[4] pending list,
+-- KEYS[5] the model's paused flag, KEYS[6] its held list (the queue while paused)
 -- ARGV[1] job id, ARGV[2] lease token
 -- Returns 1, or 0 when the lease is no longer ours (then nothing is written).
 if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'completed' or st == 'failed' or st == 'cancelled' then return 0 end
 redis.call('LREM', KEYS[3], 1, ARGV[1])
-redis.call('LPUSH', KEYS[4], ARGV[1])
+local queue = KEYS[4]
+if redis.call('EXISTS', KEYS[5]) == 1 then queue = KEYS[6] end
+redis.call('LPUSH', queue, ARGV[1])
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'status', 'pending')
 redis.call('HDEL', KEYS[1], 'started_at', 'holder')

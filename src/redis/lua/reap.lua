@@ -6,7 +6,8 @@
 -- error_code dead_lettered, and a terminal event (so its webhook fires); the caller then
 -- publishes the completion.
 -- KEYS[1] processing, KEYS[2] lease, KEYS[3] job record, KEYS[4] pending, KEYS[5] deadletter,
--- KEYS[6] suspects hash, KEYS[7] events stream
+-- KEYS[6] suspects hash, KEYS[7] events stream, KEYS[8] the model's paused flag, KEYS[9] its held
+-- list (the queue while paused)
 -- ARGV[1] job id, ARGV[2] grace in ms, ARGV[3] max reap attempts, ARGV[4] now (RFC 3339),
 -- ARGV[5] events stream max length, ARGV[6] the job's changed channel (announced on, when requeued,
 -- only when a live event stream watches the job)
@@ -44,7 +45,9 @@ if attempts >= tonumber(ARGV[3]) then
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'job_id', id, 'status', 'failed')
   return {'deadlettered', redis.call('HGET', KEYS[3], 'service_type') or ''}
 end
-redis.call('LPUSH', KEYS[4], id)
+local queue = KEYS[4]
+if redis.call('EXISTS', KEYS[8]) == 1 then queue = KEYS[9] end
+redis.call('LPUSH', queue, id)
 redis.call('HSET', KEYS[3], 'status', 'pending')
 redis.call('HDEL', KEYS[3], 'started_at', 'holder')
 if redis.call('HEXISTS', KEYS[3], 'watched') == 1 then redis.call('PUBLISH', ARGV[6], 'pending') end

@@ -1,5 +1,6 @@
 -- Submit: the record and the queue entry appear together or not at all (SPEC §4.1).
--- KEYS[1] job record, KEYS[2] pending list, KEYS[3] expiries (sorted set)
+-- KEYS[1] job record, KEYS[2] pending list, KEYS[3] expiries (sorted set), KEYS[4] the model's
+-- paused flag, KEYS[5] its held list (while paused, the queue is the held list; see pause.lua)
 -- ARGV[1] job id, ARGV[2] "L" (priority: LPUSH) or "R" (RPUSH), ARGV[3] the queue deadline in
 -- ms since the epoch ("" when the job has no ttl), ARGV[4..] field, value pairs
 -- Returns 1, or 0 when a record with this id exists already (nothing is written then).
@@ -7,6 +8,8 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local fields = {}
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
-if ARGV[2] == 'L' then redis.call('LPUSH', KEYS[2], ARGV[1]) else redis.call('RPUSH', KEYS[2], ARGV[1]) end
+local queue = KEYS[2]
+if redis.call('EXISTS', KEYS[4]) == 1 then queue = KEYS[5] end
+if ARGV[2] == 'L' then redis.call('LPUSH', queue, ARGV[1]) else redis.call('RPUSH', queue, ARGV[1]) end
 if ARGV[3] ~= '' then redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1]) end
 return 1

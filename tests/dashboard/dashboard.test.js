@@ -1,0 +1,173 @@
+// The operator dashboard in a real browser (Debian's chromium, headless, driven by
+// puppeteer-core) against a running stack (relayctl up, with operator keys): the pages load
+// without console errors; a job submitted through the API shows up with its timings; a
+// dead-lettered job is requeued from the UI and completes; pausing holds a model's jobs out of
+// pending (what the scaler counts); a read-only operator cannot change anything.
+// With RELAY_SCREENSHOTS_DIR set, the main pages are saved there (the README's pictures).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import net from "node:net";
+import puppeteer from "puppeteer-core";
+
+const RELAYCTL = process.env.RELAYCTL;
+const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
+const SHOTS = process.env.RELAY_SCREENSHOTS_DIR || "";
+const ADMIN = "dashboard-admin-key", VIEWER = "dashboard-viewer-key";
+const sha = (s) => createHash("sha256").update(s).digest("hex");
+
+let up, base, redisUrl, browser, dataDir;
+const consoleErrors = [];
+
+async function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
+  });
+}
+async function until(pred, ms = 30000, what = "condition") {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await pred();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error("timed out waiting for " + what);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+const redis = (...args) => execFileSync("redis-cli", ["-u", redisUrl, ...args]).toString().trim();
+async function submit(content) {
+  const form = new FormData();
+  form.append("file", new Blob([content]), "in.txt");
+  const r = await fetch(base + "/jobs/echo", { method: "POST", body: form });
+  assert.equal(r.status, 202);
+  return (await r.json()).id;
+}
+async function job(id, wait = 0) {
+  return (await fetch(base + "/jobs/echo/" + id + (wait ? "?wait=" + wait : ""))).json();
+}
+async function signIn(page, key) {
+  await page.goto(base + "/dashboard", { waitUntil: "networkidle0" });
+  await page.type("#key", key);
+  await page.click("#login-form button");
+  await page.waitForSelector("#queues tbody tr[data-model]");
+}
+async function newPage(context) {
+  const page = await (context || browser).newPage();
+  page.on("console", (m) => { if (m.type() === "error") consoleErrors.push(m.text()); });
+  page.on("pageerror", (e) => consoleErrors.push(String(e)));
+  await page.setViewport({ width: 1280, height: 900 });
+  return page;
+}
+async function shot(page, name) {
+  if (SHOTS) await page.screenshot({ path: join(SHOTS, name + ".png"), fullPage: true });
+}
+
+before(async () => {
+  assert.ok(RELAYCTL, "set RELAYCTL to the relayctl binary");
+  dataDir = mkdtempSync(join(tmpdir(), "relay-dashboard-"));
+  const port = await freePort();
+  base = "http://127.0.0.1:" + port;
+  up = spawn(RELAYCTL, ["up", "--port", String(port), "--max-relays", "2", "--data-dir", dataDir], {
+    env: { ...process.env, RELAY_ADMIN_API_KEYS: `${sha(ADMIN)}=admin,${sha(VIEWER)}=read` },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let log = "";
+  up.stdout.on("data", (d) => { log += d; });
+  up.stderr.on("data", (d) => { log += d; });
+  await until(() => log.includes("Relay is up"), 60000, "relayctl up: " + log);
+  redisUrl = log.match(/redis (redis:\/\/[0-9.:]+)/)[1];
+  browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (up) {
+    up.kill("SIGTERM");
+    await new Promise((r) => up.once("exit", r));
+  }
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+test("the pages load and a job submitted through the API shows its timings", async () => {
+  const page = await newPage();
+  await signIn(page, ADMIN);
+  assert.equal(await page.$eval("#role", (e) => e.textContent), "admin");
+  const models = await page.$$eval("#queues tbody tr[data-model]", (rows) => rows.map((r) => r.dataset.model));
+  assert.ok(models.includes("echo"), models.join());
+  const id = await submit("hello dashboard");
+  assert.equal((await job(id, 30)).status, "completed");
+  await page.type("#search", id);
+  await page.click("#search-form button");
+  await page.waitForSelector("#detail:not([hidden]) #detail-timings tr[data-stage='inference']");
+  assert.equal(await page.$eval("#detail-title", (e) => e.textContent), "echo/" + id);
+  const stages = await page.$$eval("#detail-timings tr", (rows) => rows.map((r) => r.dataset.stage));
+  for (const s of ["queue_wait", "inference", "total"]) assert.ok(stages.includes(s), stages.join());
+  await shot(page, "job-detail");
+  await page.click("#detail-close");
+  // The page refreshes itself: the finished job shows in the throughput and the tenant's list.
+  await page.waitForFunction(() => {
+    const row = document.querySelector("#queues tbody tr[data-model='echo']");
+    return row && Number(row.children[8].textContent) >= 1;
+  }, { timeout: 15000 });
+  await page.waitForSelector(`#finished tbody a[data-id='${id}']`, { timeout: 15000 });
+  await shot(page, "queues");
+  // Usable on a phone: nothing wider than the screen.
+  await page.setViewport({ width: 390, height: 844, isMobile: true });
+  await page.reload({ waitUntil: "networkidle0" });
+  await page.waitForSelector("#queues tbody tr[data-model]");
+  const width = await page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok(width <= 392, "page width on a phone: " + width);
+  await shot(page, "phone");
+  await page.close();
+  assert.deepEqual(consoleErrors, []);
+});
+
+test("pausing holds jobs out of pending, and a dead-lettered job requeued from the UI completes", async () => {
+  const page = await newPage();
+  await signIn(page, ADMIN);
+  const row = "#queues tbody tr[data-model='echo']";
+  await page.click(row + " button");  // Pause
+  await page.waitForFunction((sel) => document.querySelector(sel).textContent.includes("paused"), {}, row);
+  const id = await submit("to the dead letter");
+  assert.equal(redis("LLEN", "relay:echo:pending"), "0", "the scaler sees nothing to do");
+  assert.equal(redis("LLEN", "relay:echo:held"), "1");
+  // Make it a dead letter, as the reaper would after its relay died too often.
+  redis("LMOVE", "relay:echo:held", "relay:echo:deadletter", "LEFT", "RIGHT");
+  redis("HSET", "job:" + id, "status", "failed", "error_code", "dead_lettered", "error_message", "relay died");
+  await page.click(row + " button");  // Resume
+  await page.waitForFunction((sel) => document.querySelector(sel).textContent.includes("running"), {}, row);
+  await page.select("#model", "echo");
+  await page.click("#states button[data-state='deadletter']");
+  const dead = `#jobs tbody tr[data-id='${id}']`;
+  await page.waitForSelector(dead + " button");
+  await shot(page, "dead-letter");
+  await page.click(dead + " button");  // Requeue
+  const done = await until(async () => { const j = await job(id); return j.status === "completed" && j; }, 60000, "the requeued job");
+  assert.equal(done.error, null);
+  await page.close();
+  assert.deepEqual(consoleErrors, []);
+});
+
+test("a read-only operator sees everything and cannot change anything", async () => {
+  const context = await browser.createBrowserContext();
+  const page = await newPage(context);
+  await signIn(page, VIEWER);
+  assert.equal(await page.$eval("#role", (e) => e.textContent), "read-only");
+  assert.equal(await page.$$eval("#queues tbody button", (b) => b.length), 0, "no pause buttons");
+  const id = await submit("read only");
+  await page.waitForSelector(`#jobs tbody tr[data-id='${id}'], #jobs tbody tr`);
+  assert.equal(await page.$$eval("#jobs tbody button", (b) => b.length), 0, "no cancel buttons");
+  const status = await page.evaluate(async (jobId, key) => {
+    const r = await fetch("/admin/api/jobs/echo/" + jobId + "/cancel", { method: "POST", headers: { Authorization: "Bearer " + key } });
+    return r.status;
+  }, id, VIEWER);
+  assert.equal(status, 403);
+  await page.click("#signout");
+  await page.waitForSelector("#login:not([hidden])");
+  await context.close();
+  assert.deepEqual(consoleErrors.filter((e) => !e.includes("403")), []);
+});

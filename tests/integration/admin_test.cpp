@@ -1,0 +1,158 @@
+// The operator API behind the dashboard (/admin/api): its own keys and roles, the views across
+// tenants, and pausing a model's intake — a paused model's jobs wait in its held list, out of
+// pending (what the scaler counts), whatever puts them back in the queue, until it is resumed.
+
+#include "common/sha256.hpp"
+#include "gateway_fixture.hpp"
+
+namespace relay::testing {
+namespace {
+
+class AdminTest : public GatewayTest {
+ protected:
+  void start() {
+    start_gateway({{"RELAY_AUTH_ENABLED", "true"},
+                   {"RELAY_SERVER_PRIORITY_HEADER", "X-Priority"},
+                   {"RELAY_AUTH_API_KEYS", sha256_hex("tenant-key") + "=acme"},
+                   {"RELAY_ADMIN_API_KEYS",
+                    sha256_hex("op-admin") + "=admin," + sha256_hex("op-read") + "=read"}});
+  }
+  HttpResult admin(const std::string& method, const std::string& path,
+                   const std::string& key = "op-admin") {
+    return http(method, url("/admin/api/" + path), {"Authorization: Bearer " + key});
+  }
+  std::string submit_as_tenant(const std::string& content, std::vector<std::string> headers = {}) {
+    headers.push_back("Authorization: Bearer tenant-key");
+    auto r = submit(content, headers);
+    EXPECT_EQ(r.status, 202) << r.body;
+    return str(parse(r), "id");
+  }
+  long long llen(const std::string& key) {
+    return redis::as_integer(conn_.command({"LLEN", key}).get());
+  }
+};
+
+TEST_F(AdminTest, OperatorKeysAndRoles) {
+  start();
+  EXPECT_EQ(admin("GET", "overview", "").status, 401);
+  EXPECT_EQ(admin("GET", "overview", "tenant-key").status, 401)
+      << "a tenant key is not an operator's";
+  EXPECT_EQ(http("GET", url("/jobs/echo"), {"Authorization: Bearer op-admin"}).status, 401)
+      << "nor the other way round";
+  auto read = admin("GET", "overview", "op-read");
+  ASSERT_EQ(read.status, 200) << read.body;
+  EXPECT_EQ(str(parse(read), "role"), "read");
+  EXPECT_EQ(admin("POST", "models/m1/pause", "op-read").status, 403);
+  EXPECT_EQ(admin("GET", "models/m1/jobs?state=nonsense").status, 400);
+  EXPECT_EQ(admin("GET", "models/nope/jobs?state=pending").status, 404);
+  auto page = http("GET", url("/dashboard"));
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.headers["content-type"], "text/html; charset=utf-8");
+  EXPECT_NE(page.headers["content-security-policy"].find("default-src 'none'"), std::string::npos);
+  EXPECT_EQ(page.body.find("http://"), std::string::npos) << "nothing loaded from elsewhere";
+  EXPECT_EQ(page.body.find("https://"), std::string::npos);
+}
+
+TEST_F(GatewayTest, WithoutOperatorKeysThereIsNoDashboard) {
+  start_gateway();
+  EXPECT_EQ(http("GET", url("/dashboard")).status, 404);
+  EXPECT_EQ(http("GET", url("/admin/api/overview")).status, 404);
+}
+
+TEST_F(AdminTest, ViewsAcrossTenantsAndSearch) {
+  start();
+  const std::string a = submit_as_tenant("a", {"Idempotency-Key: order-7"});
+  const std::string b = submit_as_tenant("b");
+  auto overview = parse(admin("GET", "overview"));
+  auto m1 = overview.at("models").as_array()[0].as_object();
+  EXPECT_EQ(str(m1, "model"), "m1");
+  EXPECT_EQ(m1.at("pending").as_int64(), 2);
+  EXPECT_FALSE(m1.at("paused").as_bool());
+  auto pending = parse(admin("GET", "models/m1/jobs?state=pending")).at("jobs").as_array();
+  ASSERT_EQ(pending.size(), 2u);
+  EXPECT_EQ(str(pending[0].as_object(), "id"), a) << "the next to run first";
+  EXPECT_EQ(str(pending[0].as_object(), "tenant"), "acme");
+  // Search by id, and by the tenant's Idempotency-Key.
+  auto by_id = parse(admin("GET", "search?q=" + b)).at("jobs").as_array();
+  ASSERT_EQ(by_id.size(), 1u);
+  EXPECT_EQ(str(by_id[0].as_object(), "id"), b);
+  auto by_key = parse(admin("GET", "search?q=order-7")).at("jobs").as_array();
+  ASSERT_EQ(by_key.size(), 1u);
+  EXPECT_EQ(str(by_key[0].as_object(), "id"), a);
+  EXPECT_TRUE(parse(admin("GET", "search?q=nothing")).at("jobs").as_array().empty());
+  // A tenant's listing, and a job's detail; cancel from the dashboard.
+  auto listed = parse(admin("GET", "jobs?tenant=acme")).at("jobs").as_array();
+  EXPECT_EQ(listed.size(), 2u);
+  EXPECT_EQ(str(parse(admin("GET", "jobs/m1/" + a)), "tenant"), "acme");
+  auto cancelled = admin("POST", "jobs/m1/" + a + "/cancel");
+  EXPECT_EQ(cancelled.status, 200) << cancelled.body;
+  EXPECT_EQ(str(parse(cancelled), "status"), "cancelled");
+  EXPECT_EQ(admin("POST", "jobs/m1/" + a + "/cancel").status, 409);
+}
+
+TEST_F(AdminTest, APausedModelHoldsItsJobsOutOfPendingUntilResumed) {
+  start();
+  const std::string before = submit_as_tenant("before");
+  auto paused = admin("POST", "models/m1/pause");
+  ASSERT_EQ(paused.status, 200) << paused.body;
+  EXPECT_EQ(parse(paused).at("moved").as_int64(), 1);
+  const std::string during = submit_as_tenant("during");
+  const std::string urgent = submit_as_tenant("urgent", {"X-Priority: 1"});
+  EXPECT_EQ(llen(keys_.pending("m1")), 0) << "the scaler sees nothing";
+  EXPECT_EQ(llen(keys_.held("m1")), 3);
+  EXPECT_TRUE(parse(admin("GET", "overview"))
+                  .at("models")
+                  .as_array()[0]
+                  .as_object()
+                  .at("paused")
+                  .as_bool());
+  // A relay started now finds nothing to take, and exits on its queue timeout.
+  InferenceServer inference;
+  auto idle = start_relay(inference, {{"RELAY_QUEUE_POP_TIMEOUT", "300ms"}});
+  EXPECT_EQ(idle->wait_exit(20s), 0);
+  EXPECT_FALSE(inference.saw("request /predict"));
+  // A held job can be cancelled; a cancelled one leaves the held list.
+  EXPECT_EQ(
+      http("DELETE", url("/jobs/echo/" + during), {"Authorization: Bearer tenant-key"}).status,
+      200);
+  EXPECT_EQ(llen(keys_.held("m1")), 2);
+  // Resumed: the held jobs go back in order, then run.
+  auto resumed = admin("POST", "models/m1/resume");
+  EXPECT_EQ(parse(resumed).at("moved").as_int64(), 2);
+  const auto order = list(keys_.pending("m1"));
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0], urgent) << "a priority job is still first";
+  EXPECT_EQ(order[1], before);
+  auto relay = start_relay(inference, {}, {"--max-jobs", "2"});
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  for (const auto& id : {before, urgent})
+    EXPECT_EQ(str(parse(http("GET", url("/jobs/echo/" + id), {"Authorization: Bearer tenant-key"})),
+                  "status"),
+              "completed");
+}
+
+// Whatever puts a job back in the queue while its model is paused puts it in the held list: a
+// relay giving its job back at SIGTERM, the reaper's requeue, a dead letter requeued.
+TEST_F(AdminTest, RequeuesWhilePausedAreHeldToo) {
+  start();
+  const std::string id = submit_as_tenant("long");
+  InferenceServer slow({.delay_ms = 30'000});
+  auto relay = start_relay(slow);
+  ASSERT_TRUE(wait_until([&] { return slow.saw("request /predict"); }, 20s));
+  ASSERT_EQ(admin("POST", "models/m1/pause").status, 200);
+  relay->signal(SIGTERM);  // gives the job back
+  EXPECT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(llen(keys_.pending("m1")), 0);
+  EXPECT_EQ(list(keys_.held("m1")), std::vector<std::string>{id});
+  // A dead letter requeued from the dashboard while paused waits in the held list as well.
+  conn_.command({"LMOVE", keys_.held("m1"), keys_.deadletter("m1"), "LEFT", "RIGHT"});
+  conn_.command({"HSET", keys_.job("m1", id), "status", "failed", "error_code", "dead_lettered"});
+  auto requeued = admin("POST", "models/m1/deadletter/requeue?id=" + id);
+  EXPECT_EQ(parse(requeued).at("requeued").as_int64(), 1) << requeued.body;
+  EXPECT_EQ(llen(keys_.pending("m1")), 0);
+  EXPECT_EQ(list(keys_.held("m1")), std::vector<std::string>{id});
+  EXPECT_EQ(admin("POST", "models/m1/deadletter/requeue?id=" + id).status, 404);
+}
+
+}  // namespace
+}  // namespace relay::testing
