@@ -2,6 +2,7 @@
 
 #include <boost/json/serialize.hpp>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,7 @@ struct State {
   Level level = Level::info;
   bool json = true;
   std::string component;
+  std::map<std::string, std::string, std::less<>> traces;  // job id -> trace id (TraceScope)
 };
 
 State& state() {
@@ -62,6 +64,18 @@ void set_component(std::string_view component) {
   state().component = component;
 }
 
+TraceScope::TraceScope(std::string job_id, std::string trace_id) : job_id_(std::move(job_id)) {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  s.traces[job_id_] = std::move(trace_id);
+}
+
+TraceScope::~TraceScope() {
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  s.traces.erase(job_id_);
+}
+
 void write(Level level, std::string_view msg, const boost::json::object& fields) {
   auto& s = state();
   std::lock_guard lock(s.mu);
@@ -74,6 +88,10 @@ void write(Level level, std::string_view msg, const boost::json::object& fields)
     if (!s.component.empty()) o["component"] = s.component;
     o["msg"] = msg;
     for (const auto& kv : fields) o[kv.key()] = kv.value();
+    if (!s.traces.empty() && !o.contains("trace_id"))
+      if (auto* id = o.if_contains("job_id"); id && id->is_string())
+        if (auto it = s.traces.find(std::string_view(id->get_string())); it != s.traces.end())
+          o["trace_id"] = it->second;
     line = boost::json::serialize(o);
   } else {
     line =

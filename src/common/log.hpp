@@ -3,6 +3,7 @@
 // rules. Every line about a job carries "job_id". Secrets and input contents are never logged.
 
 #include <boost/json/object.hpp>
+#include <string>
 #include <string_view>
 
 namespace relay::log {
@@ -17,6 +18,19 @@ void set_format(std::string_view format);
 void set_component(std::string_view component);
 
 void write(Level level, std::string_view msg, const boost::json::object& fields = {});
+
+// While a job is in hand, its trace: every line naming its job_id (from any thread: the
+// heartbeat's, the cancel listener's) also gets its "trace_id".
+class TraceScope {
+ public:
+  TraceScope(std::string job_id, std::string trace_id);
+  ~TraceScope();
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  std::string job_id_;
+};
 inline void debug(std::string_view m, const boost::json::object& f = {}) {
   write(Level::debug, m, f);
 }

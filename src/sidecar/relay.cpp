@@ -225,6 +225,9 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
 
   JobControl control;
+  // Every log line about this job carries its trace_id while it is in hand.
+  std::optional<log::TraceScope> traced;
+  if (auto trace = parse_traceparent(job.traceparent)) traced.emplace(job_id, trace->trace_id);
   {
     std::lock_guard lock(mu_);
     current_ = &control;
@@ -347,7 +350,6 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   boost::json::object line{
       {"job_id", job_id},           {"model", cfg_.model}, {"service_type", job.service_type},
       {"operation", job.operation}, {"outcome", outcome},  {"timings_us", result.timings.micros()}};
-  if (auto trace = parse_traceparent(job.traceparent)) line["trace_id"] = trace->trace_id;
   if (!result.error_code.empty()) {
     line["error_code"] = result.error_code;
     line["error"] = result.error_message.substr(0, 512);

@@ -1,6 +1,7 @@
 // Webhooks end to end: signed deliveries to a real receiver, retries, replicas, dead letters.
 
 #include <regex>
+#include <sstream>
 
 #include "gateway_fixture.hpp"
 
@@ -355,6 +356,15 @@ TEST_F(WebhookTest, TheTraceFollowsTheJobAndTimingsBecomeMetrics) {
       10s))
       << gateway_->log();
   EXPECT_NE(relay->log().find("\"trace_id\":\"" + trace + "\""), std::string::npos);
+  // Every relay line about the job names its trace.
+  std::istringstream relay_lines(relay->log());
+  int about_the_job = 0;
+  for (std::string line; std::getline(relay_lines, line);)
+    if (line.find("\"job_id\":\"" + id + "\"") != std::string::npos) {
+      ++about_the_job;
+      EXPECT_NE(line.find("\"trace_id\":\"" + trace + "\""), std::string::npos) << line;
+    }
+  EXPECT_GE(about_the_job, 1);
   // Histograms: stages and end to end by model, webhook deliveries; bounds as plain numbers.
   auto metrics = http("GET", url("/metrics")).body;
   for (const char* want :
