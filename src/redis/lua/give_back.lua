@@ -8,9 +8,11 @@ if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == 'completed' or st == 'failed' or st == 'cancelled' then return 0 end
 redis.call('LREM', KEYS[3], 1, ARGV[1])
-local queue = KEYS[4]
-if redis.call('EXISTS', KEYS[5]) == 1 then queue = KEYS[6] end
-redis.call('LPUSH', queue, ARGV[1])
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('LPUSH', KEYS[6], ARGV[1])
+else
+  redis.call('LPUSH', KEYS[4], ARGV[1])
+end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[1], 'status', 'pending')
 redis.call('HDEL', KEYS[1], 'started_at', 'holder')

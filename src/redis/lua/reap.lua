@@ -45,9 +45,11 @@ if attempts >= tonumber(ARGV[3]) then
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[5], '*', 'job_id', id, 'status', 'failed')
   return {'deadlettered', redis.call('HGET', KEYS[3], 'service_type') or ''}
 end
-local queue = KEYS[4]
-if redis.call('EXISTS', KEYS[8]) == 1 then queue = KEYS[9] end
-redis.call('LPUSH', queue, id)
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  redis.call('LPUSH', KEYS[9], id)
+else
+  redis.call('LPUSH', KEYS[4], id)
+end
 redis.call('HSET', KEYS[3], 'status', 'pending')
 redis.call('HDEL', KEYS[3], 'started_at', 'holder')
 if redis.call('HEXISTS', KEYS[3], 'watched') == 1 then redis.call('PUBLISH', ARGV[6], 'pending') end

@@ -8,7 +8,9 @@ if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[3], 'status', 'pending', 'attempts', '0')
 redis.call('HDEL', KEYS[3], 'error_code', 'error_message', 'finished_at', 'started_at', 'holder', 'cancel_requested')
 redis.call('PERSIST', KEYS[3])
-local queue = KEYS[2]
-if redis.call('EXISTS', KEYS[4]) == 1 then queue = KEYS[5] end
-redis.call('RPUSH', queue, ARGV[1])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('RPUSH', KEYS[5], ARGV[1])
+else
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+end
 return 1

@@ -7,7 +7,9 @@
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 'gone' end
 if redis.call('HGET', KEYS[3], 'status') ~= 'pending' then return 'gone' end
 redis.call('HDEL', KEYS[3], 'retry_at')
-local queue = KEYS[2]
-if redis.call('EXISTS', KEYS[4]) == 1 then queue = KEYS[5] end
-redis.call('LPUSH', queue, ARGV[1])
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('LPUSH', KEYS[5], ARGV[1])
+else
+  redis.call('LPUSH', KEYS[2], ARGV[1])
+end
 return 'requeued'

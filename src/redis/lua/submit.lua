@@ -8,8 +8,12 @@ if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local fields = {}
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
-local queue = KEYS[2]
-if redis.call('EXISTS', KEYS[4]) == 1 then queue = KEYS[5] end
-if ARGV[2] == 'L' then redis.call('LPUSH', queue, ARGV[1]) else redis.call('RPUSH', queue, ARGV[1]) end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  if ARGV[2] == 'L' then redis.call('LPUSH', KEYS[5], ARGV[1]) else redis.call('RPUSH', KEYS[5], ARGV[1]) end
+elseif ARGV[2] == 'L' then
+  redis.call('LPUSH', KEYS[2], ARGV[1])
+else
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+end
 if ARGV[3] ~= '' then redis.call('ZADD', KEYS[3], ARGV[3], ARGV[1]) end
 return 1
