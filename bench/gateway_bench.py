@@ -19,7 +19,6 @@ import json
 import os
 import re
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,38 +26,14 @@ import time
 import urllib.request
 from statistics import median
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ports import free_port, wait_port  # noqa: E402
+
 BIN = sys.argv[1]
 QUICK = "--quick" in sys.argv
 STORAGE_ROOT = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--storage-root=")), None)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 procs = []
-
-
-def free_port():
-    """A free port below the ephemeral range, so no connection's local port can take it first."""
-    import random
-    for _ in range(1000):
-        p = random.randint(20000, 32000)
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", p))
-            return p
-        except OSError:
-            continue
-        finally:
-            s.close()
-    raise RuntimeError("no free port")
-
-
-def wait_port(port, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def start(argv, env=None, log=None):

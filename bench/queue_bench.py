@@ -15,36 +15,19 @@ usage: queue_bench.py BIN_DIR [--jobs=20000]   (BullMQ is installed from npm int
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ports import free_port, wait_port  # noqa: E402
 
 BIN = sys.argv[1]
 JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")), "20000"))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = os.sysconf("SC_CLK_TCK")
 procs = []
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_port(port, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def start(argv, env=None, **kw):

@@ -236,8 +236,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
         std::string path = sub_.input_url.substr(0, sub_.input_url.find_first_of("?#"));
         sub_.filename = path.substr(path.rfind('/') + 1);
       }
-      if (sub_.content_type.empty() || sub_.content_type.starts_with("multipart/"))
-        sub_.content_type.clear();
+      if (sub_.content_type.starts_with("multipart/")) sub_.content_type.clear();
     }
     // Shown in job JSON: valid UTF-8, cut on a character boundary.
     r.input_filename = sub_.filename.empty() ? "input" : utf8_clean(sub_.filename, 255);

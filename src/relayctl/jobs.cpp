@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "common/time.hpp"
+#include "http/curl.hpp"
 #include "relayctl/commands.hpp"
 #include "relayctl/http.hpp"
 
@@ -39,20 +40,6 @@ void print_row(const boost::json::object& j) {
 void print_job(const boost::json::object& j) {
   print_header();
   print_row(j);
-}
-
-std::string url_encoded(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == ',') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
 }
 
 std::vector<std::string> auth(const Options& o) {
@@ -211,12 +198,12 @@ int job(const Options& o, JobVerb verb) {
 int jobs(const Options& o) {
   if (o.limit < 1) throw std::invalid_argument("--limit must be at least 1");
   std::string query;
-  if (!o.status_filter.empty()) query += "&status=" + url_encoded(o.status_filter);
+  if (!o.status_filter.empty()) query += "&status=" + http::uri_encode(o.status_filter);
   if (!o.since.empty()) {
     // A duration means that long ago; anything else goes to the gateway as written.
     std::string since = o.since;
     if (auto d = parse_duration(o.since)) since = format_rfc3339(wall_now() - *d);
-    query += "&since=" + url_encoded(since);
+    query += "&since=" + http::uri_encode(since);
   }
   const std::string base =
       o.gateway + "/jobs" + (o.service_type.empty() ? "" : "/" + o.service_type);
@@ -226,7 +213,7 @@ int jobs(const Options& o) {
   while (static_cast<std::int64_t>(all.size()) < o.limit) {
     const auto want = std::min<std::int64_t>(100, o.limit - static_cast<std::int64_t>(all.size()));
     std::string url = base + "?limit=" + std::to_string(want) + query;
-    if (!cursor.empty()) url += "&cursor=" + url_encoded(cursor);
+    if (!cursor.empty()) url += "&cursor=" + http::uri_encode(cursor);
     auto a = http_call("GET", url, auth(o));
     if (a.status != 200) return api_error(o, a);
     auto page = boost::json::parse(a.body).as_object();

@@ -43,8 +43,8 @@ class TimedSource final : public ByteSource {
   double spent_ms_ = 0;
 };
 
-// Marks which stage a storage error came from (fetch: an input by reference).
-enum class Stage { prepare, fetch, download, inference, upload };
+// Marks which stage a storage error came from.
+enum class Stage { prepare, download, inference, upload };
 
 JobResult failed(std::string code, std::string message) {
   JobResult r;
@@ -136,7 +136,6 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     auto t_open = Clock::now();
     std::unique_ptr<ByteSource> input;
     if (!job.input_url.empty()) {
-      stage = Stage::fetch;
       storage::InputUrlOptions o{cfg.input_urls_allow_private, cfg.input_urls_ca_file,
                                  job.input_max_size, cfg.storage.s3_timeout};
       input = storage::open_input_url(cfg.storage, o, job.input_url, control.token());
@@ -233,7 +232,8 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
   } catch (const crypto::DecryptionError& e) {
     result = failed("decryption_failed", e.what());
   } catch (const storage::StorageError& e) {
-    if (stage == Stage::fetch || (!job.input_url.empty() && stage != Stage::upload))
+    // Short of the upload, a storage error of an input by reference is the input's.
+    if (!job.input_url.empty() && stage != Stage::upload)
       // What retrying could fix (unreachable, 5xx, 429) apart from what it cannot.
       result = failed(e.kind() == storage::ErrorKind::invalid       ? "input_url_refused"
                       : e.kind() == storage::ErrorKind::too_large   ? "input_too_large"

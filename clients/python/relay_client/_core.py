@@ -111,8 +111,6 @@ class Opened:
         if self._own is not None:
             self._own.seek(0)
             return True
-        if isinstance(self.file, (bytes, bytearray)):
-            return True
         try:
             self.file.seek(getattr(self, "_start", 0) or 0)
             return True
