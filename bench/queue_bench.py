@@ -25,6 +25,8 @@ from ports import free_port, wait_port  # noqa: E402
 
 BIN = sys.argv[1]
 JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")), "20000"))
+# --only=relay or --only=bullmq: one side (for profiling); the comparison needs both.
+ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = os.sysconf("SC_CLK_TCK")
 procs = []
@@ -46,6 +48,30 @@ def cpu_seconds(pid):
 def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True,
                           check=True).stdout
+
+
+class RedisSocket:
+    """One connection for polling while the load runs (a redis-cli process per poll would take
+    a measurable share of the 2 cores from the systems measured)."""
+
+    def __init__(self, port):
+        import socket
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.buf = b""
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self.buf += self.sock.recv(4096)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def integer(self, *args):
+        cmd = f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args)
+        self.sock.sendall(cmd.encode())
+        line = self._line()
+        if not line.startswith(b":"):
+            raise RuntimeError(f"redis: {line!r}")
+        return int(line[1:])
 
 
 def redis_counters(port):
@@ -78,6 +104,11 @@ class Measure:
                     total += self.last.get(p.pid, 0.0)
             return total
         redis_cpu = cpu_seconds(self.redis_pid) - self.redis0
+        parts = {}
+        for p in self.system:
+            name = os.path.basename(p.args[0] if p.args[0] != "node" else p.args[1])
+            parts[name] = parts.get(name, 0.0) + spent([p]) / jobs * 1e6
+        parts["redis-server"] = redis_cpu / jobs * 1e6
         calls, reads = redis_counters(self.port)
         return {
             "jobs_per_s": jobs / elapsed,
@@ -87,6 +118,7 @@ class Measure:
             "commands_per_job": (calls - self.calls0) / jobs,
             "reads_per_job": (reads - self.reads0) / jobs,
             "seconds": elapsed,
+            "parts": parts,
         }
 
     last = {}
@@ -145,7 +177,8 @@ end
     done = [False]
     t = threading.Thread(target=watch_cpu, args=(measure, [load], lambda: done[0]))
     t.start()
-    while int(redis_cli(redis_port, "XLEN", "jobs:m1:events") or 0) < JOBS:
+    poll = RedisSocket(redis_port)
+    while poll.integer("XLEN", "jobs:m1:events") < JOBS:
         time.sleep(0.02)
     result = measure.stop(JOBS)
     done[0] = True
@@ -196,6 +229,8 @@ def main():
     try:
         for name, side in (("BullMQ 5.81.5 (c=64, worker c=64)", bullmq_side),
                            ("Relay (4 relays, tmpfs)", relay_side)):
+            if ONLY and ONLY.lower() not in name.lower():
+                continue
             redis_cli(port, "FLUSHALL")
             redis_cli(port, "CONFIG", "RESETSTAT")
             results[name] = side(port, redis.pid, work)
@@ -212,6 +247,11 @@ def main():
         print(f"| {name} | {r['jobs_per_s']:,.0f} | {r['cpu_us_per_job']:.0f} | "
               f"{r['redis_cpu_us_per_job']:.0f} | {r['commands_per_job']:.2f} | "
               f"{r['reads_per_job']:.2f} | {r['load_cpu_us_per_job']:.0f} |")
+    print("\nCPU-µs per job by process:")
+    for name, r in results.items():
+        print(f"  {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in r["parts"].items()))
+    if len(results) < 2:
+        return
     relay = results["Relay (4 relays, tmpfs)"]
     bull = results["BullMQ 5.81.5 (c=64, worker c=64)"]
     print(f"\nRelay / BullMQ: throughput {relay['jobs_per_s'] / bull['jobs_per_s']:.2f}x "
