@@ -181,6 +181,8 @@ end
     while poll.integer("XLEN", "jobs:m1:events") < JOBS:
         time.sleep(0.02)
     result = measure.stop(JOBS)
+    if os.environ.get("RELAY_BENCH_COMMANDSTATS"):
+        print(redis_cli(redis_port, "INFO", "commandstats"), file=sys.stderr)
     done[0] = True
     t.join()
     # Its threads stopped at their share; wrk itself would sleep out -d.

@@ -1,5 +1,6 @@
 #include "gateway/completion_consumer.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include "common/backoff.hpp"
@@ -16,20 +17,36 @@ void CompletionConsumer::ensure_groups(redis::EventLog& log) {
 int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
                                const std::vector<redis::Event>& batch) {
   int handled = 0;
-  for (const auto& ev : batch) {
-    if (!ev.job_id.empty()) {
+  // One settle per model: a read over several streams returns each stream's entries together.
+  for (auto from = batch.begin(); from != batch.end();) {
+    auto to =
+        std::find_if(from, batch.end(), [&](const auto& e) { return e.model != from->model; });
+    const std::vector<redis::Event> run(from, to);
+    from = to;
+    std::vector<std::string> tenants;
+    try {
+      tenants = events.settle(run.front().model, run, p_.job_retention);
+    } catch (const redis::IoError&) {
+      throw;
+    } catch (const std::exception& e) {
+      // Left pending: claimed again after claim_idle. Logged, never fatal.
+      log::error("completion handling failed",
+                 {{"model", run.front().model}, {"entries", run.size()}, {"error", e.what()}});
+      continue;
+    }
+    handled += static_cast<int>(run.size());
+    for (size_t i = 0; i < run.size(); ++i) {
+      const auto& ev = run[i];
+      if (ev.job_id.empty()) continue;
       try {
-        p_.handle(c, CompletionEvent{ev.model, ev.job_id, ev.status, ev.timings, ev.traceparent});
+        p_.settled(c, CompletionEvent{ev.model, ev.job_id, ev.status, ev.timings, ev.traceparent,
+                                      tenants[i]});
       } catch (const redis::IoError&) {
         throw;
       } catch (const std::exception& e) {
-        // Left pending: claimed again after claim_idle. Logged, never fatal.
-        log::error("completion handling failed", {{"job_id", ev.job_id}, {"error", e.what()}});
-        continue;
+        log::error("completion follow-up failed", {{"job_id", ev.job_id}, {"error", e.what()}});
       }
     }
-    events.ack(ev);
-    ++handled;
   }
   return handled;
 }

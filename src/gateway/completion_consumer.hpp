@@ -1,10 +1,11 @@
 #pragma once
 // The gateway's completion consumer (seed, "Gateway subscriber"; SPEC §4.5): reads the durable
 // jobs:<model>:events streams through a consumer group, so that each terminal transition is
-// handled by one replica — job:<id>:done published for long-polls, the webhook scheduled,
-// metrics counted — and acknowledged after. Entries left pending by a dead replica are claimed
-// (XAUTOCLAIM) after events.claim_idle. Handling is idempotent (a webhook is scheduled at most
-// once per transition), so a claimed entry that had in fact been handled costs nothing.
+// handled by one replica — job:<id>:done published for long-polls, the webhook scheduled, the
+// record's retention set — and acknowledged in the same step, one Lua call per batch read
+// (lua/settle.lua); then metrics and log lines. Entries left pending by a dead replica are
+// claimed (XAUTOCLAIM) after events.claim_idle. Handling is idempotent (a webhook is scheduled
+// at most once per transition), so a claimed entry that had in fact been handled costs nothing.
 // One consumer reads its models' streams with one XREADGROUP; in cluster mode, where streams
 // live on different nodes, the gateway runs one consumer per model.
 
@@ -25,6 +26,7 @@ inline constexpr const char* kEventsGroup = "relay-gateway";
 struct CompletionEvent {
   std::string model, job_id, status;
   std::string timings, traceparent;  // when a relay finished the job
+  std::string tenant;                // '' when the record is gone
 };
 
 struct CompletionConsumerParams {
@@ -33,8 +35,10 @@ struct CompletionConsumerParams {
   std::vector<std::string> models;
   std::string consumer;
   std::chrono::milliseconds claim_idle;
-  // Handles one event with the given connection; throws to leave it unacknowledged.
-  std::function<void(redis::Connection&, const CompletionEvent&)> handle;
+  std::chrono::milliseconds job_retention;
+  // After a batch is settled: each event's own work outside Redis's step (metrics, logs, the
+  // quota slot), with the given connection. An exception is logged; the entry stays handled.
+  std::function<void(redis::Connection&, const CompletionEvent&)> settled;
 };
 
 class CompletionConsumer {

@@ -86,13 +86,8 @@ int main(int argc, char** argv) {
        std::max(2 * cfg.idempotency_reservation, std::chrono::milliseconds(60'000))});
   gateway::DueSweep due_sweep({endpoint, keys, models, cfg.expire_interval});
   auto on_completion = [&](redis::Connection& c, const gateway::CompletionEvent& ev) {
-    redis::JobStore store(c, keys);
-    store.publish_job_done(ev.job_id, ev.status);  // long-polls first: they are waiting now
-    store.schedule_webhook(ev.model, ev.job_id, ev.status);
-    store.schedule_gc(ev.model, ev.job_id, cfg.job_retention);
-    if (cfg.quotas_limit_pending())  // the job's max_pending slot is free again
-      if (auto rec = store.get(ev.model, ev.job_id))
-        store.release(rec->tenant, ev.model, ev.job_id);
+    if (cfg.quotas_limit_pending() && !ev.tenant.empty())  // the job's max_pending slot is free
+      redis::JobStore(c, keys).release(ev.tenant, ev.model, ev.job_id);
     gateway::metrics().jobs_finished.add({ev.model, ev.status});
     gateway::observe_timings(ev.model, ev.status, ev.timings);
     boost::json::object line{{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}};
@@ -110,7 +105,7 @@ int main(int argc, char** argv) {
   for (auto& ms : consumer_models)
     consumers.push_back(
         std::make_unique<gateway::CompletionConsumer>(gateway::CompletionConsumerParams{
-            endpoint, keys, ms, cfg.consumer, cfg.claim_idle, on_completion}));
+            endpoint, keys, ms, cfg.consumer, cfg.claim_idle, cfg.job_retention, on_completion}));
   gateway::WebhookSender webhooks({endpoint, keys, models, webhook_key, cfg.webhook_allow_private,
                                    cfg.webhook_timeout, cfg.webhook_max_age,
                                    cfg.webhook_initial_backoff, cfg.webhook_concurrency,

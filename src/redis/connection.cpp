@@ -165,15 +165,20 @@ Connection::~Connection() = default;
 Connection::Connection(Connection&&) noexcept = default;
 Connection& Connection::operator=(Connection&&) noexcept = default;
 
+namespace {
 // The one place where a reply becomes a value or an exception.
+void throw_if_error(const redisReply* r) {
+  if (r->type != REDIS_REPLY_ERROR) return;
+  std::string message(r->str, r->len);
+  if (is_transient_error(message))
+    throw TransientError("redis: " + message, needs_new_connection(message));
+  throw ReplyError("redis: " + message);
+}
+}  // namespace
+
 Reply Connection::checked(redisReply* r) {
   Reply reply(r);
-  if (reply->type == REDIS_REPLY_ERROR) {
-    std::string message(reply->str, reply->len);
-    if (is_transient_error(message))
-      throw TransientError("redis: " + message, needs_new_connection(message));
-    throw ReplyError("redis: " + message);
-  }
+  throw_if_error(reply.get());
   return reply;
 }
 
@@ -249,11 +254,10 @@ Reply Connection::eval(const Script& script, const std::vector<std::string>& key
   return command(argv);
 }
 
-void Connection::append(const std::vector<std::string>& argv) {
-  if (cluster_) {
-    cluster_->last = &cluster_->for_key(routing_key(argv));
-    return cluster_->last->append(argv);
-  }
+namespace {
+
+// The RESP text of one command, appended to out.
+void format_command(const std::vector<std::string>& argv, std::string& out) {
   std::vector<const char*> ptrs;
   std::vector<size_t> lens;
   ptrs.reserve(argv.size());
@@ -266,7 +270,48 @@ void Connection::append(const std::vector<std::string>& argv) {
   int len = redisFormatCommandArgv(&cmd, static_cast<int>(argv.size()), ptrs.data(), lens.data());
   if (len < 0) throw IoError("redis: cannot format a command");
   std::unique_ptr<char, decltype(&redisFreeCommand)> owned(cmd, &redisFreeCommand);
-  t_->write_all(cmd, static_cast<size_t>(len));
+  out.append(cmd, static_cast<size_t>(len));
+}
+
+std::vector<std::string> evalsha_argv(const Connection::ScriptCall& call) {
+  std::vector<std::string> argv{"EVALSHA", std::string(call.script->sha1),
+                                std::to_string(call.keys.size())};
+  argv.insert(argv.end(), call.keys.begin(), call.keys.end());
+  argv.insert(argv.end(), call.args.begin(), call.args.end());
+  return argv;
+}
+
+}  // namespace
+
+std::vector<Reply> Connection::eval_pipeline(const std::vector<ScriptCall>& calls) {
+  std::vector<Reply> out;
+  out.reserve(calls.size());
+  if (cluster_) {
+    for (const auto& c : calls) out.push_back(eval(*c.script, c.keys, c.args));
+    return out;
+  }
+  std::string wire;
+  for (const auto& call : calls) format_command(evalsha_argv(call), wire);
+  t_->write_all(wire.data(), wire.size());
+  for (size_t i = 0; i < calls.size(); ++i) out.emplace_back(t_->next_reply());
+  // Every reply is read before any is thrown: the connection stays in step.
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto* r = out[i].get();
+    if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT"))
+      out[i] = eval(*calls[i].script, calls[i].keys, calls[i].args);
+  }
+  for (const auto& r : out) throw_if_error(r.get());
+  return out;
+}
+
+void Connection::append(const std::vector<std::string>& argv) {
+  if (cluster_) {
+    cluster_->last = &cluster_->for_key(routing_key(argv));
+    return cluster_->last->append(argv);
+  }
+  std::string wire;
+  format_command(argv, wire);
+  t_->write_all(wire.data(), wire.size());
 }
 
 Reply Connection::read_reply() {

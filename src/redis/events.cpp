@@ -2,6 +2,9 @@
 
 #include <optional>
 
+#include "redis/job_store.hpp"
+#include "redis/lua_scripts.hpp"
+
 namespace relay::redis {
 namespace {
 
@@ -75,8 +78,27 @@ std::vector<Event> EventLog::claim_idle(const std::string& model, const std::str
   return out;
 }
 
-void EventLog::ack(const Event& e) {
-  conn_.command({"XACK", keys_.events(e.model), group_, e.entry_id});
+std::vector<std::string> EventLog::settle(const std::string& model, const std::vector<Event>& batch,
+                                          std::chrono::milliseconds retention) {
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+  std::vector<std::string> keys{keys_.events(model), keys_.webhooks_due(model),
+                                keys_.gc_due(model)};
+  std::vector<std::string> args{group_, std::to_string(now.count()),
+                                std::to_string(retention.count()), model};
+  keys.reserve(keys.size() + 2 * batch.size());
+  args.reserve(args.size() + 5 * batch.size());
+  for (const auto& e : batch) {
+    const std::string delivery = e.job_id.empty() ? "" : JobStore::webhook_id(e.job_id);
+    keys.push_back(keys_.job(model, e.job_id));
+    keys.push_back(keys_.webhook(model, delivery));
+    args.insert(args.end(),
+                {e.entry_id, e.job_id, e.status, keys_.job_done_channel(e.job_id), delivery});
+  }
+  auto r = conn_.eval(lua::settle, keys, args);
+  auto tenants = as_strings(r.get());
+  if (tenants.size() != batch.size()) throw ReplyError("settle: unexpected reply");
+  return tenants;
 }
 
 }  // namespace relay::redis

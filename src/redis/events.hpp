@@ -32,7 +32,12 @@ class EventLog {
   // Entries another consumer left unacknowledged for idle or longer, now this consumer's.
   std::vector<Event> claim_idle(const std::string& model, const std::string& consumer,
                                 std::chrono::milliseconds idle, int count);
-  void ack(const Event& e);
+  // The gateway's handling of a batch of one model's entries, acknowledged in the same step
+  // (lua/settle.lua): long-polls woken, terminal webhooks scheduled, records set to expire
+  // after retention and their objects queued for deletion. Returns each entry's tenant ('' when
+  // its record is gone).
+  std::vector<std::string> settle(const std::string& model, const std::vector<Event>& batch,
+                                  std::chrono::milliseconds retention);
 
  private:
   Connection& conn_;

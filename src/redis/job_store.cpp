@@ -54,28 +54,58 @@ std::optional<std::string> JobStore::pop(const std::string& model,
   return as_optional_string(r.get());
 }
 
-std::optional<std::pair<std::string, JobRecord>> JobStore::take(const std::string& model,
-                                                                const std::string& token,
-                                                                std::chrono::milliseconds lease_ttl,
-                                                                std::optional<std::string> hint) {
-  // Peek, then take that id: a race with another relay or stale entries cost another look.
+Connection::ScriptCall JobStore::take_call(const std::string& model, const std::string& token,
+                                           std::chrono::milliseconds lease_ttl,
+                                           const std::vector<std::string>& candidates) const {
+  Connection::ScriptCall call{&lua::take,
+                              {keys_.pending(model), keys_.processing(model)},
+                              {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
+                               std::to_string(kTakeCandidates)}};
+  for (const auto& id : candidates) {
+    call.keys.push_back(keys_.job(model, id));
+    call.keys.push_back(keys_.lease(model, id));
+    call.args.push_back(id);
+    call.args.push_back(keys_.job_changed_channel(id));
+  }
+  return call;
+}
+
+namespace {
+
+// take.lua's reply: the job when taken; candidates become the ids it saw at the head of
+// pending (none when it was empty).
+std::optional<Taken> parse_take(const redisReply* r, std::vector<std::string>& candidates) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("take: unexpected reply");
+  const std::string tag = as_string(r->element[0]);
+  if (tag != "ok") {
+    candidates = as_strings(r, 1);  // none when 'empty'
+    return std::nullopt;
+  }
+  if (r->elements < 3) throw ReplyError("take: unexpected reply");
+  const auto n = static_cast<size_t>(as_integer(r->element[2]));
+  if (r->elements < 3 + n) throw ReplyError("take: unexpected reply");
+  candidates.clear();
+  for (size_t i = 0; i < n; ++i) candidates.push_back(as_string(r->element[3 + i]));
+  return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pairs(r, 3 + n))};
+}
+
+}  // namespace
+
+std::optional<Taken> JobStore::take(const std::string& model, const std::string& token,
+                                    std::chrono::milliseconds lease_ttl,
+                                    std::vector<std::string>& candidates) {
+  // Each look that misses returns the head as it is then: a miss costs one round trip.
   for (int look = 0; look < 100; ++look) {
-    auto head =
-        look == 0 && hint
-            ? std::move(hint)
-            : as_optional_string(conn_.command({"LINDEX", keys_.pending(model), "0"}).get());
-    if (!head) return std::nullopt;
-    const std::string& id = *head;
-    auto r = conn_.eval(lua::take,
-                        {keys_.pending(model), keys_.processing(model), keys_.job(model, id),
-                         keys_.lease(model, id)},
-                        {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
-                         keys_.job_changed_channel(id)});
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
-      throw ReplyError("take: unexpected reply");
-    std::string tag = as_string(r->element[0]);
-    if (tag == "ok") return std::make_pair(id, JobRecord::from_fields(as_pairs(r.get(), 1)));
-    if (tag == "empty") return std::nullopt;
+    if (candidates.empty()) {
+      candidates = as_strings(
+          conn_.command({"LRANGE", keys_.pending(model), "0", std::to_string(kTakeCandidates - 1)})
+              .get());
+      if (candidates.empty()) return std::nullopt;
+    }
+    auto call = take_call(model, token, lease_ttl, candidates);
+    auto r = conn_.eval(*call.script, call.keys, call.args);
+    if (auto taken = parse_take(r.get(), candidates)) return taken;
+    if (candidates.empty()) return std::nullopt;
   }
   return std::nullopt;  // the blocking path takes over
 }
@@ -111,36 +141,55 @@ std::int64_t JobStore::progress(const std::string& model, const std::string& id,
   return as_integer(reply.get());
 }
 
-FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
-                               std::optional<std::string>* next_pending) {
+Connection::ScriptCall JobStore::finish_call(const Completion& c, const std::string& token) const {
   const std::string& model = c.model;
   const std::string& id = c.job_id;
-  std::vector<std::string> args{id,
-                                token,
-                                std::string(to_string(c.status)),
-                                keys_.completed_channel(model),
-                                c.payload(),
-                                std::to_string(kEventsMaxLen)};
+  Connection::ScriptCall call{
+      &lua::finish,
+      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model),
+       keys_.pending(model)},
+      {id, token, std::string(to_string(c.status)), keys_.completed_channel(model), c.payload(),
+       std::to_string(kEventsMaxLen), std::to_string(kTakeCandidates)}};
   for (auto& [k, v] : c.fields()) {
     if (k == field::status) continue;  // ARGV[3]
-    args.push_back(k);
-    args.push_back(v);
+    call.args.push_back(k);
+    call.args.push_back(v);
   }
-  auto r = conn_.eval(lua::finish,
-                      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model),
-                       keys_.events(model), keys_.pending(model)},
-                      args);
+  return call;
+}
+
+namespace {
+
+FinishOutcome parse_finish(const redisReply* r, std::vector<std::string>* candidates) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
     throw ReplyError("finish: unexpected reply");
   std::string s = as_string(r->element[0]);
   if (s == "ok") {
-    if (next_pending)
-      *next_pending = r->elements > 1 ? std::optional(as_string(r->element[1])) : std::nullopt;
+    if (candidates) *candidates = as_strings(r, 1);
     return FinishOutcome::ok;
   }
   if (s == "terminal") return FinishOutcome::terminal;
   if (s == "lease_lost") return FinishOutcome::lease_lost;
   return FinishOutcome::missing;
+}
+
+}  // namespace
+
+FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
+                               std::vector<std::string>* candidates) {
+  auto call = finish_call(c, token);
+  auto r = conn_.eval(*call.script, call.keys, call.args);
+  return parse_finish(r.get(), candidates);
+}
+
+std::pair<FinishOutcome, std::optional<Taken>> JobStore::finish_and_take(
+    const Completion& c, const std::string& token, const std::string& next_token,
+    std::chrono::milliseconds lease_ttl, std::vector<std::string>& candidates) {
+  if (candidates.empty()) return {finish(c, token, &candidates), std::nullopt};
+  auto replies = conn_.eval_pipeline(
+      {finish_call(c, token), take_call(c.model, next_token, lease_ttl, candidates)});
+  auto outcome = parse_finish(replies[0].get(), nullptr);
+  return {outcome, parse_take(replies[1].get(), candidates)};
 }
 
 bool JobStore::give_back(const std::string& model, const std::string& id,
@@ -206,43 +255,17 @@ std::string_view to_string(WebhookEvent e) {
   }
 }
 
-namespace {
-
-bool schedule(Connection& conn, const Keys& keys, const std::string& model, const std::string& id,
-              const std::string& delivery, const std::string& status, WebhookEvent event) {
-  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::system_clock::now().time_since_epoch());
-  auto r = conn.eval(lua::schedule_webhook,
-                     {keys.job(model, id), keys.webhooks_due(model), keys.webhook(model, delivery)},
-                     {delivery, std::to_string(now.count()), status, keys.job(model, id),
-                      std::string(to_string(event))});
-  return as_integer(r.get()) == 1;
-}
-
-}  // namespace
-
-bool JobStore::schedule_webhook(const std::string& model, const std::string& id,
-                                const std::string& status) {
-  return schedule(conn_, keys_, model, id, webhook_id(id), status, WebhookEvent::terminal);
-}
-
 bool JobStore::schedule_webhook(const std::string& model, const std::string& id, WebhookEvent event,
                                 const std::string& suffix) {
-  return schedule(conn_, keys_, model, id,
-                  webhook_id(id) + "_" + std::string(to_string(event)) + "_" + suffix, "processing",
-                  event);
-}
-
-void JobStore::schedule_gc(const std::string& model, const std::string& id,
-                           std::chrono::milliseconds retention) {
-  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::system_clock::now().time_since_epoch());
-  conn_.eval(lua::schedule_gc, {keys_.job(model, id), keys_.gc_due(model)},
-             {std::to_string(retention.count()), std::to_string(now.count()), model, id});
-}
-
-void JobStore::publish_job_done(const std::string& id, const std::string& status) {
-  conn_.command({"PUBLISH", keys_.job_done_channel(id), status});
+  const std::string delivery = webhook_id(id) + "_" + std::string(to_string(event)) + "_" + suffix;
+  auto r =
+      conn_.eval(lua::schedule_webhook,
+                 {keys_.job(model, id), keys_.webhooks_due(model), keys_.webhook(model, delivery)},
+                 {delivery, std::to_string(now.count()), "processing", keys_.job(model, id),
+                  std::string(to_string(event))});
+  return as_integer(r.get()) == 1;
 }
 
 std::optional<std::string> JobStore::reserve_idempotency(const std::string& key,

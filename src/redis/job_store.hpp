@@ -49,6 +49,15 @@ struct QueueDepth {
 };
 std::string_view to_string(FinishOutcome o);
 
+// How many ids at the head of pending a take names (lua/take.lua): enough that, with many relays
+// taking at once, the head when a take runs is still among those its relay saw.
+inline constexpr long long kTakeCandidates = 16;
+
+struct Taken {
+  std::string id;
+  JobRecord record;  // after it was marked processing
+};
+
 // Approximate cap on jobs:<model>:events; consumers read it long before this many accumulate.
 inline constexpr long long kEventsMaxLen = 100'000;
 
@@ -63,13 +72,13 @@ class JobStore {
   // CLIENT UNBLOCK (shutdown).
   std::optional<std::string> pop(const std::string& model, std::chrono::milliseconds timeout);
 
-  // Non-blocking take when jobs wait: move + lease + processing in one step. nullopt when the
-  // queue is empty (then pop() + begin()). hint: the id finish() saw at the head of pending,
-  // which saves looking (one round trip); a stale hint costs a look.
-  std::optional<std::pair<std::string, JobRecord>> take(const std::string& model,
-                                                        const std::string& token,
-                                                        std::chrono::milliseconds lease_ttl,
-                                                        std::optional<std::string> hint = {});
+  // Non-blocking take when jobs wait: move + lease + processing in one step (lua/take.lua).
+  // nullopt when the queue is empty (then pop() + begin()). candidates: the ids at the head of
+  // pending as last seen (finish() and take() leave them there; when empty they are looked up
+  // first, one round trip more).
+  std::optional<Taken> take(const std::string& model, const std::string& token,
+                            std::chrono::milliseconds lease_ttl,
+                            std::vector<std::string>& candidates);
 
   BeginResult begin(const std::string& model, const std::string& id, const std::string& token,
                     std::chrono::milliseconds lease_ttl);
@@ -79,10 +88,16 @@ class JobStore {
   // holds our token. The reports recorded so far, or 0 when the lease is gone.
   std::int64_t progress(const std::string& model, const std::string& id, const std::string& token,
                         std::optional<double> fraction, const std::string& message);
-  // The relay's last step (lua/finish.lua), fenced by its lease token. next_pending (when given
-  // and ok): the id then at the head of pending, for take()'s hint.
+  // The relay's last step (lua/finish.lua), fenced by its lease token. candidates (when given
+  // and ok): the ids then at the head of pending, for the next take().
   FinishOutcome finish(const Completion& c, const std::string& token,
-                       std::optional<std::string>* next_pending = nullptr);
+                       std::vector<std::string>* candidates = nullptr);
+  // A relay's steady state: finish() and the take() of its next job in one round trip
+  // (pipelined: independent steps, the take runs whatever the finish's outcome). The take is
+  // made only with candidates; without, or when it misses, candidates are left for take().
+  std::pair<FinishOutcome, std::optional<Taken>> finish_and_take(
+      const Completion& c, const std::string& token, const std::string& next_token,
+      std::chrono::milliseconds lease_ttl, std::vector<std::string>& candidates);
   bool give_back(const std::string& model, const std::string& id, const std::string& token);
   // The relay's last step for a retryable failure with attempts left (lua/retry.lua): fenced
   // like finish; the job waits in the retries set until due. failures: all so far, this one
@@ -106,21 +121,14 @@ class JobStore {
   CancelOutcome cancel(const std::string& model, const std::string& service_type,
                        const std::string& id);
 
-  // Completion consumer (gateway): schedules the job's webhook, once per transition. Returns
-  // false when the job has no callback_url or the webhook was scheduled already.
-  bool schedule_webhook(const std::string& model, const std::string& id, const std::string& status);
   // The relay: a webhook for an opt-in event (webhook_events) if the job wants it; `suffix`
   // tells this delivery from the job's other ones of the same event (an attempt's token, a
   // progress report's number).
   bool schedule_webhook(const std::string& model, const std::string& id, WebhookEvent event,
                         const std::string& suffix);
+  // A job's terminal webhook delivery id, the webhook-id receivers deduplicate on (scheduled
+  // by the completion consumer, redis/events.hpp); the opt-in events' ids extend it.
   static std::string webhook_id(const std::string& job_id);  // "msg_<id without dashes>"
-  // Completion consumer: the record expires after retention; its objects are queued for GC.
-  void schedule_gc(const std::string& model, const std::string& id,
-                   std::chrono::milliseconds retention);
-
-  // Wakes the gateways' long-polls on the job (job:<id>:done).
-  void publish_job_done(const std::string& id, const std::string& status);
 
   // Idempotency-Key (keys().idempotency()): reserves the key for job_id for ttl. nullopt when
   // reserved now; otherwise the id it holds — job_id itself when an earlier attempt of this
@@ -181,6 +189,11 @@ class JobStore {
   static std::vector<std::string> known_models(const Endpoint& ep, const Keys& keys);
 
  private:
+  Connection::ScriptCall take_call(const std::string& model, const std::string& token,
+                                   std::chrono::milliseconds lease_ttl,
+                                   const std::vector<std::string>& candidates) const;
+  Connection::ScriptCall finish_call(const Completion& c, const std::string& token) const;
+
   Connection& conn_;
   Keys keys_;
 };

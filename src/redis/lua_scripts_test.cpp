@@ -34,7 +34,7 @@ const std::initializer_list<Script> kScripts = {lua::submit,
                                                 lua::schedule_webhook,
                                                 lua::claim_webhooks,
                                                 lua::webhook_outcome,
-                                                lua::schedule_gc,
+                                                lua::settle,
                                                 lua::requeue_deadletter,
                                                 lua::renew_idempotency,
                                                 lua::watch,
@@ -52,10 +52,11 @@ TEST(LuaScripts, BuildTimeSha1MatchesTheEmbeddedSource) {
 }
 
 // Redis Cluster (and managed services) require a script to declare every key it touches in
-// KEYS: so each redis.call's key arguments must be KEYS[n], never a string built from ARGV.
+// KEYS: so each redis.call's key arguments must be KEYS[...], never a string built from ARGV.
 TEST(LuaScripts, TouchOnlyTheKeysTheyAreGiven) {
   const std::regex call(R"(redis\.p?call\(\s*'([A-Z]+)'\s*((?:,[^,)]*)*)\))");
-  const std::regex key_arg(R"(^\s*KEYS\[\d+\]\s*$)");
+  // KEYS[n], or KEYS[<expression>] where a script walks a list of keys it was given.
+  const std::regex key_arg(R"(^\s*KEYS\[[^\]\[]+\]\s*$)");
   for (const auto& s : kScripts) {
     std::string src(s.source);
     int calls = 0;

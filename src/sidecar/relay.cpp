@@ -149,19 +149,24 @@ int Relay::run() {
   int exit_code = 0;
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
   while (!shutdown_.stop_requested() && (cfg_.max_jobs == 0 || done < cfg_.max_jobs)) {
-    const std::string token = new_token(cfg_.pod_name);
     try {
-      // Busy path: a job is waiting; move, lease and mark it in one step.
-      auto taken =
-          redis::with_retry(main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
-            return redis::JobStore(c, keys).take(cfg_.model, token, cfg_.lease_ttl,
-                                                 std::exchange(next_pending_, std::nullopt));
-          });
+      // Busy path: a job is waiting (or was taken with the last finish); move, lease and mark
+      // it in one step.
+      auto taken = std::exchange(next_, std::nullopt);
+      if (!taken)
+        taken = redis::with_retry(
+            main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
+              return redis::JobStore(c, keys).take(cfg_.model, new_token(cfg_.pod_name),
+                                                   cfg_.lease_ttl, candidates_);
+            });
       if (taken) {
         ++done;
-        if (process(taken->second, token, main_conn, heartbeat) == Step::stop) break;
+        const bool more = cfg_.max_jobs == 0 || done < cfg_.max_jobs;
+        if (process(taken->record, taken->record.holder, main_conn, heartbeat, more) == Step::stop)
+          break;
         continue;
       }
+      const std::string token = new_token(cfg_.pod_name);
       // Idle path: the seed's BLMOVE, then the lease.
       auto id = redis::with_retry(
           main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
@@ -200,7 +205,8 @@ int Relay::run() {
         continue;
       }
       ++done;
-      if (process(begun.record, token, main_conn, heartbeat) == Step::stop) break;
+      const bool more = cfg_.max_jobs == 0 || done < cfg_.max_jobs;
+      if (process(begun.record, token, main_conn, heartbeat, more) == Step::stop) break;
     } catch (const redis::IoError& e) {
       // A job in hand stays in processing; its lease (if any) expires and the reaper requeues it.
       log::error("redis unavailable for too long; exiting", {{"error", e.what()}});
@@ -209,6 +215,16 @@ int Relay::run() {
     } catch (const Aborted&) {
       break;  // shutdown while waiting for Redis
     }
+  }
+  if (next_) {
+    // Taken with the last finish, then a shutdown: back to the front of pending at once.
+    try {
+      redis::JobStore(main_conn.get(), keys).give_back(cfg_.model, next_->id, next_->record.holder);
+    } catch (const std::exception& e) {
+      log::warn("a job taken before the shutdown is left to the reaper",
+                {{"job_id", next_->id}, {"error", e.what()}});
+    }
+    next_.reset();
   }
   heartbeat_thread.request_stop();
   heartbeat_thread.join();
@@ -219,7 +235,7 @@ int Relay::run() {
 }
 
 Relay::Step Relay::process(const JobRecord& job, const std::string& token,
-                           redis::LazyConnection& conn, Heartbeat& heartbeat) {
+                           redis::LazyConnection& conn, Heartbeat& heartbeat, bool take_next) {
   const auto keys = cfg_.keys();
   const std::string& job_id = job.id;
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
@@ -331,12 +347,23 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     // A retried finish may find the job terminal by its own first attempt (the reply was lost,
     // or too few replicas acknowledged it in time): the lease was ours until then, so nobody
     // else could have ended it — that is this outcome, written.
+    // The next job is taken in the same round trip, unless this relay stops after this one.
+    // A retry finishes only: the first try's take may have run (its job, if any, comes back
+    // by the reaper, like any job whose relay lost the reply of its take).
     bool retried = false;
     auto fin = redis::with_retry(
         conn, retry_for, {},
         [&](redis::Connection& c) {
           redis::JobStore store(c, keys);
-          auto f = store.finish(completion, token, &next_pending_);
+          redis::FinishOutcome f;
+          if (take_next && !retried && !shutdown_.stop_requested()) {
+            auto [outcome, next] = store.finish_and_take(
+                completion, token, new_token(cfg_.pod_name), cfg_.lease_ttl, candidates_);
+            f = outcome;
+            next_ = std::move(next);
+          } else {
+            f = store.finish(completion, token, &candidates_);
+          }
           if (f == redis::FinishOutcome::ok || (retried && f == redis::FinishOutcome::terminal))
             store.require_replicas(cfg_.redis.wait_replicas);
           return f;

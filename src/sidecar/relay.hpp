@@ -12,6 +12,7 @@
 #include "crypto/keyring.hpp"
 #include "redis/connection.hpp"
 #include "redis/job_record.hpp"
+#include "redis/job_store.hpp"
 #include "sidecar/config.hpp"
 #include "sidecar/job_control.hpp"
 #include "storage/storage.hpp"
@@ -35,9 +36,10 @@ class Relay {
 
  private:
   enum class Step { next, stop };
-  // Runs a job whose lease is taken, and writes its outcome.
+  // Runs a job whose lease is taken, and writes its outcome; with take_next, the step that
+  // writes it also takes the next job when one waits (into next_).
   Step process(const JobRecord& job, const std::string& token, redis::LazyConnection& conn,
-               Heartbeat& heartbeat);
+               Heartbeat& heartbeat, bool take_next);
   bool wait_for_inference();
   void unblock_pop();
 
@@ -52,7 +54,10 @@ class Relay {
   JobControl* current_ = nullptr;
   std::string current_id_;
   redis::BlockedClient pop_client_;
-  std::optional<std::string> next_pending_;  // finish's hint for the next take (main thread)
+  // Main thread: the ids last seen at the head of pending (for take), and a job taken by the
+  // previous job's finish.
+  std::vector<std::string> candidates_;
+  std::optional<redis::Taken> next_;
   bool popping_ = false;
 };
 

@@ -93,18 +93,19 @@ class FileWriter final : public ObjectWriter {
         fsync_(fsync),
         size_(size),
         stop_(std::move(stop)) {
-    // One mkdir in the common case (the job's own folder); the full walk only when a parent is
-    // missing. Submissions create a folder per job, so this is on the hot path.
-    if (::mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) {
-      std::error_code ec;
-      fs::create_directories(dir_, ec);
-      if (ec) throw StorageError(ErrorKind::other, "cannot create " + dir_ + ": " + ec.message());
-    }
     // Unique without a syscall: this process's id and a counter.
     static std::atomic<std::uint64_t> counter{0};
     static const std::string pid = std::to_string(::getpid());
     tmp_ = path_ + ".tmp-" + pid + "-" + std::to_string(counter.fetch_add(1));
+    // The folder is made first unless this thread has just seen it (a relay writes its result
+    // beside the input it read); if it has gone since, it is made after all.
+    const bool known = dir_ == known_dir;
+    if (!known) make_dir();
     fd_ = FdGuard(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
+    if (fd_.get() < 0 && errno == ENOENT && known) {
+      make_dir();
+      fd_ = FdGuard(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
+    }
     if (fd_.get() < 0) {
       int e = errno;
       ::rmdir(dir_.c_str());
@@ -112,6 +113,10 @@ class FileWriter final : public ObjectWriter {
       fail_errno("cannot create", tmp_);
     }
   }
+  // The folder of the object this thread last read or wrote, which therefore exists (unless
+  // removed since).
+  inline static thread_local std::string known_dir;
+
   ~FileWriter() override {
     if (committed_) return;
     fd_ = FdGuard(-1);
@@ -141,9 +146,20 @@ class FileWriter final : public ObjectWriter {
     if (::close(fd_.release()) != 0) fail_errno("cannot close", key_);
     if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail_errno("cannot rename into", key_);
     committed_ = true;
+    known_dir = dir_;
   }
 
  private:
+  // One mkdir in the common case (the job's own folder); the full walk only when a parent is
+  // missing. Submissions create a folder per job, so this is on the hot path.
+  void make_dir() {
+    if (::mkdir(dir_.c_str(), 0750) != 0 && errno != EEXIST) {
+      std::error_code ec;
+      fs::create_directories(dir_, ec);
+      if (ec) throw StorageError(ErrorKind::other, "cannot create " + dir_ + ": " + ec.message());
+    }
+  }
+
   std::string path_, dir_, key_, tmp_;
   bool fsync_;
   std::optional<std::uint64_t> size_;
@@ -170,6 +186,7 @@ std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_
   FdGuard guard(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail_errno("cannot stat", key);
+  FileWriter::known_dir = path.substr(0, path.rfind('/'));
   return std::make_unique<FileSource>(guard.release(), key, static_cast<std::uint64_t>(st.st_size),
                                       std::move(stop));
 }

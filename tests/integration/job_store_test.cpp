@@ -1,6 +1,10 @@
 // The Lua steps of SPEC §4 against a real redis-server: fencing by lease token, terminal states
 // that never change, and the atomic submit.
 
+#include <map>
+#include <set>
+#include <thread>
+
 #include "common/job_id.hpp"
 #include "relay_fixture.hpp"
 
@@ -150,6 +154,17 @@ TEST_F(JobStoreTest, HashTagKeysWorkForEveryStep) {
   EXPECT_TRUE(exists("pfx:relay:{m1}:lease:" + r.id));
   EXPECT_EQ(store.finish(ending(r, JobStatus::failed), "t"), redis::FinishOutcome::ok);
   EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", "pfx:jobs:{m1}:events"}).get()), 1);
+  auto r2 = pending_job(model_), r3 = pending_job(model_);
+  store.submit(r2, false);
+  store.submit(r3, false);
+  std::vector<std::string> candidates;
+  auto taken = store.take(model_, "t2", 5s, candidates);
+  ASSERT_TRUE(taken && taken->id == r2.id);
+  EXPECT_TRUE(exists("pfx:relay:{m1}:lease:" + r2.id));
+  auto [outcome, next] =
+      store.finish_and_take(ending(r2, JobStatus::completed), "t2", "t3", 5s, candidates);
+  EXPECT_EQ(outcome, redis::FinishOutcome::ok);
+  ASSERT_TRUE(next && next->id == r3.id);
 }
 
 // The three writers of a terminal state — the relay's finish, the cancel of a pending job and
@@ -206,12 +221,6 @@ TEST_F(JobStoreTest, EveryTerminalWriterPublishesTheDocumentedCompletion) {
   EXPECT_EQ(events_count(), 3);
 }
 
-}  // namespace
-}  // namespace relay::testing
-
-namespace relay::testing {
-namespace {
-
 TEST_F(JobStoreTest, TakeMovesLeasesAndMarksInOneStepSkippingStaleEntries) {
   auto stale = pending_job(model_);
   store_.submit(stale, false);
@@ -219,17 +228,147 @@ TEST_F(JobStoreTest, TakeMovesLeasesAndMarksInOneStepSkippingStaleEntries) {
   conn_.command({"RPUSH", keys_.pending(model_), "no-such-job"});
   auto live = pending_job(model_);
   store_.submit(live, false);
-  auto taken = store_.take(model_, "tok", 5s);
+  std::vector<std::string> candidates;  // none known: looked up
+  auto taken = store_.take(model_, "tok", 5s, candidates);
   ASSERT_TRUE(taken.has_value());
-  EXPECT_EQ(taken->first, live.id);
-  EXPECT_EQ(taken->second.status, JobStatus::processing);
-  EXPECT_EQ(taken->second.holder, "tok");
+  EXPECT_EQ(taken->id, live.id);
+  EXPECT_EQ(taken->record.status, JobStatus::processing);
+  EXPECT_EQ(taken->record.holder, "tok");
   EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, live.id)}).get()), "tok");
   EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{live.id})
       << "stale entries are dropped";
   EXPECT_EQ(status(stale.id), "cancelled");
-  EXPECT_FALSE(store_.take(model_, "tok2", 5s).has_value());
+  EXPECT_TRUE(candidates.empty()) << "the queue is empty now";
+  EXPECT_FALSE(store_.take(model_, "tok2", 5s, candidates).has_value());
 }
 
+TEST_F(JobStoreTest, TakeTakesTheHeadWhicheverCandidateItIsAndLooksAgainWhenItIsNone) {
+  std::vector<JobRecord> jobs;
+  for (int i = 0; i < 4; ++i) {
+    jobs.push_back(pending_job(model_));
+    store_.submit(jobs.back(), false);
+  }
+  // Candidates seen before another relay took the first two: the head is the third of them.
+  std::vector<std::string> candidates{jobs[0].id, jobs[1].id, jobs[2].id};
+  conn_.command({"LPOP", keys_.pending(model_), "2"});
+  auto taken = store_.take(model_, "tok", 5s, candidates);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->id, jobs[2].id) << "strictly the head";
+  EXPECT_EQ(candidates, std::vector<std::string>{jobs[3].id}) << "the head after the take";
+  // None of them at the head (taken meanwhile): one more look, from the ids returned.
+  auto late = pending_job(model_);
+  store_.submit(late, true);
+  candidates = {jobs[0].id};
+  taken = store_.take(model_, "tok2", 5s, candidates);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->id, late.id);
+  EXPECT_EQ(list(keys_.processing(model_)), (std::vector<std::string>{jobs[2].id, late.id}));
+}
+
+TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip) {
+  auto first = pending_job(model_), second = pending_job(model_), third = pending_job(model_);
+  for (auto* r : {&first, &second, &third}) store_.submit(*r, false);
+  std::vector<std::string> candidates;
+  auto taken = store_.take(model_, "t1", 5s, candidates);
+  ASSERT_TRUE(taken && taken->id == first.id);
+  EXPECT_EQ(candidates, (std::vector<std::string>{second.id, third.id}));
+  // (finish.lua into the script cache first: a NOSCRIPT costs a round trip more.)
+  EXPECT_EQ(store_.finish(ending(pending_job(model_), JobStatus::completed), "t0"),
+            redis::FinishOutcome::missing);
+  auto reads = [&] {
+    auto info = redis::as_string(conn_.command({"INFO", "stats"}).get());
+    auto at = info.find("total_reads_processed:");
+    return std::stoll(info.substr(at + 22));
+  };
+  const auto before = reads();
+  auto [outcome, next] =
+      store_.finish_and_take(ending(first, JobStatus::completed), "t1", "t2", 5s, candidates);
+  const auto after = reads();
+  EXPECT_EQ(outcome, redis::FinishOutcome::ok);
+  EXPECT_EQ(status(first.id), "completed");
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->id, second.id);
+  EXPECT_EQ(next->record.holder, "t2");
+  EXPECT_EQ(candidates, std::vector<std::string>{third.id});
+  // The INFO before counts one read; both steps arrived in one more (loopback delivers the one
+  // write whole).
+  EXPECT_EQ(after - before, 2);
+  // The take runs whatever the finish's outcome: a lost lease loses nothing else.
+  auto [lost, after_lost] =
+      store_.finish_and_take(ending(second, JobStatus::completed), "wrong", "t3", 5s, candidates);
+  EXPECT_EQ(lost, redis::FinishOutcome::lease_lost);
+  EXPECT_EQ(status(second.id), "processing");
+  ASSERT_TRUE(after_lost.has_value());
+  EXPECT_EQ(after_lost->id, third.id);
+  // An empty queue: finished, nothing taken, no candidates.
+  auto [last, none] =
+      store_.finish_and_take(ending(third, JobStatus::failed), "t3", "t4", 5s, candidates);
+  EXPECT_EQ(last, redis::FinishOutcome::ok);
+  EXPECT_FALSE(none.has_value());
+  EXPECT_TRUE(candidates.empty());
+}
+
+// Many relays taking at once: each job is taken exactly once, none is lost, and each relay sees
+// the jobs in queue order.
+TEST_F(JobStoreTest, ConcurrentTakersTakeEachJobOnceInQueueOrder) {
+  constexpr int kJobs = 400, kTakers = 6;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kJobs; ++i) {
+    auto r = pending_job(model_);
+    store_.submit(r, false);
+    ids.push_back(r.id);
+  }
+  std::vector<std::vector<std::string>> seen(kTakers);
+  std::vector<std::thread> takers;
+  for (int t = 0; t < kTakers; ++t)
+    takers.emplace_back([&, t] {
+      auto conn = redis_.connect();
+      redis::JobStore store(conn, keys_);
+      std::vector<std::string> candidates;
+      std::optional<redis::Taken> next;
+      const std::string token = "tok-" + std::to_string(t);
+      for (;;) {
+        auto job =
+            next ? std::exchange(next, std::nullopt) : store.take(model_, token, 5s, candidates);
+        if (!job) return;
+        seen[t].push_back(job->id);
+        JobRecord r = job->record;
+        r.model = model_;
+        auto [outcome, taken] =
+            store.finish_and_take(ending(r, JobStatus::completed), token, token, 5s, candidates);
+        EXPECT_EQ(outcome, redis::FinishOutcome::ok);
+        next = std::move(taken);
+      }
+    });
+  for (auto& t : takers) t.join();
+  std::map<std::string, int> position;
+  for (int i = 0; i < kJobs; ++i) position[ids[i]] = i;
+  std::set<std::string> all;
+  for (const auto& s : seen) {
+    for (size_t i = 1; i < s.size(); ++i) EXPECT_LT(position[s[i - 1]], position[s[i]]);
+    all.insert(s.begin(), s.end());
+  }
+  size_t total = 0;
+  for (const auto& s : seen) total += s.size();
+  EXPECT_EQ(total, static_cast<size_t>(kJobs)) << "no job taken twice";
+  EXPECT_EQ(all.size(), static_cast<size_t>(kJobs)) << "every job taken";
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  for (const auto& id : ids) EXPECT_EQ(status(id), "completed");
+}
+
+TEST_F(JobStoreTest, APipelineSurvivesAnEmptiedScriptCache) {
+  auto a = pending_job(model_), b = pending_job(model_);
+  store_.submit(a, false);
+  store_.submit(b, false);
+  std::vector<std::string> candidates;
+  auto taken = store_.take(model_, "t1", 5s, candidates);
+  ASSERT_TRUE(taken.has_value());
+  conn_.command({"SCRIPT", "FLUSH"});
+  auto [outcome, next] =
+      store_.finish_and_take(ending(a, JobStatus::completed), "t1", "t2", 5s, candidates);
+  EXPECT_EQ(outcome, redis::FinishOutcome::ok);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->id, b.id);
+}
 }  // namespace
 }  // namespace relay::testing

@@ -1,13 +1,15 @@
 -- The relay's last step: complete, fail or cancel (SPEC §4.4). The record and the events stream
 -- make the completion durable; the PUBLISH (at-most-once) stays for live listeners.
 -- KEYS[1] job record, KEYS[2] lease, KEYS[3] processing list, KEYS[4] events stream,
--- KEYS[5] pending list (read only: its head is returned as a hint for the relay's next take)
+-- KEYS[5] pending list (read only: the ids at its head are returned as the candidates of the
+-- relay's next take, see take.lua)
 -- ARGV[1] job id, ARGV[2] lease token, ARGV[3] terminal status, ARGV[4] completed channel,
 -- ARGV[5] completion payload (JSON), ARGV[6] events stream max length (approximate),
--- ARGV[7..] field, value pairs to set on the record
+-- ARGV[7] how many ids at the head of pending to return, ARGV[8..] field, value pairs to set
+-- on the record
 -- The events entry carries the job's timings and traceparent besides its id and status, for the
 -- gateway's stage histograms and log lines (no read of the record per completion).
--- Returns {'ok', <the id at the head of pending, if any>}; {'terminal'} if the job had ended
+-- Returns {'ok', <the ids at the head of pending>...}; {'terminal'} if the job had ended
 -- already, {'lease_lost'} if our lease is gone (the job may belong to another relay now),
 -- {'missing'} if the record is gone. In all but 'ok' nothing is written: no double completion.
 local st = redis.call('HGET', KEYS[1], 'status')
@@ -15,10 +17,10 @@ if not st then return {'missing'} end
 if st == 'completed' or st == 'failed' or st == 'cancelled' then return {'terminal'} end
 if redis.call('GET', KEYS[2]) ~= ARGV[2] then return {'lease_lost'} end
 local fields = {'status', ARGV[3]}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
 local timings = ''
-for i = 7, #ARGV - 1, 2 do
+for i = 8, #ARGV - 1, 2 do
   if ARGV[i] == 'timings' then timings = ARGV[i + 1] end
 end
 local trace = redis.call('HGET', KEYS[1], 'traceparent') or ''
@@ -28,6 +30,5 @@ redis.call('LREM', KEYS[3], 1, ARGV[1])
 redis.call('DEL', KEYS[2])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 local out = {'ok'}
-local head = redis.call('LINDEX', KEYS[5], 0)
-if head then out[2] = head end
+for _, v in ipairs(redis.call('LRANGE', KEYS[5], 0, tonumber(ARGV[7]) - 1)) do out[#out + 1] = v end
 return out

@@ -2,27 +2,46 @@
 -- take the lease and mark the record processing in one step — the same move as the seed's
 -- BLMOVE, with no lease-less window. The relay falls back to a blocking BLMOVE + begin.lua only
 -- when the queue is empty.
--- The caller names the id it expects at the head of pending (LINDEX pending 0), so that the
--- job and lease keys are declared in KEYS like every other key a step touches (Redis Cluster
--- and managed services require it); if another relay took that id first, nothing happens and
--- the caller looks again.
--- KEYS[1] pending list, KEYS[2] processing list, KEYS[3] job record, KEYS[4] lease
--- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339),
--- ARGV[5] the job's changed channel (announced on only when a live event stream watches it)
--- Returns {'empty'}, {'raced'} (the head is another id: look again), {'stale'} (the id's record
--- is gone or terminal: dropped from the queue; look again), or {'ok', <HGETALL of the record>...}.
+-- Every key a step touches is declared in KEYS (Redis Cluster and managed services require it),
+-- so the caller names candidates: the ids it last saw at the head of pending (finish.lua and
+-- this script return them). The script takes whichever job is at the head, if it is one of
+-- them. With many relays the head moves between a look and a take; naming several ids keeps a
+-- take from missing it (one candidate made four busy relays look again most of the time). The
+-- order stays strictly FIFO: only the head is ever taken.
+-- KEYS[1] pending list, KEYS[2] processing list, then for candidate i (from 1): KEYS[1 + 2i]
+-- its job record, KEYS[2 + 2i] its lease
+-- ARGV[1] lease token, ARGV[2] lease TTL in ms, ARGV[3] now (RFC 3339), ARGV[4] how many ids
+-- to return as the next candidates, then for candidate i: ARGV[3 + 2i] its id, ARGV[4 + 2i]
+-- its changed channel (announced on only when a live event stream watches the job)
+-- Returns {'empty'}; {'raced', <ids at the head now>...} (the head is not a candidate) or
+-- {'stale', <ids>...} (the head's record is gone or terminal: dropped from the queue) — look
+-- again with those; or {'ok', id, n, <n ids at the head after the take>..., <HGETALL of the
+-- record>...}.
 local head = redis.call('LINDEX', KEYS[1], 0)
 if not head then return {'empty'} end
-if head ~= ARGV[1] then return {'raced'} end
-redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
-local st = redis.call('HGET', KEYS[3], 'status')
-if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then
-  redis.call('LREM', KEYS[2], 1, ARGV[1])
-  return {'stale'}
+local function candidates(tag)
+  local out = {tag}
+  for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)) do out[#out + 1] = v end
+  return out
 end
-redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
-redis.call('HSET', KEYS[3], 'status', 'processing', 'started_at', ARGV[4], 'holder', ARGV[2])
-if redis.call('HEXISTS', KEYS[3], 'watched') == 1 then redis.call('PUBLISH', ARGV[5], 'processing') end
-local out = {'ok'}
-for _, v in ipairs(redis.call('HGETALL', KEYS[3])) do out[#out + 1] = v end
+local i = 0
+for c = 1, (#ARGV - 4) / 2 do
+  if ARGV[3 + 2 * c] == head then i = c break end
+end
+if i == 0 then return candidates('raced') end
+redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+local st = redis.call('HGET', KEYS[1 + 2 * i], 'status')
+if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then
+  redis.call('LREM', KEYS[2], 1, head)
+  return candidates('stale')
+end
+redis.call('SET', KEYS[2 + 2 * i], ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[1 + 2 * i], 'status', 'processing', 'started_at', ARGV[3], 'holder', ARGV[1])
+if redis.call('HEXISTS', KEYS[1 + 2 * i], 'watched') == 1 then
+  redis.call('PUBLISH', ARGV[4 + 2 * i], 'processing')
+end
+local next_ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+local out = {'ok', head, #next_ids}
+for _, v in ipairs(next_ids) do out[#out + 1] = v end
+for _, v in ipairs(redis.call('HGETALL', KEYS[1 + 2 * i])) do out[#out + 1] = v end
 return out
