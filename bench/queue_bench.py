@@ -168,6 +168,9 @@ function response(status, headers, body)
 end
 """)
     measure = Measure(redis_port, redis_pid, [gateway, model, *relays], [])
+    if os.environ.get("RELAY_BENCH_SLOWLOG"):
+        redis_cli(redis_port, "CONFIG", "SET", "slowlog-log-slower-than", "0")
+        redis_cli(redis_port, "CONFIG", "SET", "slowlog-max-len", "5000")
     measure.start()
     load = start(["wrk", "-t2", "-c64", "-d600s", "-s", script, f"http://127.0.0.1:{gw_port}"],
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -181,6 +184,8 @@ end
     while poll.integer("XLEN", "jobs:m1:events") < JOBS:
         time.sleep(0.02)
     result = measure.stop(JOBS)
+    if os.environ.get("RELAY_BENCH_SLOWLOG"):
+        print(redis_cli(redis_port, "SLOWLOG", "GET", "5000"), file=open("/tmp/slowlog.txt", "w"))
     if os.environ.get("RELAY_BENCH_COMMANDSTATS"):
         print(redis_cli(redis_port, "INFO", "commandstats"), file=sys.stderr)
     done[0] = True

@@ -271,9 +271,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
     bool created = api_.step(
         ctx,
         [&](redis::JobStore& store, redis::Connection&) {
-          bool ok = store.submit(r, priority_);
-          // Listed from now (a retry that finds the id taken indexes it again: harmless).
-          store.index_job(tenant_, svc_, r.id, *r.created_at, api_.cfg_.job_retention);
+          // Listed from now, in the same round trip.
+          bool ok = store.submit(r, priority_, api_.cfg_.job_retention);
           // Not acknowledged before replicas have it: a failover must not drop it. Too few
           // acks is an unknown outcome, retried (on the new master once the sentinels say so).
           store.require_replicas(api_.cfg_.redis.wait_replicas);

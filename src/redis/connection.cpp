@@ -273,7 +273,8 @@ void format_command(const std::vector<std::string>& argv, std::string& out) {
   out.append(cmd, static_cast<size_t>(len));
 }
 
-std::vector<std::string> evalsha_argv(const Connection::ScriptCall& call) {
+std::vector<std::string> call_argv(const Connection::Call& call) {
+  if (!call.script) return call.args;
   std::vector<std::string> argv{"EVALSHA", std::string(call.script->sha1),
                                 std::to_string(call.keys.size())};
   argv.insert(argv.end(), call.keys.begin(), call.keys.end());
@@ -283,21 +284,23 @@ std::vector<std::string> evalsha_argv(const Connection::ScriptCall& call) {
 
 }  // namespace
 
-std::vector<Reply> Connection::eval_pipeline(const std::vector<ScriptCall>& calls) {
+std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls) {
   std::vector<Reply> out;
   out.reserve(calls.size());
   if (cluster_) {
-    for (const auto& c : calls) out.push_back(eval(*c.script, c.keys, c.args));
+    for (const auto& c : calls)
+      out.push_back(c.script ? eval(*c.script, c.keys, c.args) : command(c.args));
     return out;
   }
   std::string wire;
-  for (const auto& call : calls) format_command(evalsha_argv(call), wire);
+  for (const auto& call : calls) format_command(call_argv(call), wire);
   t_->write_all(wire.data(), wire.size());
   for (size_t i = 0; i < calls.size(); ++i) out.emplace_back(t_->next_reply());
   // Every reply is read before any is thrown: the connection stays in step.
   for (size_t i = 0; i < calls.size(); ++i) {
     const auto* r = out[i].get();
-    if (r->type == REDIS_REPLY_ERROR && std::string_view(r->str, r->len).starts_with("NOSCRIPT"))
+    if (calls[i].script && r->type == REDIS_REPLY_ERROR &&
+        std::string_view(r->str, r->len).starts_with("NOSCRIPT"))
       out[i] = eval(*calls[i].script, calls[i].keys, calls[i].args);
   }
   for (const auto& r : out) throw_if_error(r.get());

@@ -135,18 +135,18 @@ class Connection {
   Reply eval(const Script& script, const std::vector<std::string>& keys,
              const std::vector<std::string>& args);
 
-  // One call of eval_pipeline().
-  struct ScriptCall {
-    const Script* script;
+  // One call of pipeline(): a script's (EVALSHA), or with no script a plain command (args).
+  struct Call {
+    const Script* script = nullptr;
     std::vector<std::string> keys, args;
   };
-  // Several script calls in one write, their replies read in order: one round trip for all.
-  // Every reply is read, then the first error reply is thrown as command() throws it (so a
-  // caller that retries must expect the calls before it to have run). NOSCRIPT (after a
-  // restart) sends that call again whole once the others are read: the calls then do not run
-  // in order, so pipeline only steps that do not depend on each other. In cluster mode the
-  // calls run one after another, each routed as eval() routes it.
-  std::vector<Reply> eval_pipeline(const std::vector<ScriptCall>& calls);
+  // Several calls in one write, their replies read in order: one round trip for all. Every
+  // reply is read, then the first error reply is thrown as command() throws it (so a caller
+  // that retries must expect the calls before it to have run). NOSCRIPT (after a restart)
+  // sends that call again whole once the others are read: the calls then do not run in order,
+  // so pipeline only steps that do not depend on each other. In cluster mode the calls run one
+  // after another, each routed as command() and eval() route it.
+  std::vector<Reply> pipeline(const std::vector<Call>& calls);
 
   // Sends without waiting and reads replies later; for SUBSCRIBE and pipelines.
   void append(const std::vector<std::string>& argv);

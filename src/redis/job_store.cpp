@@ -21,23 +21,39 @@ std::string_view to_string(FinishOutcome o) {
   return "ok";
 }
 
-bool JobStore::submit(const JobRecord& record, bool priority) {
+bool JobStore::submit(const JobRecord& record, bool priority,
+                      std::optional<std::chrono::milliseconds> listed_for) {
   std::string expiry;
   if (record.expires_at)
     expiry = std::to_string(
         std::chrono::duration_cast<std::chrono::milliseconds>(record.expires_at->time_since_epoch())
             .count());
-  std::vector<std::string> args{record.id, priority ? "L" : "R", expiry};
-  for (auto& [k, v] : record.to_fields()) {
-    args.push_back(k);
-    args.push_back(v);
-  }
-  auto r = conn_.eval(
-      lua::submit,
+  Connection::Call submit{
+      &lua::submit,
       {keys_.job(record.model, record.id), keys_.pending(record.model),
        keys_.expiries(record.model), keys_.paused(record.model), keys_.held(record.model)},
-      args);
-  return as_integer(r.get()) == 1;
+      {record.id, priority ? "L" : "R", expiry}};
+  for (auto& [k, v] : record.to_fields()) {
+    submit.args.push_back(k);
+    submit.args.push_back(v);
+  }
+  if (!listed_for) {
+    auto r = conn_.eval(*submit.script, submit.keys, submit.args);
+    return as_integer(r.get()) == 1;
+  }
+  // The tenant's listing index, in the same round trip (in the tenant's slot, not the job's, so
+  // not in the script): the entry, and entries older than the records' retention dropped.
+  const std::string index = keys_.tenant_jobs(record.tenant);
+  const auto micros = [](WallTime t) {
+    return std::to_string(
+        std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count());
+  };
+  const WallTime created = record.created_at.value_or(wall_now());
+  auto replies = conn_.pipeline(
+      {submit,
+       {nullptr, {}, {"ZADD", index, micros(created), record.service_type + "/" + record.id}},
+       {nullptr, {}, {"ZREMRANGEBYSCORE", index, "-inf", "(" + micros(wall_now() - *listed_for)}}});
+  return as_integer(replies[0].get()) == 1;
 }
 
 std::optional<std::string> JobStore::pop(const std::string& model,
@@ -54,13 +70,13 @@ std::optional<std::string> JobStore::pop(const std::string& model,
   return as_optional_string(r.get());
 }
 
-Connection::ScriptCall JobStore::take_call(const std::string& model, const std::string& token,
-                                           std::chrono::milliseconds lease_ttl,
-                                           const std::vector<std::string>& candidates) const {
-  Connection::ScriptCall call{&lua::take,
-                              {keys_.pending(model), keys_.processing(model)},
-                              {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
-                               std::to_string(kTakeCandidates)}};
+Connection::Call JobStore::take_call(const std::string& model, const std::string& token,
+                                     std::chrono::milliseconds lease_ttl,
+                                     const std::vector<std::string>& candidates) const {
+  Connection::Call call{&lua::take,
+                        {keys_.pending(model), keys_.processing(model)},
+                        {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
+                         std::to_string(kTakeCandidates)}};
   for (const auto& id : candidates) {
     call.keys.push_back(keys_.job(model, id));
     call.keys.push_back(keys_.lease(model, id));
@@ -141,10 +157,10 @@ std::int64_t JobStore::progress(const std::string& model, const std::string& id,
   return as_integer(reply.get());
 }
 
-Connection::ScriptCall JobStore::finish_call(const Completion& c, const std::string& token) const {
+Connection::Call JobStore::finish_call(const Completion& c, const std::string& token) const {
   const std::string& model = c.model;
   const std::string& id = c.job_id;
-  Connection::ScriptCall call{
+  Connection::Call call{
       &lua::finish,
       {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model),
        keys_.pending(model)},
@@ -186,7 +202,7 @@ std::pair<FinishOutcome, std::optional<Taken>> JobStore::finish_and_take(
     const Completion& c, const std::string& token, const std::string& next_token,
     std::chrono::milliseconds lease_ttl, std::vector<std::string>& candidates) {
   if (candidates.empty()) return {finish(c, token, &candidates), std::nullopt};
-  auto replies = conn_.eval_pipeline(
+  auto replies = conn_.pipeline(
       {finish_call(c, token), take_call(c.model, next_token, lease_ttl, candidates)});
   auto outcome = parse_finish(replies[0].get(), nullptr);
   return {outcome, parse_take(replies[1].get(), candidates)};
@@ -490,17 +506,6 @@ int JobStore::sweep_admissions(const std::string& tenant, WallTime cutoff) {
     ++dropped;
   }
   return dropped;
-}
-
-void JobStore::index_job(const std::string& tenant, const std::string& service_type,
-                         const std::string& id, WallTime created,
-                         std::chrono::milliseconds retention) {
-  const std::string key = keys_.tenant_jobs(tenant);
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(created.time_since_epoch());
-  conn_.command({"ZADD", key, std::to_string(us.count()), service_type + "/" + id});
-  const auto horizon = std::chrono::duration_cast<std::chrono::microseconds>(
-      (wall_now() - retention).time_since_epoch());
-  conn_.command({"ZREMRANGEBYSCORE", key, "-inf", "(" + std::to_string(horizon.count())});
 }
 
 std::vector<std::pair<std::string, std::int64_t>> JobStore::index_page(const std::string& tenant,

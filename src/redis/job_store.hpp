@@ -65,8 +65,11 @@ class JobStore {
  public:
   JobStore(Connection& conn, Keys keys) : conn_(conn), keys_(std::move(keys)) {}
 
-  // Record + enqueue, atomically. Returns false if the id exists already.
-  bool submit(const JobRecord& record, bool priority);
+  // Record + enqueue, atomically. Returns false if the id exists already. With listed_for (the
+  // records' retention), the job enters its tenant's listing index in the same round trip (a
+  // retry that finds the id taken indexes it again: harmless).
+  bool submit(const JobRecord& record, bool priority,
+              std::optional<std::chrono::milliseconds> listed_for = std::nullopt);
 
   // BLMOVE pending -> processing LEFT RIGHT; nullopt on timeout or when unblocked by
   // CLIENT UNBLOCK (shutdown).
@@ -172,11 +175,9 @@ class JobStore {
   // Admissions older than cutoff whose job has ended or never came to be (a gateway crashed
   // mid-upload) are dropped; returns how many.
   int sweep_admissions(const std::string& tenant, WallTime cutoff);
-  // Listing (gateway): the tenant's index of jobs. index_job() adds one (and drops entries
-  // older than retention); index_page() returns up to count entries {member, created µs},
-  // newest first, created within [oldest_us, newest_us].
-  void index_job(const std::string& tenant, const std::string& service_type, const std::string& id,
-                 WallTime created, std::chrono::milliseconds retention);
+  // Listing (gateway): the tenant's index of jobs (written by submit()). index_page() returns
+  // up to count entries {member, created µs}, newest first, created within [oldest_us,
+  // newest_us].
   std::vector<std::pair<std::string, std::int64_t>> index_page(const std::string& tenant,
                                                                std::int64_t newest_us,
                                                                std::int64_t oldest_us, int count);
@@ -189,10 +190,10 @@ class JobStore {
   static std::vector<std::string> known_models(const Endpoint& ep, const Keys& keys);
 
  private:
-  Connection::ScriptCall take_call(const std::string& model, const std::string& token,
-                                   std::chrono::milliseconds lease_ttl,
-                                   const std::vector<std::string>& candidates) const;
-  Connection::ScriptCall finish_call(const Completion& c, const std::string& token) const;
+  Connection::Call take_call(const std::string& model, const std::string& token,
+                             std::chrono::milliseconds lease_ttl,
+                             const std::vector<std::string>& candidates) const;
+  Connection::Call finish_call(const Completion& c, const std::string& token) const;
 
   Connection& conn_;
   Keys keys_;
