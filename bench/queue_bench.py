@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
 """Relay beside a bare queue library (issue 14), in one run on one fresh redis-server
-(persistence off): N jobs with 1 KiB inputs end to end.
+(persistence off, flushed between runs).
 
+Throughput: N jobs with 1 KiB inputs end to end.
   Relay:  wrk POSTs 1 KiB raw bodies (64 connections) to the gateway (tmpfs storage); 4 relays
           (--max-jobs 0) and the no-op model run them; done when the events stream holds N.
   BullMQ: producer.js adds N jobs of 1 KiB (64 adds in flight), worker.js runs them with a no-op
           processor (concurrency 64); done when the worker has completed N.
+  For each: jobs/s end to end; CPU-µs per job of the system (everything but the load generator,
+  Redis included), by process, and of Redis alone, and of the load generator apart; Redis
+  commands and reads (round trips) per job from INFO commandstats and total_reads_processed.
+The 20 ms case: 2,000 jobs, 4 relays / a worker of concurrency 4, each job taking 20 ms (the
+  no-op model's --delay-ms; a processor that sleeps): jobs/s beside the ideal 4 / 20 ms.
+Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completion as the client
+  sees it: p50 and p99.
+One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
-For each: jobs/s end to end; CPU-µs per job of the system (everything but the load generator,
-Redis included) and of Redis alone, and of the load generator apart; Redis commands and reads
-(round trips) per job from INFO commandstats and total_reads_processed.
-
-usage: queue_bench.py BIN_DIR [--jobs=20000]   (BullMQ is installed from npm into bench/bullmq)"""
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--chart=PNG] [--only=relay|bullmq]
+(BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
+import json
 import os
 import re
 import shutil
@@ -25,8 +32,14 @@ from ports import free_port, wait_port  # noqa: E402
 
 BIN = sys.argv[1]
 JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")), "20000"))
-# --only=relay or --only=bullmq: one side (for profiling); the comparison needs both.
+# --only=relay or --only=bullmq: one side's throughput run (for profiling).
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
+# --chart=PATH: the figures as a PNG too (gnuplot).
+CHART = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--chart=")), "")
+DELAY_JOBS = 2000  # the 20 ms case: 10 s at the ideal rate
+LATENCY_RATE, LATENCY_JOBS = 100, 1000
+ONESHOT_JOBS = 200
+BULLMQ_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bullmq")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = os.sysconf("SC_CLK_TCK")
 procs = []
@@ -135,23 +148,47 @@ def watch_cpu(measure, ps, stop):
         time.sleep(0.05)
 
 
-def relay_side(redis_port, redis_pid, work):
-    storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir="/dev/shm")
-    model_port, gw_port = free_port(), free_port()
-    model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}"],
-                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(model_port)
-    common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}",
-              "RELAY_STORAGE_URL": f"file://{storage}"}
-    log = open(os.path.join(work, "relay-side.log"), "ab")
-    gateway = start([f"{BIN}/relay-gateway"], {**common,
-                    "RELAY_SERVER_LISTEN": f"127.0.0.1:{gw_port}", "RELAY_SERVICE_TYPES": "echo=m1",
-                    "RELAY_AUTH_ENABLED": "false"}, stdout=log, stderr=log)
-    wait_port(gw_port)
-    relays = [start([f"{BIN}/relay", "--max-jobs", "0"], {**common, "RELAY_MODEL": "m1",
-                    "RELAY_INFERENCE_URL": f"http://127.0.0.1:{model_port}",
-                    "RELAY_QUEUE_POP_TIMEOUT": "1h"}, stdout=log, stderr=log) for _ in range(4)]
-    time.sleep(0.5)  # (relays waiting in BLMOVE; nothing to measure yet)
+class RelayStack:
+    """The gateway (tmpfs storage), the no-op model (answering after delay_ms) and 4 relays with
+    --max-jobs 0, on the given redis-server."""
+
+    def __init__(self, redis_port, work, delay_ms=0, relays=4):
+        self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir="/dev/shm")
+        model_port, self.gw_port = free_port(), free_port()
+        self.model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}",
+                            "--delay-ms", str(delay_ms)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(model_port)
+        common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}",
+                  "RELAY_STORAGE_URL": f"file://{self.storage}"}
+        log = open(os.path.join(work, "relay-side.log"), "ab")
+        self.gateway = start([f"{BIN}/relay-gateway"], {
+            **common, "RELAY_SERVER_LISTEN": f"127.0.0.1:{self.gw_port}",
+            "RELAY_SERVICE_TYPES": "echo=m1", "RELAY_AUTH_ENABLED": "false"},
+            stdout=log, stderr=log)
+        wait_port(self.gw_port)
+        self.relay_env = {**os.environ, **common, "RELAY_MODEL": "m1",
+                          "RELAY_INFERENCE_URL": f"http://127.0.0.1:{model_port}"}
+        self.log = log
+        self.relays = [start([f"{BIN}/relay", "--max-jobs", "0"],
+                             {**self.relay_env, "RELAY_QUEUE_POP_TIMEOUT": "1h"},
+                             stdout=log, stderr=log) for _ in range(relays)]
+        time.sleep(0.5)  # (relays waiting in BLMOVE; nothing to measure yet)
+
+    def processes(self):
+        return [self.gateway, self.model, *self.relays]
+
+    def stop(self):
+        for p in self.processes():
+            p.terminate()
+            p.wait()
+        shutil.rmtree(self.storage, ignore_errors=True)
+
+
+def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0):
+    jobs = jobs or JOBS
+    stack = RelayStack(redis_port, work, delay_ms)
+    gw_port = stack.gw_port
     script = os.path.join(work, "post.lua")
     with open(script, "w") as f:
         f.write(f"""
@@ -161,13 +198,13 @@ wrk.body = string.rep("x", 1024)
 wrk.headers["Content-Type"] = "application/octet-stream"
 -- Each of the 2 threads submits its half; the connections' requests in flight when it stops
 -- (at most 64 in all) make a few jobs more, which only count against Relay.
-local answered, limit = 0, {JOBS // 2}
+local answered, limit = 0, {jobs // 2}
 function response(status, headers, body)
   answered = answered + 1
   if answered >= limit then wrk.thread:stop() end
 end
 """)
-    measure = Measure(redis_port, redis_pid, [gateway, model, *relays], [])
+    measure = Measure(redis_port, redis_pid, stack.processes(), [])
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
         redis_cli(redis_port, "CONFIG", "SET", "slowlog-log-slower-than", "0")
         redis_cli(redis_port, "CONFIG", "SET", "slowlog-max-len", "5000")
@@ -181,9 +218,9 @@ end
     t = threading.Thread(target=watch_cpu, args=(measure, [load], lambda: done[0]))
     t.start()
     poll = RedisSocket(redis_port)
-    while poll.integer("XLEN", "jobs:m1:events") < JOBS:
+    while poll.integer("XLEN", "jobs:m1:events") < jobs:
         time.sleep(0.02)
-    result = measure.stop(JOBS)
+    result = measure.stop(jobs)
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
         print(redis_cli(redis_port, "SLOWLOG", "GET", "5000"), file=open("/tmp/slowlog.txt", "w"))
     if os.environ.get("RELAY_BENCH_COMMANDSTATS"):
@@ -193,23 +230,58 @@ end
     # Its threads stopped at their share; wrk itself would sleep out -d.
     load.terminate()
     load.wait()
-    for p in [gateway, model, *relays]:
-        p.terminate()
-        p.wait()
-    shutil.rmtree(storage, ignore_errors=True)
+    stack.stop()
     return result
 
 
-def bullmq_side(redis_port, redis_pid, work):
-    d = os.path.join(ROOT, "bench", "bullmq")
-    if not os.path.isdir(os.path.join(d, "node_modules", "bullmq")):
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=d, check=True)
-    worker = start(["node", "worker.js", str(JOBS), "64", str(redis_port)], cwd=d,
-                   stdout=subprocess.PIPE, text=True)
+def relay_latency(redis_port, work):
+    stack = RelayStack(redis_port, work)
+    out = subprocess.run(["node", "latency.js", "relay", f"http://127.0.0.1:{stack.gw_port}",
+                          str(LATENCY_RATE), str(LATENCY_JOBS)], cwd=BULLMQ_DIR,
+                         capture_output=True, text=True, check=True).stdout
+    stack.stop()
+    return json.loads(out)
+
+
+def relay_oneshot(redis_port, work):
+    """A relay process per job (as under a KEDA ScaledJob), timed from its start to its exit
+    with the job done: the median of ONESHOT_JOBS."""
+    import http.client
+    stack = RelayStack(redis_port, work, relays=0)
+    conn = http.client.HTTPConnection("127.0.0.1", stack.gw_port)
+    walls = []
+    for _ in range(ONESHOT_JOBS):
+        conn.request("POST", "/jobs/echo?filename=in.bin", body=b"x" * 1024,
+                     headers={"Content-Type": "application/octet-stream"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 202, resp.status
+        t0 = time.monotonic()
+        code = subprocess.run([f"{BIN}/relay"], env={**stack.relay_env, "RELAY_LOG_LEVEL": "warn"},
+                              stdout=stack.log, stderr=stack.log).returncode
+        walls.append((time.monotonic() - t0) * 1000)
+        assert code == 0, code
+    conn.close()
+    stack.stop()
+    walls.sort()
+    return {"median_ms": walls[len(walls) // 2], "p99_ms": walls[int(len(walls) * 0.99)]}
+
+
+def bullmq_install():
+    if not os.path.isdir(os.path.join(BULLMQ_DIR, "node_modules", "bullmq")):
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=BULLMQ_DIR,
+                       check=True)
+
+
+def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=64):
+    jobs = jobs or JOBS
+    bullmq_install()
+    worker = start(["node", "worker.js", str(jobs), str(concurrency), str(redis_port),
+                    str(delay_ms)], cwd=BULLMQ_DIR, stdout=subprocess.PIPE, text=True)
     assert worker.stdout.readline().strip() == "ready"
     measure = Measure(redis_port, redis_pid, [worker], [])
     measure.start()
-    producer = start(["node", "producer.js", str(JOBS), "64", str(redis_port)], cwd=d,
+    producer = start(["node", "producer.js", str(jobs), "64", str(redis_port)], cwd=BULLMQ_DIR,
                      stdout=subprocess.DEVNULL)
     measure.load = [producer]
     measure.cpu0[producer.pid] = 0.0
@@ -218,12 +290,54 @@ def bullmq_side(redis_port, redis_pid, work):
     t = threading.Thread(target=watch_cpu, args=(measure, [producer, worker], lambda: done[0]))
     t.start()
     assert worker.stdout.readline().startswith("done")
-    result = measure.stop(JOBS)
+    result = measure.stop(jobs)
     done[0] = True
     t.join()
     producer.wait()
     worker.wait()
     return result
+
+
+def bullmq_latency(redis_port, work):
+    bullmq_install()
+    worker = start(["node", "worker.js", str(LATENCY_JOBS), "64", str(redis_port)],
+                   cwd=BULLMQ_DIR, stdout=subprocess.PIPE, text=True)
+    assert worker.stdout.readline().strip() == "ready"
+    out = subprocess.run(["node", "latency.js", "bullmq", str(redis_port), str(LATENCY_RATE),
+                          str(LATENCY_JOBS)], cwd=BULLMQ_DIR, capture_output=True, text=True,
+                         check=True).stdout
+    worker.wait()
+    return json.loads(out)
+
+
+def chart(results, path):
+    """The figures as a PNG (gnuplot): throughput, CPU per job, the 20 ms case, latency."""
+    data = os.path.join(os.path.dirname(path), "queue_bench.dat")
+    t, d = results["throughput"], results["delay"]
+    lat = results["latency"]
+    with open(data, "w") as f:
+        f.write("# panel BullMQ Relay\n")
+        f.write(f"throughput {t['bullmq']['jobs_per_s']:.0f} {t['relay']['jobs_per_s']:.0f}\n")
+        f.write(f"cpu {t['bullmq']['cpu_us_per_job']:.0f} {t['relay']['cpu_us_per_job']:.0f}\n")
+        f.write(f"delay {d['bullmq']['jobs_per_s']:.1f} {d['relay']['jobs_per_s']:.1f}\n")
+        f.write(f"p50 {lat['bullmq']['p50_ms']:.2f} {lat['relay']['p50_ms']:.2f}\n")
+        f.write(f"p99 {lat['bullmq']['p99_ms']:.2f} {lat['relay']['p99_ms']:.2f}\n")
+    plots = [("throughput", "1 KiB jobs/s end to end (higher is better)"),
+             ("cpu", "CPU-µs per job, all processes (lower is better)"),
+             ("delay", "jobs/s, 4 workers x 20 ms (ideal 200)"),
+             ("p50", "p50 ms submit to completion, 100 jobs/s"),
+             ("p99", "p99 ms submit to completion, 100 jobs/s")]
+    script = [f'set terminal pngcairo size 1500,360 font ",10"', f'set output "{path}"',
+              "set style data histograms", "set style histogram clustered gap 1",
+              "set style fill solid 0.8 border -1", "set key top right", "set yrange [0:*]",
+              "unset xtics", "set grid ytics", f"set multiplot layout 1,{len(plots)}"]
+    for row, title in plots:
+        script += [f'set title "{title}"',
+                   f'plot "< grep ^{row} {data}" using 2 title "BullMQ 5.81.5" lc rgb "#9e9e9e", '
+                   f'"" using 3 title "Relay" lc rgb "#1565c0"']
+    script.append("unset multiplot")
+    subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
+    os.remove(data)
 
 
 def main():
@@ -232,38 +346,73 @@ def main():
     redis = start(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
                    "--dir", work], stdout=subprocess.DEVNULL)
     wait_port(port)
-    results = {}
+    results = {"throughput": {}, "delay": {}, "latency": {}}
+
+    def fresh():
+        redis_cli(port, "FLUSHALL")
+        redis_cli(port, "CONFIG", "RESETSTAT")
+
     try:
-        for name, side in (("BullMQ 5.81.5 (c=64, worker c=64)", bullmq_side),
-                           ("Relay (4 relays, tmpfs)", relay_side)):
-            if ONLY and ONLY.lower() not in name.lower():
+        for side in ("bullmq", "relay"):
+            if ONLY and ONLY != side:
                 continue
-            redis_cli(port, "FLUSHALL")
-            redis_cli(port, "CONFIG", "RESETSTAT")
-            results[name] = side(port, redis.pid, work)
+            fresh()
+            run = bullmq_side if side == "bullmq" else relay_side
+            results["throughput"][side] = run(port, redis.pid, work)
+            if ONLY:
+                continue  # profiling one side: the throughput run only
+            fresh()
+            if side == "bullmq":
+                results["delay"][side] = bullmq_side(port, redis.pid, work, DELAY_JOBS, 20, 4)
+            else:
+                results["delay"][side] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
+            fresh()
+            results["latency"][side] = (bullmq_latency if side == "bullmq" else relay_latency)(
+                port, work)
+        if not ONLY:
+            fresh()
+            results["oneshot"] = relay_oneshot(port, work)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.terminate()
         shutil.rmtree(work, ignore_errors=True)
+    names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)", "relay": "Relay (4 relays, tmpfs)"}
     print(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
-    print(f"| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
-          f"| Redis reads/job | load generator CPU-µs/job |")
+    print("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
+          "| Redis reads/job | load generator CPU-µs/job |")
     print("|---|---|---|---|---|---|---|")
-    for name, r in results.items():
-        print(f"| {name} | {r['jobs_per_s']:,.0f} | {r['cpu_us_per_job']:.0f} | "
+    for side, r in results["throughput"].items():
+        print(f"| {names[side]} | {r['jobs_per_s']:,.0f} | {r['cpu_us_per_job']:.0f} | "
               f"{r['redis_cpu_us_per_job']:.0f} | {r['commands_per_job']:.2f} | "
               f"{r['reads_per_job']:.2f} | {r['load_cpu_us_per_job']:.0f} |")
     print("\nCPU-µs per job by process:")
-    for name, r in results.items():
-        print(f"  {name}: " + ", ".join(f"{k} {v:.0f}" for k, v in r["parts"].items()))
-    if len(results) < 2:
+    for side, r in results["throughput"].items():
+        print(f"  {names[side]}: " + ", ".join(f"{k} {v:.0f}" for k, v in r["parts"].items()))
+    if ONLY:
         return
-    relay = results["Relay (4 relays, tmpfs)"]
-    bull = results["BullMQ 5.81.5 (c=64, worker c=64)"]
-    print(f"\nRelay / BullMQ: throughput {relay['jobs_per_s'] / bull['jobs_per_s']:.2f}x "
-          f"(goal >= 1.0), CPU per job {relay['cpu_us_per_job'] / bull['cpu_us_per_job']:.2f}x "
-          f"(goal <= 1.0)")
+    t, d, lat = results["throughput"], results["delay"], results["latency"]
+    print(f"\nRelay / BullMQ: throughput {t['relay']['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x "
+          f"(goal >= 1.0), CPU per job "
+          f"{t['relay']['cpu_us_per_job'] / t['bullmq']['cpu_us_per_job']:.2f}x (goal <= 1.0)")
+    print(f"\n{DELAY_JOBS} jobs of 20 ms \"inference\", 4 workers (ideal: 4 / 20 ms = 200 jobs/s)\n")
+    print("| | jobs/s | of ideal | CPU-µs/job, system |")
+    print("|---|---|---|---|")
+    for side, r in d.items():
+        print(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
+              f"{r['jobs_per_s'] / 200:.1%} | {r['cpu_us_per_job']:.0f} |")
+    print(f"\nSubmit-to-completion latency at {LATENCY_RATE} jobs/s, {LATENCY_JOBS} jobs (client "
+          f"observed: BullMQ by QueueEvents, Relay by long-poll)\n")
+    print("| | p50 ms | p99 ms |")
+    print("|---|---|---|")
+    for side, r in lat.items():
+        print(f"| {names[side].split(' (')[0]} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+    o = results["oneshot"]
+    print(f"\nRelay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
+          f"{o['median_ms']:.2f} ms (target <= 5), p99 {o['p99_ms']:.2f} ms")
+    if CHART:
+        chart(results, CHART)
+        print(f"\nchart: {CHART}")
 
 
 if __name__ == "__main__":

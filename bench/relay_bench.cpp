@@ -31,11 +31,11 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // Redis round trips per job, counted from the code (relay.cpp, job_store.cpp):
-//   steady state, jobs waiting: EVALSHA take (LMOVE + lease + record), EVALSHA finish = 2
+//   steady state, jobs waiting: EVALSHA finish + EVALSHA take of the next, pipelined  = 1
 //   one-shot adds per process: CLIENT ID on connect, SUBSCRIBE (cancel channel)        = 4
 // (BLMOVE + begin replace take only when the queue is empty; the heartbeat makes none for
 // jobs shorter than lease_ttl/3.)
-constexpr int kRoundTripsSteady = 2;
+constexpr int kRoundTripsSteady = 1;
 constexpr int kRoundTripsOneShot = 4;
 
 // Microseconds to create, write and rename one small file under dir: the filesystem's floor
