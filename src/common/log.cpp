@@ -78,20 +78,28 @@ TraceScope::~TraceScope() {
 
 void write(Level level, std::string_view msg, const boost::json::object& fields) {
   auto& s = state();
-  std::lock_guard lock(s.mu);
-  if (level < s.level) return;
+  // The lock is held to read the settings and to write, not to format: every thread logs.
+  bool json = true;
+  std::string component, trace_id;
+  {
+    std::lock_guard lock(s.mu);
+    if (level < s.level) return;
+    json = s.json;
+    component = s.component;
+    if (!s.traces.empty() && !fields.contains("trace_id"))
+      if (auto* id = fields.if_contains("job_id"); id && id->is_string())
+        if (auto it = s.traces.find(std::string_view(id->get_string())); it != s.traces.end())
+          trace_id = it->second;
+  }
   std::string line;
-  if (s.json) {
+  if (json) {
     boost::json::object o;
     o["ts"] = format_rfc3339(wall_now());
     o["level"] = level_name(level);
-    if (!s.component.empty()) o["component"] = s.component;
+    if (!component.empty()) o["component"] = component;
     o["msg"] = msg;
     for (const auto& kv : fields) o[kv.key()] = kv.value();
-    if (!s.traces.empty() && !o.contains("trace_id"))
-      if (auto* id = o.if_contains("job_id"); id && id->is_string())
-        if (auto it = s.traces.find(std::string_view(id->get_string())); it != s.traces.end())
-          o["trace_id"] = it->second;
+    if (!trace_id.empty()) o["trace_id"] = trace_id;
     line = boost::json::serialize(o);
   } else {
     line =
@@ -103,6 +111,7 @@ void write(Level level, std::string_view msg, const boost::json::object& fields)
     }
   }
   line += '\n';
+  std::lock_guard lock(s.mu);  // whole lines, in order
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
 }

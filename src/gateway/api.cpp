@@ -209,8 +209,14 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
                             "wait is a number of seconds up to " + format_duration(cfg_.max_wait));
     wait = *d;
   }
+  const std::string& model = cfg_.service_types.at(svc).model;
   auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-    return store.get(cfg_.service_types.at(svc).model, id);
+    auto r = store.get(model, id);
+    // About to wait: its end must be announced (a job nobody waits on is not).
+    if (r && wait.count() > 0 && !again && !is_terminal(r->status) && r->tenant == ctx.tenant &&
+        r->service_type == svc)
+      store.watch(model, id);
+    return r;
   });
   if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
     return error_response(404, "job_not_found", "no job " + id);

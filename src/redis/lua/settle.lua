@@ -1,6 +1,7 @@
 -- The gateway's side of terminal transitions (SPEC §4.5), for a batch of entries its consumer
--- group read from one model's events stream. For each job: wake its long-polls (PUBLISH on its
--- done channel); schedule its terminal webhook once, when it has a callback_url that wants it
+-- group read from one model's events stream. For each job: wake its long-polls and event streams
+-- (PUBLISH on its done channel) when any are waiting — they flag the record first (watch.lua),
+-- so a job nobody waits on costs no message to every gateway's notifier; schedule its terminal webhook once, when it has a callback_url that wants it
 -- (schedule_webhook.lua does the same for the opt-in events); set its record to expire after
 -- gc.job_retention and queue its objects for deletion. Then acknowledge every entry. One call
 -- per batch, where a job cost five round trips before. Each part is idempotent, so an entry
@@ -21,9 +22,10 @@ for i = 1, (#ARGV - 4) / 5 do
   acks[#acks + 1] = ARGV[b]
   tenants[i] = ''
   if id ~= '' then
-    redis.call('PUBLISH', ARGV[b + 3], status)
     local rec = redis.call('HMGET', KEYS[2 + 2 * i], 'service_type', 'tenant', 'callback_url',
-                           'webhook_events')
+                           'webhook_events', 'watched')
+    -- (A record gone already, or written before waiters flagged it: published as before.)
+    if not rec[1] or rec[5] then redis.call('PUBLISH', ARGV[b + 3], status) end
     if rec[1] then
       tenants[i] = rec[2] or ''
       local url, wanted = rec[3], rec[4]
