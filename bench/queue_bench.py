@@ -16,7 +16,7 @@ Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completio
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--chart=PNG] [--only=relay|bullmq]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
 import os
@@ -34,8 +34,9 @@ BIN = sys.argv[1]
 JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")), "20000"))
 # --only=relay or --only=bullmq: one side's throughput run (for profiling).
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
-# --chart=PATH: the figures as a PNG too (gnuplot).
-CHART = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--chart=")), "")
+# --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
+# and DIR/queue_bench.png (gnuplot).
+RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=")), "")
 DELAY_JOBS = 2000  # the 20 ms case: 10 s at the ideal rate
 LATENCY_RATE, LATENCY_JOBS = 100, 1000
 ONESHOT_JOBS = 200
@@ -310,6 +311,23 @@ def bullmq_latency(redis_port, work):
     return json.loads(out)
 
 
+def machine():
+    """What the figures were measured on."""
+    def first(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True).stdout.strip().splitlines()[0]
+        except (OSError, IndexError):
+            return "?"
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), "?")
+    mem = next((int(l.split()[1]) // 1024 // 1024 for l in open("/proc/meminfo")
+                if l.startswith("MemTotal")), 0)
+    return (f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores ({cpu}), {mem} GiB, "
+            f"{first(['uname', '-sr'])}; {first(['redis-server', '--version'])}; node "
+            f"{first(['node', '--version'])}; every process on the same machine, loopback "
+            f"only.\n")
+
+
 def chart(results, path):
     """The figures as a PNG (gnuplot): throughput, CPU per job, the 20 ms case, latency."""
     data = os.path.join(os.path.dirname(path), "queue_bench.dat")
@@ -377,42 +395,52 @@ def main():
             if p.poll() is None:
                 p.terminate()
         shutil.rmtree(work, ignore_errors=True)
+    lines = []
+
+    def out(text=""):
+        print(text)
+        lines.append(text)
+
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)", "relay": "Relay (4 relays, tmpfs)"}
-    print(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
-    print("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
+    out(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
+    out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
           "| Redis reads/job | load generator CPU-µs/job |")
-    print("|---|---|---|---|---|---|---|")
+    out("|---|---|---|---|---|---|---|")
     for side, r in results["throughput"].items():
-        print(f"| {names[side]} | {r['jobs_per_s']:,.0f} | {r['cpu_us_per_job']:.0f} | "
+        out(f"| {names[side]} | {r['jobs_per_s']:,.0f} | {r['cpu_us_per_job']:.0f} | "
               f"{r['redis_cpu_us_per_job']:.0f} | {r['commands_per_job']:.2f} | "
               f"{r['reads_per_job']:.2f} | {r['load_cpu_us_per_job']:.0f} |")
-    print("\nCPU-µs per job by process:")
+    out("\nCPU-µs per job by process:")
     for side, r in results["throughput"].items():
-        print(f"  {names[side]}: " + ", ".join(f"{k} {v:.0f}" for k, v in r["parts"].items()))
+        out(f"  {names[side]}: " + ", ".join(f"{k} {v:.0f}" for k, v in r["parts"].items()))
     if ONLY:
         return
     t, d, lat = results["throughput"], results["delay"], results["latency"]
-    print(f"\nRelay / BullMQ: throughput {t['relay']['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x "
+    out(f"\nRelay / BullMQ: throughput {t['relay']['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x "
           f"(goal >= 1.0), CPU per job "
           f"{t['relay']['cpu_us_per_job'] / t['bullmq']['cpu_us_per_job']:.2f}x (goal <= 1.0)")
-    print(f"\n{DELAY_JOBS} jobs of 20 ms \"inference\", 4 workers (ideal: 4 / 20 ms = 200 jobs/s)\n")
-    print("| | jobs/s | of ideal | CPU-µs/job, system |")
-    print("|---|---|---|---|")
+    out(f"\n{DELAY_JOBS} jobs of 20 ms \"inference\", 4 workers (ideal: 4 / 20 ms = 200 jobs/s)\n")
+    out("| | jobs/s | of ideal | CPU-µs/job, system |")
+    out("|---|---|---|---|")
     for side, r in d.items():
-        print(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
+        out(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
               f"{r['jobs_per_s'] / 200:.1%} | {r['cpu_us_per_job']:.0f} |")
-    print(f"\nSubmit-to-completion latency at {LATENCY_RATE} jobs/s, {LATENCY_JOBS} jobs (client "
+    out(f"\nSubmit-to-completion latency at {LATENCY_RATE} jobs/s, {LATENCY_JOBS} jobs (client "
           f"observed: BullMQ by QueueEvents, Relay by long-poll)\n")
-    print("| | p50 ms | p99 ms |")
-    print("|---|---|---|")
+    out("| | p50 ms | p99 ms |")
+    out("|---|---|---|")
     for side, r in lat.items():
-        print(f"| {names[side].split(' (')[0]} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+        out(f"| {names[side].split(' (')[0]} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
     o = results["oneshot"]
-    print(f"\nRelay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
+    out(f"\nRelay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
           f"{o['median_ms']:.2f} ms (target <= 5), p99 {o['p99_ms']:.2f} ms")
-    if CHART:
-        chart(results, CHART)
-        print(f"\nchart: {CHART}")
+    if RESULTS:
+        os.makedirs(RESULTS, exist_ok=True)
+        chart(results, os.path.join(RESULTS, "queue_bench.png"))
+        with open(os.path.join(RESULTS, "queue_bench.md"), "w") as f:
+            f.write("# Relay beside BullMQ (bench/queue_bench.py)\n\n" + machine() + "\n" +
+                    "\n".join(lines) + "\n\n![chart](queue_bench.png)\n")
+        out(f"\nresults: {RESULTS}/queue_bench.md, {RESULTS}/queue_bench.png")
 
 
 if __name__ == "__main__":

@@ -49,7 +49,11 @@ Api::Api(const Config& config, storage::Storage& storage, const crypto::Encrypti
       storage_(storage),
       enc_(encryption),
       redis_(config.redis.endpoint()),
-      keys_(config.redis.keys()) {}
+      keys_(config.redis.keys()) {
+  if (config.redis.endpoint().cluster_seeds.empty())
+    submits_ =
+        std::make_unique<redis::Batcher>(config.redis.endpoint(), config.redis.wait_replicas);
+}
 
 std::optional<std::string> Api::tenant_of(const Request& req) const {
   if (!cfg_.auth_enabled) return std::string("default");

@@ -19,6 +19,7 @@
 #include "gateway/config.hpp"
 #include "gateway/job_json.hpp"
 #include "gateway/submission.hpp"
+#include "redis/batcher.hpp"
 #include "redis/connection_pool.hpp"
 #include "redis/job_record.hpp"
 #include "storage/storage.hpp"
@@ -125,6 +126,9 @@ class Api {
   const crypto::Encryption& enc_;
   // Requests borrow a connection for their duration (one per busy pool thread at most).
   mutable redis::ConnectionPool redis_;
+  // Submits from many requests share round trips (group commit); none in cluster mode, where
+  // each goes to its own slot's node.
+  std::unique_ptr<redis::Batcher> submits_;
   redis::Keys keys_;
 };
 

@@ -271,10 +271,13 @@ class Api::Upload final : public Intake, private multipart::Handler {
     bool created = api_.step(
         ctx,
         [&](redis::JobStore& store, redis::Connection&) {
-          // Listed from now, in the same round trip.
+          // Listed from now, in the same round trip. Not acknowledged before replicas have it:
+          // a failover must not drop it. Too few acks is an unknown outcome, retried (on the
+          // new master once the sentinels say so).
+          if (api_.submits_)  // with the other requests' submits; its batch ends with the WAIT
+            return redis::JobStore::submitted(
+                api_.submits_->pipeline(store.submit_calls(r, priority_, api_.cfg_.job_retention)));
           bool ok = store.submit(r, priority_, api_.cfg_.job_retention);
-          // Not acknowledged before replicas have it: a failover must not drop it. Too few
-          // acks is an unknown outcome, retried (on the new master once the sentinels say so).
           store.require_replicas(api_.cfg_.redis.wait_replicas);
           return ok;
         },

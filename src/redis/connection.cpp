@@ -165,7 +165,6 @@ Connection::~Connection() = default;
 Connection::Connection(Connection&&) noexcept = default;
 Connection& Connection::operator=(Connection&&) noexcept = default;
 
-namespace {
 // The one place where a reply becomes a value or an exception.
 void throw_if_error(const redisReply* r) {
   if (r->type != REDIS_REPLY_ERROR) return;
@@ -174,7 +173,6 @@ void throw_if_error(const redisReply* r) {
     throw TransientError("redis: " + message, needs_new_connection(message));
   throw ReplyError("redis: " + message);
 }
-}  // namespace
 
 Reply Connection::checked(redisReply* r) {
   Reply reply(r);
@@ -284,10 +282,11 @@ std::vector<std::string> call_argv(const Connection::Call& call) {
 
 }  // namespace
 
-std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls) {
+std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls, bool checked) {
   std::vector<Reply> out;
   out.reserve(calls.size());
   if (cluster_) {
+    if (!checked) throw std::logic_error("unchecked pipelines are for standalone connections");
     for (const auto& c : calls)
       out.push_back(c.script ? eval(*c.script, c.keys, c.args) : command(c.args));
     return out;
@@ -296,14 +295,23 @@ std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls) {
   for (const auto& call : calls) format_command(call_argv(call), wire);
   t_->write_all(wire.data(), wire.size());
   for (size_t i = 0; i < calls.size(); ++i) out.emplace_back(t_->next_reply());
-  // Every reply is read before any is thrown: the connection stays in step.
+  // Every reply is read before any is thrown: the connection stays in step. A script the server
+  // does not know (a restart) is sent whole.
   for (size_t i = 0; i < calls.size(); ++i) {
     const auto* r = out[i].get();
-    if (calls[i].script && r->type == REDIS_REPLY_ERROR &&
-        std::string_view(r->str, r->len).starts_with("NOSCRIPT"))
-      out[i] = eval(*calls[i].script, calls[i].keys, calls[i].args);
+    if (!calls[i].script || r->type != REDIS_REPLY_ERROR ||
+        !std::string_view(r->str, r->len).starts_with("NOSCRIPT"))
+      continue;
+    std::vector<std::string> argv = call_argv(calls[i]);
+    argv[0] = "EVAL";
+    argv[1] = std::string(calls[i].script->source);
+    std::string again;
+    format_command(argv, again);
+    t_->write_all(again.data(), again.size());
+    out[i] = Reply(t_->next_reply());
   }
-  for (const auto& r : out) throw_if_error(r.get());
+  if (checked)
+    for (const auto& r : out) throw_if_error(r.get());
   return out;
 }
 

@@ -55,6 +55,10 @@ struct ReplyDeleter {
 };
 using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
+// Throws what an error reply means, as every command's reply is checked: TransientError or
+// ReplyError. Nothing for any other reply.
+void throw_if_error(const redisReply* r);
+
 // Accessors that turn a reply into values, throwing ReplyError on a type the caller did not expect.
 bool is_nil(const redisReply* r);
 std::string as_string(const redisReply* r);
@@ -145,8 +149,10 @@ class Connection {
   // that retries must expect the calls before it to have run). NOSCRIPT (after a restart)
   // sends that call again whole once the others are read: the calls then do not run in order,
   // so pipeline only steps that do not depend on each other. In cluster mode the calls run one
-  // after another, each routed as command() and eval() route it.
-  std::vector<Reply> pipeline(const std::vector<Call>& calls);
+  // after another, each routed as command() and eval() route it. checked = false: error replies
+  // are returned, not thrown, for a caller that owns several callers' calls (redis/batcher.hpp);
+  // only I/O failures throw then (standalone and sentinel mode only).
+  std::vector<Reply> pipeline(const std::vector<Call>& calls, bool checked = true);
 
   // Sends without waiting and reads replies later; for SUBSCRIBE and pipelines.
   void append(const std::vector<std::string>& argv);

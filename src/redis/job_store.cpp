@@ -21,39 +21,47 @@ std::string_view to_string(FinishOutcome o) {
   return "ok";
 }
 
-bool JobStore::submit(const JobRecord& record, bool priority,
-                      std::optional<std::chrono::milliseconds> listed_for) {
+std::vector<Connection::Call> JobStore::submit_calls(
+    const JobRecord& record, bool priority,
+    std::optional<std::chrono::milliseconds> listed_for) const {
   std::string expiry;
   if (record.expires_at)
     expiry = std::to_string(
         std::chrono::duration_cast<std::chrono::milliseconds>(record.expires_at->time_since_epoch())
             .count());
-  Connection::Call submit{
-      &lua::submit,
-      {keys_.job(record.model, record.id), keys_.pending(record.model),
-       keys_.expiries(record.model), keys_.paused(record.model), keys_.held(record.model)},
-      {record.id, priority ? "L" : "R", expiry}};
+  std::vector<Connection::Call> calls{
+      {&lua::submit,
+       {keys_.job(record.model, record.id), keys_.pending(record.model),
+        keys_.expiries(record.model), keys_.paused(record.model), keys_.held(record.model)},
+       {record.id, priority ? "L" : "R", expiry}}};
   for (auto& [k, v] : record.to_fields()) {
-    submit.args.push_back(k);
-    submit.args.push_back(v);
+    calls[0].args.push_back(k);
+    calls[0].args.push_back(v);
   }
-  if (!listed_for) {
-    auto r = conn_.eval(*submit.script, submit.keys, submit.args);
-    return as_integer(r.get()) == 1;
-  }
-  // The tenant's listing index, in the same round trip (in the tenant's slot, not the job's, so
-  // not in the script): the entry, and entries older than the records' retention dropped.
+  if (!listed_for) return calls;
+  // The tenant's listing index (in the tenant's slot, not the job's, so not in the script): the
+  // entry, and entries older than the records' retention dropped.
   const std::string index = keys_.tenant_jobs(record.tenant);
   const auto micros = [](WallTime t) {
     return std::to_string(
         std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count());
   };
   const WallTime created = record.created_at.value_or(wall_now());
-  auto replies = conn_.pipeline(
-      {submit,
-       {nullptr, {}, {"ZADD", index, micros(created), record.service_type + "/" + record.id}},
-       {nullptr, {}, {"ZREMRANGEBYSCORE", index, "-inf", "(" + micros(wall_now() - *listed_for)}}});
-  return as_integer(replies[0].get()) == 1;
+  calls.push_back(
+      {nullptr, {}, {"ZADD", index, micros(created), record.service_type + "/" + record.id}});
+  calls.push_back(
+      {nullptr, {}, {"ZREMRANGEBYSCORE", index, "-inf", "(" + micros(wall_now() - *listed_for)}});
+  return calls;
+}
+
+bool JobStore::submitted(const std::vector<Reply>& replies) {
+  if (replies.empty()) throw ReplyError("submit: unexpected reply");
+  return as_integer(replies.front().get()) == 1;
+}
+
+bool JobStore::submit(const JobRecord& record, bool priority,
+                      std::optional<std::chrono::milliseconds> listed_for) {
+  return submitted(conn_.pipeline(submit_calls(record, priority, listed_for)));
 }
 
 std::optional<std::string> JobStore::pop(const std::string& model,

@@ -70,6 +70,11 @@ class JobStore {
   // retry that finds the id taken indexes it again: harmless).
   bool submit(const JobRecord& record, bool priority,
               std::optional<std::chrono::milliseconds> listed_for = std::nullopt);
+  // submit() in parts, for a caller that sends the calls another way (redis/batcher.hpp).
+  std::vector<Connection::Call> submit_calls(
+      const JobRecord& record, bool priority,
+      std::optional<std::chrono::milliseconds> listed_for) const;
+  static bool submitted(const std::vector<Reply>& replies);
 
   // BLMOVE pending -> processing LEFT RIGHT; nullopt on timeout or when unblocked by
   // CLIENT UNBLOCK (shutdown).

@@ -13,16 +13,6 @@ namespace {
 
 using JobStoreTest = RelayTest;
 
-JobRecord pending_job(const std::string& model) {
-  JobRecord r;
-  r.id = new_job_id();
-  r.service_type = "svc";
-  r.model = model;
-  r.input_key = "svc/" + r.id + "/input";
-  r.created_at = parse_rfc3339("2026-11-30T00:00:00.000Z");
-  return r;
-}
-
 // The relay's last step for r.
 redis::Completion ending(const JobRecord& r, JobStatus status) {
   redis::Completion c;

@@ -30,6 +30,17 @@ struct SubmitOptions {
   std::optional<std::uint64_t> size = {};  // recorded input size, when the stream does not know it
 };
 
+// A pending job's record as the gateway writes it (for the Redis steps' tests).
+inline JobRecord pending_job(const std::string& model) {
+  JobRecord r;
+  r.id = new_job_id();
+  r.service_type = "svc";
+  r.model = model;
+  r.input_key = "svc/" + r.id + "/input";
+  r.created_at = parse_rfc3339("2026-11-30T00:00:00.000Z");
+  return r;
+}
+
 inline std::string read_all(storage::Storage& st, const std::string& key) {
   auto src = st.open(key, {});
   std::string out, buf(65536, '\0');

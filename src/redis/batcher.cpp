@@ -1,0 +1,81 @@
+#include "redis/batcher.hpp"
+
+namespace relay::redis {
+
+Batcher::Batcher(Endpoint ep, std::int64_t wait_replicas)
+    : conn_(std::move(ep)),
+      wait_replicas_(wait_replicas),
+      thread_([this](std::stop_token st) { run(st); }) {}
+
+Batcher::~Batcher() {
+  thread_.request_stop();
+  thread_.join();
+}
+
+std::vector<Reply> Batcher::pipeline(std::vector<Connection::Call> calls) {
+  Item item{std::move(calls), {}};
+  auto done = item.done.get_future();
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(&item);
+  }
+  cv_.notify_one();
+  return done.get();
+}
+
+void Batcher::run(std::stop_token stop) {
+  for (;;) {
+    std::vector<Item*> batch;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, stop, [this] { return !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nobody waits
+      batch.swap(queue_);
+    }
+    serve(batch);
+  }
+}
+
+void Batcher::serve(std::vector<Item*>& batch) {
+  std::vector<Connection::Call> all;
+  for (auto* item : batch)
+    for (auto& call : item->calls) all.push_back(std::move(call));
+  if (wait_replicas_ > 0)
+    all.push_back({nullptr, {}, {"WAIT", std::to_string(wait_replicas_), "1000"}});
+  std::vector<Reply> replies;
+  try {
+    replies = conn_.get().pipeline(all, /*checked=*/false);
+  } catch (...) {
+    conn_.reset();
+    for (auto* item : batch) item->done.set_exception(std::current_exception());
+    return;
+  }
+  std::exception_ptr replicas;
+  if (wait_replicas_ > 0) {
+    const auto& r = replies.back();
+    const long long acks = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    if (acks < wait_replicas_)
+      replicas =
+          std::make_exception_ptr(IoError("redis: the write reached " + std::to_string(acks) +
+                                          " of " + std::to_string(wait_replicas_) + " replicas"));
+  }
+  size_t at = 0;
+  bool reconnect = false;
+  for (auto* item : batch) {
+    std::vector<Reply> mine;
+    for (size_t i = 0; i < item->calls.size(); ++i) mine.push_back(std::move(replies[at++]));
+    try {
+      for (const auto& r : mine) throw_if_error(r.get());
+      if (replicas) std::rethrow_exception(replicas);
+      item->done.set_value(std::move(mine));
+    } catch (const TransientError& e) {
+      reconnect = reconnect || e.new_connection();  // a demoted master: find the new one
+      item->done.set_exception(std::current_exception());
+    } catch (...) {
+      item->done.set_exception(std::current_exception());
+    }
+  }
+  if (reconnect) conn_.reset();
+}
+
+}  // namespace relay::redis

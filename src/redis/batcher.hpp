@@ -1,0 +1,51 @@
+#pragma once
+// Group commit for one kind of step that many threads run at once (the gateway's submits): each
+// caller's calls go out with every other caller's waiting at that moment, in one write on one
+// connection, and the replies come back together. A batch is sent while the previous one's
+// replies are awaited, so the busier the gateway, the more steps share a round trip — where
+// each request made its own round trip on its own connection before (issue 14: Redis's cost
+// per job was mostly one read and one write per round trip).
+//
+// A caller blocks until its own replies are in, and gets exactly what Connection::pipeline
+// would give it: its replies, its first error reply thrown, or the batch's IoError (its calls
+// may or may not have run — the usual rule: only steps safe to repeat are retried). With
+// wait_replicas, one WAIT ends each batch and covers every write in it.
+// Standalone and sentinel mode; in cluster mode steps go straight to their slot's node.
+
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "redis/connection.hpp"
+
+namespace relay::redis {
+
+class Batcher {
+ public:
+  Batcher(Endpoint ep, std::int64_t wait_replicas);
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  std::vector<Reply> pipeline(std::vector<Connection::Call> calls);
+
+ private:
+  struct Item {
+    std::vector<Connection::Call> calls;
+    std::promise<std::vector<Reply>> done;
+  };
+  void run(std::stop_token stop);
+  void serve(std::vector<Item*>& batch);
+
+  LazyConnection conn_;  // the batching thread's
+  const std::int64_t wait_replicas_;
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::vector<Item*> queue_;
+  std::jthread thread_;  // last: started once the rest exists
+};
+
+}  // namespace relay::redis
