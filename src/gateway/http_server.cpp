@@ -481,21 +481,30 @@ struct HttpServer::Impl {
     }
   }
 
-  // Waits for the job's completion notice (or the deadline), then answers with its state.
+  // Waits for the job's completion notice (or the deadline), then answers with its state. A
+  // notice that is not the end (the notifier resubscribed and woke everyone) waits on.
   asio::awaitable<Response> long_poll(const Request& r, Response first) {
     auto timer = std::make_shared<asio::steady_timer>(io, first.wait_until);
+    auto woken = std::make_shared<bool>(false);
     auto ex = io.get_executor();
-    auto reg = notifier.watch(first.wait_job,
-                              [timer, ex] { asio::post(ex, [timer] { timer->cancel(); }); });
-    // Re-read after registering: the job may have ended between the first read and now.
-    Response again = co_await run_blocking(pool, [&] { return api.handle(r); });
-    if (again.wait_job.empty() || stopping.load()) co_return again;
-    try {
-      co_await timer->async_wait(asio::use_awaitable);
-    } catch (const beast::system_error&) {
-      // cancelled: the job ended (or the server is stopping)
+    auto reg = notifier.watch(first.wait_job, [timer, woken, ex] {
+      asio::post(ex, [timer, woken] {
+        *woken = true;
+        timer->cancel();
+      });
+    });
+    for (;;) {
+      // Read again after registering, and after each notice: the job may have ended meanwhile.
+      *woken = false;
+      Response again = co_await run_blocking(pool, [&] { return api.handle(r); });
+      if (again.wait_job.empty() || stopping.load()) co_return again;
+      if (!*woken) {  // (a notice during the read is not lost: it set woken)
+        beast::error_code ec;
+        co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
+      if (stopping.load() || Clock::now() >= first.wait_until)
+        co_return co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
     }
-    co_return co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
   }
 
   // A job's live events (Server-Sent Events): the job's state now, then again each time the

@@ -44,7 +44,6 @@ void Notifier::run(std::stop_token stop) {
   const std::string prefix = head.substr(0, head.size() - std::string(":done").size());
   const std::string pattern = prefix + "*";
   Backoff backoff;
-  bool was_connected = false;
   while (!stop.stop_requested()) {
     try {
       auto sub = redis::Subscription::open(ep_, pattern, true);
@@ -53,8 +52,10 @@ void Notifier::run(std::stop_token stop) {
         sub_.emplace(std::move(sub));
       }
       if (stop.stop_requested()) break;
-      if (was_connected) wake_all();  // notices may have been missed while disconnected
-      was_connected = true;
+      // Notices sent before this subscription (while disconnected, or before the first one — a
+      // gateway serves while its notifier is still connecting) are lost: every waiter reads its
+      // job again.
+      wake_all();
       backoff.reset();
       for (;;) {
         const std::string channel = sub_->next().channel;

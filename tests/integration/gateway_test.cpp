@@ -61,6 +61,38 @@ TEST_F(GatewayTest, LongPollAnswersWhenTheJobEnds) {
   EXPECT_LT(took, 5s) << "a 30 s long-poll must come back as soon as the job ends";
 }
 
+// The notifier's subscription is lost and renewed while a long-poll waits: every waiter is woken
+// to read its job again (a notice may have been missed), and one whose job has not ended waits
+// on for its end rather than answering early.
+TEST_F(GatewayTest, ALongPollWokenWithoutTheEndWaitsOn) {
+  start_gateway();
+  InferenceServer inference({.delay_ms = 3000});
+  auto id = submit_id("input");
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return redis::as_optional_string(
+                   conn_.command({"HGET", keys_.job("m1", id), "status"}).get()) == "processing";
+      },
+      10s));
+  std::optional<HttpResult> answer;
+  std::thread poll([&] { answer = http("GET", url("/jobs/echo/" + id + "?wait=30")); });
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return redis::as_integer(
+                   conn_.command({"HEXISTS", keys_.job("m1", id), "watched"}).get()) == 1;
+      },
+      10s));
+  // Every pub/sub client of every node is disconnected: the notifier resubscribes.
+  for (int i = 0; i < redis_.nodes(); ++i) {
+    auto node = redis::Connection::open(redis_.node_endpoint(i));
+    node.command({"CLIENT", "KILL", "TYPE", "pubsub"});
+  }
+  poll.join();
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ(str(parse(*answer), "status"), "completed") << answer->body;
+}
+
 TEST_F(GatewayTest, LongPollEndsWithTheCurrentStateAtTheDeadline) {
   start_gateway();
   auto id = submit_id("no relay runs");
