@@ -345,9 +345,10 @@ def chart(results, path):
              ("delay", "jobs/s, 4 workers x 20 ms (ideal 200)"),
              ("p50", "p50 ms submit to completion, 100 jobs/s"),
              ("p99", "p99 ms submit to completion, 100 jobs/s")]
-    script = [f'set terminal pngcairo size 1500,360 font ",10"', f'set output "{path}"',
+    script = [f'set terminal pngcairo size 1500,380 font ",10"', f'set output "{path}"',
               "set style data histograms", "set style histogram clustered gap 1",
-              "set style fill solid 0.8 border -1", "set key top right", "set yrange [0:*]",
+              "set style fill solid 0.8 border -1", "set key outside bottom center horizontal",
+              "set yrange [0:*]",
               "unset xtics", "set grid ytics", f"set multiplot layout 1,{len(plots)}"]
     for row, title in plots:
         script += [f'set title "{title}"',
