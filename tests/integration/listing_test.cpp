@@ -64,12 +64,21 @@ TEST_F(GatewayTest, ListingPagesAreCompleteAndDuplicateFreeWhileSubmitsRun) {
 
 TEST_F(GatewayTest, ListingFiltersByServiceTypeStatusTimeAndIdempotencyKey) {
   start_gateway();
+  // since / until compare creation times to the millisecond shown in job JSON: the jobs they
+  // must tell apart are created in different milliseconds (submits can be faster than that).
+  auto next_millisecond = [&](const std::string& svc, const std::string& id) {
+    const std::string created =
+        str(parse(http("GET", url("/jobs/" + svc + "/" + id))), "created_at");
+    ASSERT_TRUE(wait_until([&] { return format_rfc3339(wall_now()) > created; }, 5s));
+  };
   const std::string a = submit_id("a");
+  next_millisecond("echo", a);
   const std::string cancelled = submit_id("c");
   ASSERT_EQ(http("DELETE", url("/jobs/echo/" + cancelled)).status, 200);
   auto other = submit("o", {}, {}, "other");
   ASSERT_EQ(other.status, 202);
   const std::string other_id = str(parse(other), "id");
+  next_millisecond("other", other_id);
   const std::string keyed = submit_id("k", {"Idempotency-Key: order-7"});
 
   EXPECT_EQ(walk(gateway_->url(), "/jobs/other?limit=10"), std::vector<std::string>{other_id});
