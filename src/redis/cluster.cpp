@@ -251,6 +251,51 @@ Reply Connection::cluster_command(const std::vector<std::string>& argv) {
   }
 }
 
+std::vector<Reply> Connection::cluster_pipeline(const std::vector<Call>& calls) {
+  auto& cl = *cluster_;
+  auto run = [this](const Call& c) {
+    return c.script ? eval(*c.script, c.keys, c.args) : command(c.args);
+  };
+  // The node every call routes to, if they share one (a script by its first key, as eval()).
+  Connection* node = nullptr;
+  for (const auto& c : calls) {
+    auto key = c.script
+                   ? (c.keys.empty() ? std::nullopt : std::optional<std::string_view>(c.keys[0]))
+                   : routing_key(c.args);
+    Connection* n = &cl.for_key(key);
+    if (node && n != node) {
+      node = nullptr;
+      break;
+    }
+    node = n;
+  }
+  std::vector<Reply> out;
+  if (!node) {  // several nodes: one after another
+    for (const auto& c : calls) out.push_back(run(c));
+    return out;
+  }
+  cl.last = node;
+  try {
+    out = node->pipeline(calls, /*checked=*/false);
+  } catch (const IoError&) {
+    cl.drop(node);  // a failed node: its slots are probably served elsewhere by now
+    throw;
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto* r = out[i].get();
+    if (r->type != REDIS_REPLY_ERROR) continue;
+    // Redirected (a slot moving or moved): it did not run there; sent again alone, routed anew.
+    if (parse_redirect(std::string_view(r->str, r->len))) out[i] = run(calls[i]);
+  }
+  try {
+    for (const auto& r : out) throw_if_error(r.get());
+  } catch (const TransientError&) {
+    cl.map->mark_stale();  // CLUSTERDOWN, TRYAGAIN: as cluster_command does
+    throw;
+  }
+  return out;
+}
+
 std::vector<Endpoint> Connection::masters(const Endpoint& ep) {
   if (ep.cluster_seeds.empty()) return {ep};
   std::vector<Endpoint> out;

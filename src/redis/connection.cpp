@@ -287,9 +287,7 @@ std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls, bool che
   out.reserve(calls.size());
   if (cluster_) {
     if (!checked) throw std::logic_error("unchecked pipelines are for standalone connections");
-    for (const auto& c : calls)
-      out.push_back(c.script ? eval(*c.script, c.keys, c.args) : command(c.args));
-    return out;
+    return cluster_pipeline(calls);
   }
   std::string wire;
   for (const auto& call : calls) format_command(call_argv(call), wire);

@@ -156,6 +156,53 @@ TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
 INSTANTIATE_TEST_SUITE_P(Cluster, ClusterChange, ::testing::Values("reshard", "failover"));
 
 // relayctl queues finds every model on every master, and reads each one's queues there.
+// A pipeline whose calls share a node (a model's steps: one hash tag) goes there in one write;
+// one spanning nodes runs call by call; and while the slot migrates, a call redirected by ASK
+// is sent again where it belongs — every step still runs exactly once.
+TEST(RedisCluster, PipelinesGoToTheSlotsNodeInOneWriteAndFollowRedirects) {
+  RedisServer redis(false, {}, RedisServer::tls_by_default(), true);
+  const redis::Keys keys("", true);
+  auto conn = redis.connect();
+  const std::string a = keys.pending("m1");
+  const int slot = redis::key_slot(a);
+  const int owner = redis.node_of_slot(slot);
+  auto node = redis::Connection::open(redis.node_endpoint(owner));
+  auto reads = [&] {
+    auto info = redis::as_string(node.command({"INFO", "stats"}).get());
+    return std::stoll(info.substr(info.find("total_reads_processed:") + 22));
+  };
+  conn.command({"LLEN", a});  // (the cluster connection's link to that node, opened)
+  const auto before = reads();
+  auto replies = conn.pipeline({{nullptr, {}, {"RPUSH", a, "x"}},
+                                {nullptr, {}, {"RPUSH", keys.processing("m1"), "y"}},
+                                {nullptr, {}, {"LLEN", a}}});
+  EXPECT_EQ(redis::as_integer(replies[2].get()), 1);
+  EXPECT_EQ(reads() - before, 2) << "the INFO, and the three calls in one read";
+  // Across nodes: each call on its own node.
+  std::string other;
+  for (const char* m : {"m2", "asr", "ocr", "tts", "llm"})
+    if (redis.node_of_slot(redis::key_slot(keys.pending(m))) != owner) other = keys.pending(m);
+  ASSERT_FALSE(other.empty());
+  replies =
+      conn.pipeline({{nullptr, {}, {"RPUSH", a, "x2"}}, {nullptr, {}, {"RPUSH", other, "z"}}});
+  EXPECT_EQ(redis::as_integer(replies[0].get()), 2);
+  EXPECT_EQ(redis::as_integer(replies[1].get()), 1);
+  // The slot moves to another master, a key at a time, while pipelines run: ASK, then MOVED.
+  std::atomic<bool> moving{true};
+  std::thread mover([&] {
+    redis.migrate_slot(slot, (owner + 1) % redis.nodes(), 1, std::chrono::milliseconds(20));
+    moving = false;
+  });
+  int pushed = 2;
+  while (moving.load() || pushed < 40) {
+    auto r = conn.pipeline({{nullptr, {}, {"RPUSH", a, "p"}}, {nullptr, {}, {"LLEN", a}}});
+    ++pushed;
+    EXPECT_EQ(redis::as_integer(r[0].get()), pushed);
+  }
+  mover.join();
+  EXPECT_EQ(redis::as_integer(conn.command({"LLEN", a}).get()), pushed) << "each push ran once";
+}
+
 TEST(RedisCluster, RelayctlQueuesScansEveryMaster) {
   RedisServer redis(false, {}, RedisServer::tls_by_default(), true);
   const redis::Keys keys("", true);
