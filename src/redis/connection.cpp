@@ -237,19 +237,30 @@ Reply Connection::command(std::initializer_list<std::string_view> argv) {
   return command(v);
 }
 
-Reply Connection::eval(const Script& script, const std::vector<std::string>& keys,
-                       const std::vector<std::string>& args) {
-  std::vector<std::string> argv{"EVALSHA", std::string(script.sha1), std::to_string(keys.size())};
+namespace {
+
+// A script call as sent: EVALSHA by its SHA-1, or (whole) EVAL with its source, for a server
+// that does not know it (after a restart).
+std::vector<std::string> script_argv(const Script& script, const std::vector<std::string>& keys,
+                                     const std::vector<std::string>& args, bool whole = false) {
+  std::vector<std::string> argv{whole ? "EVAL" : "EVALSHA",
+                                std::string(whole ? script.source : script.sha1),
+                                std::to_string(keys.size())};
   argv.insert(argv.end(), keys.begin(), keys.end());
   argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+}  // namespace
+
+Reply Connection::eval(const Script& script, const std::vector<std::string>& keys,
+                       const std::vector<std::string>& args) {
   try {
-    return command(argv);
+    return command(script_argv(script, keys, args));
   } catch (const ReplyError& e) {
     if (std::string_view(e.what()).find("NOSCRIPT") == std::string_view::npos) throw;
   }
-  argv[0] = "EVAL";
-  argv[1] = std::string(script.source);
-  return command(argv);
+  return command(script_argv(script, keys, args, /*whole=*/true));
 }
 
 namespace {
@@ -271,13 +282,8 @@ void format_command(const std::vector<std::string>& argv, std::string& out) {
   out.append(cmd, static_cast<size_t>(len));
 }
 
-std::vector<std::string> call_argv(const Connection::Call& call) {
-  if (!call.script) return call.args;
-  std::vector<std::string> argv{"EVALSHA", std::string(call.script->sha1),
-                                std::to_string(call.keys.size())};
-  argv.insert(argv.end(), call.keys.begin(), call.keys.end());
-  argv.insert(argv.end(), call.args.begin(), call.args.end());
-  return argv;
+std::vector<std::string> call_argv(const Connection::Call& call, bool whole = false) {
+  return call.script ? script_argv(*call.script, call.keys, call.args, whole) : call.args;
 }
 
 }  // namespace
@@ -300,11 +306,8 @@ std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls, bool che
     if (!calls[i].script || r->type != REDIS_REPLY_ERROR ||
         !std::string_view(r->str, r->len).starts_with("NOSCRIPT"))
       continue;
-    std::vector<std::string> argv = call_argv(calls[i]);
-    argv[0] = "EVAL";
-    argv[1] = std::string(calls[i].script->source);
     std::string again;
-    format_command(argv, again);
+    format_command(call_argv(calls[i], /*whole=*/true), again);
     t_->write_all(again.data(), again.size());
     out[i] = Reply(t_->next_reply());
   }
