@@ -16,7 +16,7 @@ Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completio
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq] [--relays=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
 import os
@@ -36,6 +36,7 @@ JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
 # --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
 # and DIR/queue_bench.png (gnuplot).
+RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "4"))
 RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=")), "")
 DELAY_JOBS = 2000  # the 20 ms case: 10 s at the ideal rate
 LATENCY_RATE, LATENCY_JOBS = 100, 1000
@@ -153,7 +154,8 @@ class RelayStack:
     """The gateway (tmpfs storage), the no-op model (answering after delay_ms) and 4 relays with
     --max-jobs 0, on the given redis-server."""
 
-    def __init__(self, redis_port, work, delay_ms=0, relays=4):
+    def __init__(self, redis_port, work, delay_ms=0, relays=None):
+        relays = RELAYS if relays is None else relays
         self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir="/dev/shm")
         model_port, self.gw_port = free_port(), free_port()
         self.model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}",
@@ -188,7 +190,8 @@ class RelayStack:
 
 def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0):
     jobs = jobs or JOBS
-    stack = RelayStack(redis_port, work, delay_ms)
+    # (The 20 ms case compares with 4 workers: always 4 relays.)
+    stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None)
     gw_port = stack.gw_port
     script = os.path.join(work, "post.lua")
     with open(script, "w") as f:
@@ -402,7 +405,7 @@ def main():
         print(text)
         lines.append(text)
 
-    names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)", "relay": "Relay (4 relays, tmpfs)"}
+    names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)", "relay": f"Relay ({RELAYS} relays, tmpfs)"}
     out(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
     out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
           "| Redis reads/job | load generator CPU-µs/job |")

@@ -49,8 +49,16 @@ class Intake {
   // A refusal (413, malformed multipart, storage unavailable) ends the request: the server
   // sends it and closes the connection.
   virtual std::optional<Response> write(std::string_view bytes) = 0;
-  // The whole body was pushed: the answer (202 and the job, or a refusal).
+  // The whole body was pushed: the answer (202 and the job, or a refusal) — or a Response with
+  // `commit` set: the job's record, to go to Redis with other requests' (group commit) while no
+  // thread waits for it. The server sends it, then asks for the answer: committed() with the
+  // replies (cheap: it runs on the I/O thread), or commit_again() when the batch failed (blocking:
+  // the step again, with its retries; a first attempt that ran is found by the job's id).
   virtual Response finish() = 0;
+  virtual Response committed(std::vector<redis::Reply> replies) = 0;
+  virtual Response commit_again() = 0;
+  // The job exists: nothing is left to undo, and the Intake may go on any thread.
+  virtual bool settled() const = 0;
 };
 
 // One event of a job's live event stream (GET .../events): the job as it is now. Its id is a
@@ -71,7 +79,8 @@ struct Response {
   std::vector<std::pair<std::string, std::string>> headers;
   std::unique_ptr<ByteSource> stream;  // sent instead of body (result downloads)
   std::unique_ptr<Intake> intake;      // accepted: the rest of the body goes here, then finish()
-  std::string route = "unknown";       // metrics label, e.g. "GET /jobs/{service_type}/{id}"
+  std::vector<redis::Connection::Call> commit;  // see Intake::finish()
+  std::string route = "unknown";  // metrics label, e.g. "GET /jobs/{service_type}/{id}"
   // Long-poll: wait for this job's completion notice until wait_until, then ask again with the
   // same request (and wait_until in the past).
   std::string wait_job;
@@ -93,6 +102,8 @@ class Api {
   // The answers that need neither Redis nor storage (liveness, the API document), given at once
   // on the I/O thread: they never queue behind uploads on the blocking pool. nullopt otherwise.
   static std::optional<Response> answer_at_once(const Request& req);
+  // Where a Response's `commit` goes (Batcher::submit); null when no answer has one.
+  redis::Batcher* group_commit() const { return submits_.get(); }
 
  private:
   struct Context;

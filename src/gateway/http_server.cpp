@@ -11,10 +11,13 @@
 //   read the next piece of the body ─────────────────────────▶  Intake::write
 //   ...                                                          (storage, encryption)
 //   the body ended                  ─────────────────────────▶  Intake::finish (the job)
-//   answer  ◀─────────────────────────────────────────────────
+//                                       group commit (Redis) ◀──  the job's record
+//   answer  ◀──────────────────────────  (its reply)
 //
 // A slow client only ever holds a coroutine and its unread bytes; pool threads only ever work on
-// bytes already received; health, readiness, metrics and status never queue behind uploads.
+// bytes already received, and never wait for a submission's round trip to Redis; health,
+// readiness, metrics and status never queue behind uploads. (A small body goes with the header
+// to Api::handle, which finishes its Intake at once: one trip to the request pool.)
 #include "gateway/http_server.hpp"
 
 #include <sys/resource.h>
@@ -26,19 +29,22 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <span>
+#include <thread>
+#include <variant>
 
 #include "common/log.hpp"
+#include "common/work_pool.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/upload_pace.hpp"
 
@@ -63,12 +69,9 @@ constexpr std::size_t kSmallPiece = 16 * 1024;
 constexpr std::size_t kRead = 256 * 1024;  // Beast's read buffer for a chunked body
 constexpr auto kHold = std::chrono::seconds(1);
 
-// Runs f on the blocking pool; the coroutine resumes on its own executor afterwards.
-template <typename F>
-asio::awaitable<std::invoke_result_t<F&>> run_blocking(asio::thread_pool& pool, F f) {
-  using R = std::invoke_result_t<F&>;
-  co_return co_await asio::co_spawn(
-      pool, [&f]() -> asio::awaitable<R> { co_return f(); }, asio::use_awaitable);
+// Threads a pool wakes for short work (WorkPool's `eager`): one per core.
+std::size_t cores() {
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 // An upload cut for being too slow or stalled (logged, answered 408 if the client still listens).
@@ -225,9 +228,13 @@ struct HttpServer::Impl {
   std::set<int> sockets;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
-  asio::thread_pool pool;     // request handlers (server.blocking_threads)
-  asio::thread_pool uploads;  // received upload bytes -> storage (server.upload_threads)
+  WorkPool pool;     // request handlers (server.blocking_threads)
+  WorkPool uploads;  // received upload bytes -> storage (server.upload_threads)
   std::atomic<long> connections{0};
+  // Submits in the group commit: io must outlive their hand-backs (~HttpServer waits for them).
+  std::mutex commits_mu;
+  std::condition_variable commits_cv;
+  long commits = 0;
   std::atomic<bool> stopping{false};
   bool failed = false;  // the accept loop ended without stop()
   long max_connections = 0;
@@ -236,8 +243,8 @@ struct HttpServer::Impl {
       : cfg(c),
         api(a),
         notifier(n),
-        pool(static_cast<std::size_t>(c.blocking_threads)),
-        uploads(static_cast<std::size_t>(c.upload_threads)) {
+        pool(static_cast<std::size_t>(c.blocking_threads), cores()),
+        uploads(static_cast<std::size_t>(c.upload_threads), cores()) {
     auto [budget, limit] =
         connection_budget(c.max_connections, c.blocking_threads + c.upload_threads);
     max_connections = budget;
@@ -381,13 +388,22 @@ struct HttpServer::Impl {
         }
         r.body_complete = body.done();
         // (No co_await inside ?: — GCC 12 miscompiles it.)
-        if (auto at_once = Api::answer_at_once(r))
+        std::optional<redis::Batcher::Outcome> sent;  // of the answer's commit, when it had one
+        if (auto at_once = Api::answer_at_once(r)) {
           resp = std::move(*at_once);
-        else
-          resp = co_await run_blocking(pool, [&] { return api.handle(r); });
+        } else {
+          Handled h = co_await handle_and_commit(pool, [&] { return api.handle(r); });
+          resp = std::move(h.resp);
+          sent = std::move(h.sent);
+        }
         if (resp.intake) {
           intake = std::move(resp.intake);
-          resp = co_await take_body(stream, body, *intake, expect_continue);
+          const std::string route = resp.route;
+          if (sent)
+            resp = co_await answer_commit(*intake, std::move(*sent));
+          else
+            resp = co_await take_body(stream, body, *intake, expect_continue);
+          resp.route = route;
         }
       } catch (const Cut& cut) {
         log::warn("upload cut", {{"reason", cut.reason},
@@ -397,7 +413,9 @@ struct HttpServer::Impl {
       } catch (...) {
         failed = std::current_exception();  // the client went away: nothing to answer
       }
-      if (intake) {
+      if (intake && intake->settled()) {
+        intake.reset();
+      } else if (intake) {
         // Unfinished (the client went away, or a refusal), its undo blocks on storage and
         // Redis: it goes on the upload pool.
         co_await run_blocking(uploads, [&] { intake.reset(); });
@@ -465,7 +483,92 @@ struct HttpServer::Impl {
       std::swap(piece, next);
     }
     if (auto refused = co_await store()) co_return std::move(*refused);
-    co_return co_await run_blocking(uploads, [&] { return intake.finish(); });
+    Handled h = co_await handle_and_commit(uploads, [&] { return intake.finish(); });
+    if (!h.sent) co_return std::move(h.resp);
+    co_return co_await answer_commit(intake, std::move(*h.sent));
+  }
+
+  // Runs f on a pool of blocking threads; the coroutine resumes on the I/O thread afterwards
+  // (io is kept running meanwhile: a guard goes with the task and comes back with the result).
+  template <typename F>
+  asio::awaitable<std::invoke_result_t<F&>> run_blocking(WorkPool& on, F f) {
+    using R = std::invoke_result_t<F&>;
+    using V = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
+    std::optional<V> v = co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                                       void(std::exception_ptr, std::optional<V>)>(
+        [this, &on, &f](auto handler) {
+          auto resume = std::make_shared<decltype(handler)>(std::move(handler));
+          on.post([this, resume, &f, work = asio::make_work_guard(io)] {
+            std::exception_ptr failed;
+            std::optional<V> out;
+            try {
+              if constexpr (std::is_void_v<R>) {
+                f();
+                out.emplace();
+              } else {
+                out.emplace(f());
+              }
+            } catch (...) {
+              failed = std::current_exception();
+            }
+            asio::post(io, [resume, failed, out = std::move(out), work]() mutable {
+              std::move (*resume)(failed, std::move(out));
+            });
+          });
+        },
+        asio::use_awaitable);
+    if constexpr (!std::is_void_v<R>) co_return std::move(*v);
+  }
+
+  // A handler's answer and, when it carried a commit (Intake::finish), that commit's outcome.
+  struct Handled {
+    Response resp;
+    std::optional<redis::Batcher::Outcome> sent;
+    std::exception_ptr failed;
+  };
+
+  // Runs f — a handler, blocking — on the pool `on`, like run_blocking. An answer carrying a
+  // commit (a job's record) goes into the group commit from that thread, and the coroutine
+  // resumes once the outcome is in: no thread waits for the round trip, and the batching thread
+  // hands the outcome straight back to this (I/O) one.
+  template <typename F>
+  asio::awaitable<Handled> handle_and_commit(WorkPool& on, F f) {
+    Handled h = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Handled)>(
+        [this, &on, &f](auto handler) {
+          auto resume = std::make_shared<decltype(handler)>(std::move(handler));
+          on.post([this, resume, &f, work = asio::make_work_guard(io)] {
+            auto out = std::make_shared<Handled>();
+            try {
+              out->resp = f();
+            } catch (...) {
+              out->failed = std::current_exception();
+            }
+            // (The guard goes with the hand-back: io keeps running until the coroutine resumed.)
+            auto back = [resume, out, work] { std::move (*resume)(std::move(*out)); };
+            if (out->resp.commit.empty()) return asio::post(io, std::move(back));
+            {  // counted: the server (its io) outlives every hand-back
+              std::lock_guard lock(commits_mu);
+              ++commits;
+            }
+            auto calls = std::move(out->resp.commit);
+            api.group_commit()->submit(std::move(calls), [this, out, back](auto o) {
+              out->sent = std::move(o);
+              asio::post(io, back);
+              std::lock_guard lock(commits_mu);
+              if (--commits == 0) commits_cv.notify_all();
+            });
+          });
+        },
+        asio::use_awaitable);
+    if (h.failed) std::rethrow_exception(h.failed);
+    co_return h;
+  }
+
+  // The answer to a submission whose job record went through the group commit: made here (it
+  // is cheap), or, when the batch failed, by the step again, blocking, on the upload pool.
+  asio::awaitable<Response> answer_commit(Intake& intake, redis::Batcher::Outcome o) {
+    if (!o.error) co_return intake.committed(std::move(o.replies));
+    co_return co_await run_blocking(uploads, [&] { return intake.commit_again(); });
   }
 
   asio::awaitable<void> discard_rest(beast::tcp_stream& stream) {
@@ -627,6 +730,8 @@ HttpServer::HttpServer(const Config& config, Api& api, Notifier& notifier)
 HttpServer::~HttpServer() {
   impl_->pool.join();
   impl_->uploads.join();
+  std::unique_lock lock(impl_->commits_mu);
+  impl_->commits_cv.wait(lock, [this] { return impl_->commits == 0; });
 }
 
 void HttpServer::listen() {

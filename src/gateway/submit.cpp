@@ -118,11 +118,38 @@ class Api::Upload final : public Intake, private multipart::Handler {
         object_->commit();
         committed_ = true;
       }
-      return create_job();
+      // Without an Idempotency-Key to renew once the job exists, the job's record goes to Redis
+      // with other requests' while no thread waits for it (the server sends it; see Intake).
+      if (api_.submits_ && idem_key_.empty()) {
+        Response r;
+        r.commit =
+            redis::JobStore::submit_calls(api_.keys_, record(), priority_, api_.cfg_.job_retention);
+        return r;
+      }
+      return create_job(/*maybe_ran=*/false);
     } catch (...) {
       return refusal(std::current_exception());
     }
   }
+
+  Response committed(std::vector<redis::Reply> replies) override {
+    try {
+      if (!redis::JobStore::submitted(replies)) throw std::runtime_error("job id collision");
+      return created();
+    } catch (...) {
+      return refusal(std::current_exception());
+    }
+  }
+
+  Response commit_again() override {
+    try {
+      return create_job(/*maybe_ran=*/true);
+    } catch (...) {
+      return refusal(std::current_exception());
+    }
+  }
+
+  bool settled() const override { return done_; }
 
  private:
   void open_input() {
@@ -218,8 +245,10 @@ class Api::Upload final : public Intake, private multipart::Handler {
     }
   }
 
-  Response create_job() {
-    JobRecord r;
+  // The job's record, as submitted (made once: a commit that failed resends the same).
+  const JobRecord& record() {
+    if (record_) return *record_;
+    JobRecord& r = record_.emplace();
     r.id = job_id_;
     r.service_type = svc_;
     r.model = st_.model;
@@ -263,12 +292,18 @@ class Api::Upload final : public Intake, private multipart::Handler {
       r.retry_backoff = st_.retry_backoff;
       r.retry_max_backoff = st_.retry_max_backoff;
     }
+    return r;
+  }
+
+  // Records the job (blocking). maybe_ran: an earlier attempt (a failed group commit) may have.
+  Response create_job(bool maybe_ran) {
+    const JobRecord& r = record();
     auto conn = api_.redis_.borrow();
     Context ctx{*conn, tenant_};
     // An attempt that fails after Redis received it may have run: a retry that then finds the
     // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
-    bool retried = false;
-    bool created = api_.step(
+    bool retried = maybe_ran;
+    bool made = api_.step(
         ctx,
         [&](redis::JobStore& store, redis::Connection&) {
           // Listed from now, in the same round trip. Not acknowledged before replicas have it:
@@ -282,12 +317,18 @@ class Api::Upload final : public Intake, private multipart::Handler {
           return ok;
         },
         [&](int) { retried = true; });
-    if (!created && !retried) throw std::runtime_error("job id collision");
+    if (!made && !retried) throw std::runtime_error("job id collision");
     if (!idem_key_.empty())
       api_.step(ctx, [&](redis::JobStore& store, redis::Connection&) {
         return store.renew_idempotency(idem_key_, job_id_, api_.cfg_.job_retention);
       });
-    done_ = true;  // the job exists: keep its input and key
+    return created();
+  }
+
+  // The job exists: the answer.
+  Response created() {
+    const JobRecord& r = *record_;
+    done_ = true;  // keep its input and key
     metrics().jobs_submitted.add({svc_});
     log::info("job submitted", {{"job_id", job_id_},
                                 {"service_type", svc_},
@@ -315,6 +356,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
   const std::string tracestate_;
   const std::string job_id_, input_key_;
 
+  std::optional<JobRecord> record_;
   std::optional<multipart::Parser> parser_;
   std::string field_name_, field_;  // the form field being read
   std::size_t field_size_ = 0, field_max_ = 0;
@@ -448,7 +490,11 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   // What the server already received goes in now; a body received whole is answered at once.
   if (!req.body.empty())
     if (auto refused = upload->write(req.body)) return std::move(*refused);
-  if (req.body_complete) return upload->finish();
+  if (req.body_complete) {
+    Response r = upload->finish();
+    if (!r.commit.empty()) r.intake = std::move(upload);  // it answers once that went through
+    return r;
+  }
   Response r;
   r.intake = std::move(upload);
   return r;

@@ -1,5 +1,7 @@
 #include "redis/batcher.hpp"
 
+#include <future>
+
 namespace relay::redis {
 
 Batcher::Batcher(Endpoint ep, std::int64_t wait_replicas)
@@ -13,19 +15,28 @@ Batcher::~Batcher() {
 }
 
 std::vector<Reply> Batcher::pipeline(std::vector<Connection::Call> calls) {
-  Item item{std::move(calls), {}};
-  auto done = item.done.get_future();
+  std::promise<std::vector<Reply>> promise;
+  auto done = promise.get_future();
+  submit(std::move(calls), [&promise](Outcome o) {
+    if (o.error)
+      promise.set_exception(o.error);
+    else
+      promise.set_value(std::move(o.replies));
+  });
+  return done.get();
+}
+
+void Batcher::submit(std::vector<Connection::Call> calls, Callback done) {
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(&item);
+    queue_.push_back({std::move(calls), std::move(done)});
   }
   cv_.notify_one();
-  return done.get();
 }
 
 void Batcher::run(std::stop_token stop) {
   for (;;) {
-    std::vector<Item*> batch;
+    std::vector<Item> batch;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, stop, [this] { return !queue_.empty(); });
@@ -36,10 +47,14 @@ void Batcher::run(std::stop_token stop) {
   }
 }
 
-void Batcher::serve(std::vector<Item*>& batch) {
+void Batcher::serve(std::vector<Item>& batch) {
   std::vector<Connection::Call> all;
-  for (auto* item : batch)
-    for (auto& call : item->calls) all.push_back(std::move(call));
+  std::vector<std::size_t> counts;
+  counts.reserve(batch.size());
+  for (auto& item : batch) {
+    counts.push_back(item.calls.size());
+    for (auto& call : item.calls) all.push_back(std::move(call));
+  }
   if (wait_replicas_ > 0)
     all.push_back({nullptr, {}, {"WAIT", std::to_string(wait_replicas_), "1000"}});
   std::vector<Reply> replies;
@@ -47,7 +62,7 @@ void Batcher::serve(std::vector<Item*>& batch) {
     replies = conn_.get().pipeline(all, /*checked=*/false);
   } catch (...) {
     conn_.reset();
-    for (auto* item : batch) item->done.set_exception(std::current_exception());
+    for (auto& item : batch) item.done({{}, std::current_exception()});
     return;
   }
   std::exception_ptr replicas;
@@ -59,21 +74,21 @@ void Batcher::serve(std::vector<Item*>& batch) {
           std::make_exception_ptr(IoError("redis: the write reached " + std::to_string(acks) +
                                           " of " + std::to_string(wait_replicas_) + " replicas"));
   }
-  size_t at = 0;
+  std::size_t at = 0;
   bool reconnect = false;
-  for (auto* item : batch) {
-    std::vector<Reply> mine;
-    for (size_t i = 0; i < item->calls.size(); ++i) mine.push_back(std::move(replies[at++]));
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    Outcome o;
+    for (std::size_t n = 0; n < counts[i]; ++n) o.replies.push_back(std::move(replies[at++]));
     try {
-      for (const auto& r : mine) throw_if_error(r.get());
+      for (const auto& r : o.replies) throw_if_error(r.get());
       if (replicas) std::rethrow_exception(replicas);
-      item->done.set_value(std::move(mine));
     } catch (const TransientError& e) {
       reconnect = reconnect || e.new_connection();  // a demoted master: find the new one
-      item->done.set_exception(std::current_exception());
+      o = {{}, std::current_exception()};
     } catch (...) {
-      item->done.set_exception(std::current_exception());
+      o = {{}, std::current_exception()};
     }
+    batch[i].done(std::move(o));
   }
   if (reconnect) conn_.reset();
 }

@@ -6,15 +6,17 @@
 // each request made its own round trip on its own connection before (issue 14: Redis's cost
 // per job was mostly one read and one write per round trip).
 //
-// A caller blocks until its own replies are in, and gets exactly what Connection::pipeline
-// would give it: its replies, its first error reply thrown, or the batch's IoError (its calls
-// may or may not have run — the usual rule: only steps safe to repeat are retried). With
-// wait_replicas, one WAIT ends each batch and covers every write in it.
+// A caller gets exactly what Connection::pipeline would give it: its replies, its first error
+// reply thrown, or the batch's IoError (its calls may or may not have run — the usual rule: only
+// steps safe to repeat are retried). With wait_replicas, one WAIT ends each batch and covers
+// every write in it. pipeline() blocks its thread until then; submit() does not: its callback
+// gets the outcome on the batching thread (the gateway resumes a request's coroutine with it,
+// so that no thread waits on a submit's round trip).
 // Standalone and sentinel mode; in cluster mode steps go straight to their slot's node.
 
 #include <condition_variable>
 #include <deque>
-#include <future>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,21 +32,31 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
+  // What a caller gets: its replies, or why it has none (then `replies` is empty).
+  struct Outcome {
+    std::vector<Reply> replies;
+    std::exception_ptr error;
+  };
+  using Callback = std::function<void(Outcome)>;
+
   std::vector<Reply> pipeline(std::vector<Connection::Call> calls);
+  // Queues the calls and returns; `done` is called once, on the batching thread, and must be
+  // quick (hand the outcome on). Queued calls are sent even while the batcher is destroyed.
+  void submit(std::vector<Connection::Call> calls, Callback done);
 
  private:
   struct Item {
     std::vector<Connection::Call> calls;
-    std::promise<std::vector<Reply>> done;
+    Callback done;
   };
   void run(std::stop_token stop);
-  void serve(std::vector<Item*>& batch);
+  void serve(std::vector<Item>& batch);
 
   LazyConnection conn_;  // the batching thread's
   const std::int64_t wait_replicas_;
   std::mutex mu_;
   std::condition_variable_any cv_;
-  std::vector<Item*> queue_;
+  std::vector<Item> queue_;
   std::jthread thread_;  // last: started once the rest exists
 };
 

@@ -22,8 +22,8 @@ std::string_view to_string(FinishOutcome o) {
 }
 
 std::vector<Connection::Call> JobStore::submit_calls(
-    const JobRecord& record, bool priority,
-    std::optional<std::chrono::milliseconds> listed_for) const {
+    const Keys& keys, const JobRecord& record, bool priority,
+    std::optional<std::chrono::milliseconds> listed_for) {
   std::string expiry;
   if (record.expires_at)
     expiry = std::to_string(
@@ -31,8 +31,8 @@ std::vector<Connection::Call> JobStore::submit_calls(
             .count());
   std::vector<Connection::Call> calls{
       {&lua::submit,
-       {keys_.job(record.model, record.id), keys_.pending(record.model),
-        keys_.expiries(record.model), keys_.paused(record.model), keys_.held(record.model)},
+       {keys.job(record.model, record.id), keys.pending(record.model), keys.expiries(record.model),
+        keys.paused(record.model), keys.held(record.model)},
        {record.id, priority ? "L" : "R", expiry}}};
   for (auto& [k, v] : record.to_fields()) {
     calls[0].args.push_back(k);
@@ -41,7 +41,7 @@ std::vector<Connection::Call> JobStore::submit_calls(
   if (!listed_for) return calls;
   // The tenant's listing index (in the tenant's slot, not the job's, so not in the script): the
   // entry, and entries older than the records' retention dropped.
-  const std::string index = keys_.tenant_jobs(record.tenant);
+  const std::string index = keys.tenant_jobs(record.tenant);
   const auto micros = [](WallTime t) {
     return std::to_string(
         std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count());

@@ -73,7 +73,12 @@ class JobStore {
   // submit() in parts, for a caller that sends the calls another way (redis/batcher.hpp).
   std::vector<Connection::Call> submit_calls(
       const JobRecord& record, bool priority,
-      std::optional<std::chrono::milliseconds> listed_for) const;
+      std::optional<std::chrono::milliseconds> listed_for) const {
+    return submit_calls(keys_, record, priority, listed_for);
+  }
+  static std::vector<Connection::Call> submit_calls(
+      const Keys& keys, const JobRecord& record, bool priority,
+      std::optional<std::chrono::milliseconds> listed_for);
   static bool submitted(const std::vector<Reply>& replies);
 
   // BLMOVE pending -> processing LEFT RIGHT; nullopt on timeout or when unblocked by

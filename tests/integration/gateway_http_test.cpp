@@ -93,6 +93,61 @@ TEST_F(GatewayTest, StalledUploadsHoldNoThread) {
   EXPECT_EQ(list(keys_.pending("m1")).size(), 5u) << "the five answered submissions, no other";
 }
 
+// A submission whose job record is on its way to Redis holds no thread (issue 14): the record
+// goes out with other requests' in the group commit, and the request's coroutine, not a pool
+// thread, waits for the reply. With one request thread and Redis pausing writes for 3 s,
+// three submissions wait for Redis while a status read (not paused) is answered at once; then
+// the three are answered 202 and their jobs exist. (A thread that waited for its submission's
+// reply would have held the status read for the whole pause.)
+TEST_F(GatewayTest, ASubmissionWaitingForRedisHoldsNoThread) {
+  if (redis_.cluster()) GTEST_SKIP() << "in cluster mode each submission goes to its own node";
+  start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "1"}, {"RELAY_SERVER_UPLOAD_THREADS", "1"}});
+  const std::string done_id = submit_id("before");
+  conn_.command({"CLIENT", "PAUSE", "3000", "WRITE"});
+  const auto paused = std::chrono::steady_clock::now();
+  std::vector<std::future<HttpResult>> waiting;
+  for (int i = 0; i < 3; ++i)
+    waiting.push_back(std::async(std::launch::async, [this, i] {
+      return http("POST", url("/jobs/echo?filename=w.txt"), {"Content-Type: text/plain"},
+                  "waits for redis " + std::to_string(i));
+    }));
+  // Their inputs are stored: each request reached its commit.
+  ASSERT_TRUE(wait_until([&] { return stored_files() == 4u; }, 10s)) << gateway_->log();
+  auto status = http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, 1500);
+  EXPECT_EQ(status.status, 200) << status.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, std::chrono::milliseconds(2500))
+      << "the status read came after the pause: a thread waited on a submission";
+  for (auto& w : waiting) {
+    auto r = w.get();
+    ASSERT_EQ(r.status, 202) << r.body;
+    auto rec = store_.get("m1", str(parse(r), "id"));
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(rec->status, JobStatus::pending);
+  }
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 4u);
+}
+
+// The group commit's connection lost with a submission's record in flight: the submission is
+// recorded by the step done again (blocking, with retries), once, and answered 202.
+TEST_F(GatewayTest, ASubmissionWhoseGroupCommitFailedIsRecordedOnce) {
+  if (redis_.cluster()) GTEST_SKIP() << "in cluster mode each submission goes to its own node";
+  start_gateway();
+  conn_.command({"CLIENT", "PAUSE", "2000", "WRITE"});
+  auto waiting = std::async(std::launch::async, [this] {
+    return http("POST", url("/jobs/echo?filename=w.txt"), {"Content-Type: text/plain"}, "once");
+  });
+  ASSERT_TRUE(wait_until([&] { return stored_files() == 1u; }, 10s)) << gateway_->log();
+  // Every connection but ours — the group commit's, with the record sent and not yet run.
+  conn_.command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  auto r = waiting.get();
+  ASSERT_EQ(r.status, 202) << r.body << gateway_->log();
+  auto rec = store_.get("m1", str(parse(r), "id"));
+  ASSERT_TRUE(rec);
+  EXPECT_EQ(rec->status, JobStatus::pending);
+  EXPECT_EQ(list(keys_.pending("m1")), std::vector<std::string>{rec->id});
+  EXPECT_EQ(job_records(), 1);
+}
+
 TEST_F(GatewayTest, ClientDisconnectingMidUploadLeavesNothing) {
   start_gateway();
   int fd = raw_connect(gateway_->url());
