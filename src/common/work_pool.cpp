@@ -56,13 +56,13 @@ WorkPool::Worker* WorkPool::take_idle() {
   return &w;
 }
 
-bool WorkPool::stuck(Clock::time_point now) const {
-  return !queue_.empty() && now - queue_.front().queued >= lag_ && now - progress_ >= lag_;
+bool WorkPool::lagging(Clock::time_point now) const {
+  return !queue_.empty() && now - queue_.front().queued >= lag_;
 }
 
 bool WorkPool::may_take(Clock::time_point now) const {
   if (queue_.empty()) return false;
-  return running_ < eager_ || stopping_ || stuck(now);
+  return running_ < eager_ || stopping_ || lagging(now);
 }
 
 void WorkPool::work(std::size_t index) {
@@ -74,13 +74,11 @@ void WorkPool::work(std::size_t index) {
       queue_.pop_front();
       ++running_;
       me.used = true;
-      progress_ = Clock::now();
       lock.unlock();
       t.f();
       t.f = nullptr;  // what it holds goes now, not when the next task comes
       lock.lock();
       --running_;
-      progress_ = Clock::now();
       continue;
     }
     if (stopping_) return;  // (and nothing is queued)
@@ -109,9 +107,9 @@ void WorkPool::watch() {
     }
     if (!queue_.empty()) {
       quiet = 0;
-      // The busy threads are stuck: one more takes the oldest (and another the next tick, if
-      // that one sticks too).
-      if (stuck(Clock::now()))
+      // The busy threads keep the oldest waiting: one more takes it (and another the next
+      // tick, if the queue still lags).
+      if (lagging(Clock::now()))
         if (Worker* w = take_idle()) w->cv.notify_one();
     } else if (++quiet > kLingerTicks) {
       watching_ = false;

@@ -50,7 +50,7 @@ Api::Api(const Config& config, storage::Storage& storage, const crypto::Encrypti
       enc_(encryption),
       redis_(config.redis.endpoint()),
       keys_(config.redis.keys()) {
-  if (config.redis.endpoint().cluster_seeds.empty())
+  if (config.redis.endpoint().cluster_seeds.empty() || config.redis.wait_replicas == 0)
     submits_ =
         std::make_unique<redis::Batcher>(config.redis.endpoint(), config.redis.wait_replicas);
 }

@@ -137,8 +137,8 @@ class Api {
   const crypto::Encryption& enc_;
   // Requests borrow a connection for their duration (one per busy pool thread at most).
   mutable redis::ConnectionPool redis_;
-  // Submits from many requests share round trips (group commit); none in cluster mode, where
-  // each goes to its own slot's node.
+  // Submits from many requests share round trips (group commit); not in cluster mode with
+  // redis.wait_replicas (see redis/batcher.hpp).
   std::unique_ptr<redis::Batcher> submits_;
   redis::Keys keys_;
 };

@@ -61,8 +61,9 @@ config::Schema schema(Config& c) {
             "webhooks; a larger value is lowered to that, with a warning.");
   s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024,
             "Threads that answer requests (Redis, storage reads), at most: one per core runs "
-            "quick work, the rest join in while those are stuck (slow storage, Redis failing "
-            "over). Uploads hold none while the client sends: bodies are read on the I/O thread.");
+            "quick work, the rest join in while requests wait a millisecond for those (slow "
+            "storage, Redis failing over). Uploads hold none while the client sends: bodies are "
+            "read on the I/O thread.");
   s.integer("server.upload_threads", &c.upload_threads, 8, 1, 1024,
             "Threads that write received upload bytes to storage (encrypting them on the way), "
             "apart from `blocking_threads`, so that status, readiness and metrics never wait "

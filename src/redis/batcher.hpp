@@ -12,7 +12,9 @@
 // every write in it. pipeline() blocks its thread until then; submit() does not: its callback
 // gets the outcome on the batching thread (the gateway resumes a request's coroutine with it,
 // so that no thread waits on a submit's round trip).
-// Standalone and sentinel mode; in cluster mode steps go straight to their slot's node.
+// In cluster mode a batch goes to each node it touches in one write per node (with
+// wait_replicas, not at all: one WAIT could not cover several nodes' writes; steps then go to
+// their nodes alone).
 
 #include <condition_variable>
 #include <deque>

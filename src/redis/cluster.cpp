@@ -1,5 +1,6 @@
 // Connection in Redis Cluster mode: commands routed by their key's slot to the master serving
 // it (a process-wide slot map per cluster), MOVED and ASK followed, failed nodes dropped.
+#include <algorithm>
 #include <charconv>
 #include <set>
 #include <shared_mutex>
@@ -251,48 +252,59 @@ Reply Connection::cluster_command(const std::vector<std::string>& argv) {
   }
 }
 
-std::vector<Reply> Connection::cluster_pipeline(const std::vector<Call>& calls) {
+std::vector<Reply> Connection::cluster_pipeline(const std::vector<Call>& calls, bool checked) {
   auto& cl = *cluster_;
   auto run = [this](const Call& c) {
     return c.script ? eval(*c.script, c.keys, c.args) : command(c.args);
   };
-  // The node every call routes to, if they share one (a script by its first key, as eval()).
-  Connection* node = nullptr;
-  for (const auto& c : calls) {
+  // The calls by the node they route to (a script by its first key, as eval()), in order of
+  // first appearance: one write per node (a model's steps: one node; a group commit of many
+  // requests' submissions: each node its share), the nodes one after another.
+  std::vector<std::pair<Connection*, std::vector<std::size_t>>> by_node;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const Call& c = calls[i];
     auto key = c.script
                    ? (c.keys.empty() ? std::nullopt : std::optional<std::string_view>(c.keys[0]))
                    : routing_key(c.args);
     Connection* n = &cl.for_key(key);
-    if (node && n != node) {
-      node = nullptr;
-      break;
+    auto it = std::find_if(by_node.begin(), by_node.end(), [n](auto& g) { return g.first == n; });
+    if (it == by_node.end()) it = by_node.insert(by_node.end(), {n, {}});
+    it->second.push_back(i);
+  }
+  std::vector<Reply> out(calls.size());
+  for (auto& [node, indices] : by_node) {
+    std::vector<Call> mine;
+    mine.reserve(indices.size());
+    for (auto i : indices) mine.push_back(calls[i]);
+    cl.last = node;
+    std::vector<Reply> replies;
+    try {
+      replies = node->pipeline(mine, /*checked=*/false);
+    } catch (const IoError&) {
+      cl.drop(node);  // a failed node: its slots are probably served elsewhere by now
+      throw;
     }
-    node = n;
+    for (std::size_t k = 0; k < indices.size(); ++k) out[indices[k]] = std::move(replies[k]);
   }
-  std::vector<Reply> out;
-  if (!node) {  // several nodes: one after another
-    for (const auto& c : calls) out.push_back(run(c));
-    return out;
-  }
-  cl.last = node;
-  try {
-    out = node->pipeline(calls, /*checked=*/false);
-  } catch (const IoError&) {
-    cl.drop(node);  // a failed node: its slots are probably served elsewhere by now
-    throw;
-  }
-  for (size_t i = 0; i < calls.size(); ++i) {
+  bool stale = false;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto* r = out[i].get();
     if (r->type != REDIS_REPLY_ERROR) continue;
     // Redirected (a slot moving or moved): it did not run there; sent again alone, routed anew.
-    if (parse_redirect(std::string_view(r->str, r->len))) out[i] = run(calls[i]);
+    if (parse_redirect(std::string_view(r->str, r->len))) {
+      out[i] = run(calls[i]);
+      continue;
+    }
+    try {
+      throw_if_error(r);
+    } catch (const TransientError&) {
+      stale = true;  // CLUSTERDOWN, TRYAGAIN: as cluster_command does
+    } catch (...) {
+    }
   }
-  try {
+  if (stale) cl.map->mark_stale();
+  if (checked)
     for (const auto& r : out) throw_if_error(r.get());
-  } catch (const TransientError&) {
-    cl.map->mark_stale();  // CLUSTERDOWN, TRYAGAIN: as cluster_command does
-    throw;
-  }
   return out;
 }
 

@@ -291,10 +291,7 @@ std::vector<std::string> call_argv(const Connection::Call& call, bool whole = fa
 std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls, bool checked) {
   std::vector<Reply> out;
   out.reserve(calls.size());
-  if (cluster_) {
-    if (!checked) throw std::logic_error("unchecked pipelines are for standalone connections");
-    return cluster_pipeline(calls);
-  }
+  if (cluster_) return cluster_pipeline(calls, checked);
   std::string wire;
   for (const auto& call : calls) format_command(call_argv(call), wire);
   t_->write_all(wire.data(), wire.size());

@@ -148,12 +148,11 @@ class Connection {
   // reply is read, then the first error reply is thrown as command() throws it (so a caller
   // that retries must expect the calls before it to have run). NOSCRIPT (after a restart)
   // sends that call again whole once the others are read: the calls then do not run in order,
-  // so pipeline only steps that do not depend on each other. In cluster mode, calls whose keys
-  // live on one node (a model's steps: one hash tag) go there in one write, and a redirected
-  // one is sent again alone; calls for several nodes run one after another, each routed as
-  // command() and eval() route it. checked = false: error replies
-  // are returned, not thrown, for a caller that owns several callers' calls (redis/batcher.hpp);
-  // only I/O failures throw then (standalone and sentinel mode only).
+  // so pipeline only steps that do not depend on each other. In cluster mode the calls go to
+  // their nodes (routed as command() and eval() route them), each node's in one write, the
+  // nodes one after another; a redirected call is sent again alone. checked = false: error
+  // replies are returned, not thrown, for a caller that owns several callers' calls
+  // (redis/batcher.hpp); only I/O failures throw then.
   std::vector<Reply> pipeline(const std::vector<Call>& calls, bool checked = true);
 
   // Sends without waiting and reads replies later; for SUBSCRIBE and pipelines.
@@ -188,7 +187,7 @@ class Connection {
   static Connection open_via_sentinel(const Endpoint& ep);  // sentinel.cpp
   Reply checked(redisReply* r);
   Reply cluster_command(const std::vector<std::string>& argv);
-  std::vector<Reply> cluster_pipeline(const std::vector<Call>& calls);  // cluster.cpp
+  std::vector<Reply> cluster_pipeline(const std::vector<Call>& calls, bool checked);  // cluster.cpp
 
   std::unique_ptr<Transport> t_;
   std::unique_ptr<Cluster> cluster_;

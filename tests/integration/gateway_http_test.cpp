@@ -100,7 +100,7 @@ TEST_F(GatewayTest, StalledUploadsHoldNoThread) {
 // the three are answered 202 and their jobs exist. (A thread that waited for its submission's
 // reply would have held the status read for the whole pause.)
 TEST_F(GatewayTest, ASubmissionWaitingForRedisHoldsNoThread) {
-  if (redis_.cluster()) GTEST_SKIP() << "in cluster mode each submission goes to its own node";
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE is per node";
   start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "1"}, {"RELAY_SERVER_UPLOAD_THREADS", "1"}});
   const std::string done_id = submit_id("before");
   conn_.command({"CLIENT", "PAUSE", "3000", "WRITE"});
@@ -130,7 +130,7 @@ TEST_F(GatewayTest, ASubmissionWaitingForRedisHoldsNoThread) {
 // The group commit's connection lost with a submission's record in flight: the submission is
 // recorded by the step done again (blocking, with retries), once, and answered 202.
 TEST_F(GatewayTest, ASubmissionWhoseGroupCommitFailedIsRecordedOnce) {
-  if (redis_.cluster()) GTEST_SKIP() << "in cluster mode each submission goes to its own node";
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE and KILL are per node";
   start_gateway();
   conn_.command({"CLIENT", "PAUSE", "2000", "WRITE"});
   auto waiting = std::async(std::launch::async, [this] {
