@@ -67,9 +67,15 @@ class FileSource final : public ByteSource {
       : fd_(fd), path_(std::move(path)), size_(size), stop_(std::move(stop)) {}
   size_t read(std::span<char> buf) override {
     if (stop_.stop_requested()) throw Aborted();
+    // A stored object never changes (written whole, then renamed into place): once its size is
+    // read, the end is known without the read(2) that would return 0 (one per job).
+    if (done_ >= size_) return 0;
     for (;;) {
       ssize_t n = ::read(fd_.get(), buf.data(), buf.size());
-      if (n >= 0) return static_cast<size_t>(n);
+      if (n >= 0) {
+        done_ += static_cast<std::uint64_t>(n);
+        return static_cast<size_t>(n);
+      }
       if (errno != EINTR) fail_errno("cannot read", path_);
     }
   }
@@ -78,7 +84,7 @@ class FileSource final : public ByteSource {
  private:
   FdGuard fd_;
   std::string path_;
-  std::uint64_t size_;
+  std::uint64_t size_, done_ = 0;
   std::stop_token stop_;
 };
 
