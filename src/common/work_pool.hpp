@@ -44,7 +44,6 @@ class WorkPool {
   // Runs what is queued (on every thread), then stops the threads. Posting afterwards is a bug.
   void join();
 
-  std::size_t threads() const { return workers_.size(); }
   // Threads that ran a task at least once: how far beyond `eager` the work took the pool.
   std::size_t threads_used() const;
 

@@ -488,36 +488,48 @@ struct HttpServer::Impl {
     co_return co_await answer_commit(intake, std::move(*h.sent));
   }
 
-  // Runs f on a pool of blocking threads; the coroutine resumes on the I/O thread afterwards
-  // (io is kept running meanwhile: a guard goes with the task and comes back with the result).
+  // Runs task on a pool thread. The task gets `back`, to call once with the result, from
+  // whichever thread has it by then; the coroutine resumes with it on the I/O thread. (io keeps
+  // running meanwhile: a guard goes out with the task and comes back with the result.)
+  template <typename T, typename Task>
+  asio::awaitable<T> hand_off(WorkPool& on, Task task) {
+    co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(T)>(
+        [this, &on, &task](auto handler) {
+          auto resume = std::make_shared<decltype(handler)>(std::move(handler));
+          auto back = [this, resume, work = asio::make_work_guard(io)](T result) {
+            asio::post(io, [resume, work, r = std::move(result)]() mutable {
+              std::move (*resume)(std::move(r));
+            });
+          };
+          on.post([&task, back] { task(back); });
+        },
+        asio::use_awaitable);
+  }
+
+  // Runs f on a pool of blocking threads; the coroutine resumes on the I/O thread afterwards.
   template <typename F>
   asio::awaitable<std::invoke_result_t<F&>> run_blocking(WorkPool& on, F f) {
     using R = std::invoke_result_t<F&>;
-    using V = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
-    std::optional<V> v = co_await asio::async_initiate<decltype(asio::use_awaitable),
-                                                       void(std::exception_ptr, std::optional<V>)>(
-        [this, &on, &f](auto handler) {
-          auto resume = std::make_shared<decltype(handler)>(std::move(handler));
-          on.post([this, resume, &f, work = asio::make_work_guard(io)] {
-            std::exception_ptr failed;
-            std::optional<V> out;
-            try {
-              if constexpr (std::is_void_v<R>) {
-                f();
-                out.emplace();
-              } else {
-                out.emplace(f());
-              }
-            } catch (...) {
-              failed = std::current_exception();
-            }
-            asio::post(io, [resume, failed, out = std::move(out), work]() mutable {
-              std::move (*resume)(failed, std::move(out));
-            });
-          });
-        },
-        asio::use_awaitable);
-    if constexpr (!std::is_void_v<R>) co_return std::move(*v);
+    struct Out {
+      std::optional<std::conditional_t<std::is_void_v<R>, std::monostate, R>> value;
+      std::exception_ptr failed;
+    };
+    Out out = co_await hand_off<Out>(on, [&f](auto back) {
+      Out o;
+      try {
+        if constexpr (std::is_void_v<R>) {
+          f();
+          o.value.emplace();
+        } else {
+          o.value.emplace(f());
+        }
+      } catch (...) {
+        o.failed = std::current_exception();
+      }
+      back(std::move(o));
+    });
+    if (out.failed) std::rethrow_exception(out.failed);
+    if constexpr (!std::is_void_v<R>) co_return std::move(*out.value);
   }
 
   // A handler's answer and, when it carried a commit (Intake::finish), that commit's outcome.
@@ -533,33 +545,27 @@ struct HttpServer::Impl {
   // hands the outcome straight back to this (I/O) one.
   template <typename F>
   asio::awaitable<Handled> handle_and_commit(WorkPool& on, F f) {
-    Handled h = co_await asio::async_initiate<decltype(asio::use_awaitable), void(Handled)>(
-        [this, &on, &f](auto handler) {
-          auto resume = std::make_shared<decltype(handler)>(std::move(handler));
-          on.post([this, resume, &f, work = asio::make_work_guard(io)] {
-            auto out = std::make_shared<Handled>();
-            try {
-              out->resp = f();
-            } catch (...) {
-              out->failed = std::current_exception();
-            }
-            // (The guard goes with the hand-back: io keeps running until the coroutine resumed.)
-            auto back = [resume, out, work] { std::move (*resume)(std::move(*out)); };
-            if (out->resp.commit.empty()) return asio::post(io, std::move(back));
-            {  // counted: the server (its io) outlives every hand-back
-              std::lock_guard lock(commits_mu);
-              ++commits;
-            }
-            auto calls = std::move(out->resp.commit);
-            api.group_commit()->submit(std::move(calls), [this, out, back](auto o) {
-              out->sent = std::move(o);
-              asio::post(io, back);
-              std::lock_guard lock(commits_mu);
-              if (--commits == 0) commits_cv.notify_all();
-            });
-          });
-        },
-        asio::use_awaitable);
+    Handled h = co_await hand_off<Handled>(on, [this, &f](auto back) {
+      Handled out;
+      try {
+        out.resp = f();
+      } catch (...) {
+        out.failed = std::current_exception();
+      }
+      if (out.resp.commit.empty()) return back(std::move(out));
+      {  // counted: the server (its io) outlives every hand-back
+        std::lock_guard lock(commits_mu);
+        ++commits;
+      }
+      auto calls = std::move(out.resp.commit);
+      auto held = std::make_shared<Handled>(std::move(out));
+      api.group_commit()->submit(std::move(calls), [this, held, back](auto o) {
+        held->sent = std::move(o);
+        back(std::move(*held));
+        std::lock_guard lock(commits_mu);
+        if (--commits == 0) commits_cv.notify_all();
+      });
+    });
     if (h.failed) std::rethrow_exception(h.failed);
     co_return h;
   }

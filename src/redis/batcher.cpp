@@ -49,12 +49,9 @@ void Batcher::run(std::stop_token stop) {
 
 void Batcher::serve(std::vector<Item>& batch) {
   std::vector<Connection::Call> all;
-  std::vector<std::size_t> counts;
-  counts.reserve(batch.size());
-  for (auto& item : batch) {
-    counts.push_back(item.calls.size());
+  // (Each item's calls are moved out, not erased: its calls.size() still counts its replies.)
+  for (auto& item : batch)
     for (auto& call : item.calls) all.push_back(std::move(call));
-  }
   if (wait_replicas_ > 0)
     all.push_back({nullptr, {}, {"WAIT", std::to_string(wait_replicas_), "1000"}});
   std::vector<Reply> replies;
@@ -76,9 +73,10 @@ void Batcher::serve(std::vector<Item>& batch) {
   }
   std::size_t at = 0;
   bool reconnect = false;
-  for (std::size_t i = 0; i < batch.size(); ++i) {
+  for (auto& item : batch) {
     Outcome o;
-    for (std::size_t n = 0; n < counts[i]; ++n) o.replies.push_back(std::move(replies[at++]));
+    for (std::size_t n = 0; n < item.calls.size(); ++n)
+      o.replies.push_back(std::move(replies[at++]));
     try {
       for (const auto& r : o.replies) throw_if_error(r.get());
       if (replicas) std::rethrow_exception(replicas);
@@ -88,7 +86,7 @@ void Batcher::serve(std::vector<Item>& batch) {
     } catch (...) {
       o = {{}, std::current_exception()};
     }
-    batch[i].done(std::move(o));
+    item.done(std::move(o));
   }
   if (reconnect) conn_.reset();
 }

@@ -273,9 +273,10 @@ std::vector<Reply> Connection::cluster_pipeline(const std::vector<Call>& calls, 
   }
   std::vector<Reply> out(calls.size());
   for (auto& [node, indices] : by_node) {
-    std::vector<Call> mine;
-    mine.reserve(indices.size());
-    for (auto i : indices) mine.push_back(calls[i]);
+    std::vector<Call> share;  // (one node, the usual case: the calls as they are)
+    if (by_node.size() > 1)
+      for (auto i : indices) share.push_back(calls[i]);
+    const auto& mine = by_node.size() > 1 ? share : calls;
     cl.last = node;
     std::vector<Reply> replies;
     try {
