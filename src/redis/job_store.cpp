@@ -1,5 +1,6 @@
 #include "redis/job_store.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "common/time.hpp"
@@ -80,12 +81,12 @@ std::optional<std::string> JobStore::pop(const std::string& model,
 
 Connection::Call JobStore::take_call(const std::string& model, const std::string& token,
                                      std::chrono::milliseconds lease_ttl,
-                                     const std::vector<std::string>& candidates) const {
+                                     const TakeCandidates& candidates) const {
   Connection::Call call{&lua::take,
                         {keys_.pending(model), keys_.processing(model)},
                         {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
-                         std::to_string(kTakeCandidates)}};
-  for (const auto& id : candidates) {
+                         std::to_string(candidates.want())}};
+  for (const auto& id : candidates.ids) {
     call.keys.push_back(keys_.job(model, id));
     call.keys.push_back(keys_.lease(model, id));
     call.args.push_back(id);
@@ -94,42 +95,57 @@ Connection::Call JobStore::take_call(const std::string& model, const std::string
   return call;
 }
 
+void TakeCandidates::found_at(long long position) {
+  reach_ = std::max(reach_, position);
+  if (++takes_ < kWindow) return;
+  want_ = std::clamp(2 * reach_, kMin, kMax);
+  reach_ = takes_ = 0;
+}
+
+void TakeCandidates::missed() {
+  want_ = std::min(2 * want_, kMax);
+  reach_ = takes_ = 0;
+}
+
 namespace {
 
 // take.lua's reply: the job when taken; candidates become the ids it saw at the head of
 // pending (none when it was empty).
-std::optional<Taken> parse_take(const redisReply* r, std::vector<std::string>& candidates) {
+std::optional<Taken> parse_take(const redisReply* r, TakeCandidates& candidates) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("take: unexpected reply");
   const std::string tag = as_string(r->element[0]);
   if (tag != "ok") {
-    candidates = as_strings(r, 1);  // none when 'empty'
+    if (tag == "raced") candidates.missed();
+    candidates.ids = as_strings(r, 1);  // none when 'empty'
     return std::nullopt;
   }
-  if (r->elements < 3) throw ReplyError("take: unexpected reply");
-  const auto n = static_cast<size_t>(as_integer(r->element[2]));
-  if (r->elements < 3 + n) throw ReplyError("take: unexpected reply");
-  candidates.clear();
-  for (size_t i = 0; i < n; ++i) candidates.push_back(as_string(r->element[3 + i]));
-  return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pairs(r, 3 + n))};
+  if (r->elements < 4) throw ReplyError("take: unexpected reply");
+  candidates.found_at(as_integer(r->element[2]));
+  const auto n = static_cast<size_t>(as_integer(r->element[3]));
+  if (r->elements < 4 + n) throw ReplyError("take: unexpected reply");
+  candidates.ids.clear();
+  for (size_t i = 0; i < n; ++i) candidates.ids.push_back(as_string(r->element[4 + i]));
+  return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pairs(r, 4 + n))};
 }
 
 }  // namespace
 
 std::optional<Taken> JobStore::take(const std::string& model, const std::string& token,
                                     std::chrono::milliseconds lease_ttl,
-                                    std::vector<std::string>& candidates) {
+                                    TakeCandidates& candidates) {
   // Each look that misses returns the head as it is then: a miss costs one round trip.
   for (int look = 0; look < 100; ++look) {
-    if (candidates.empty()) {
-      candidates = as_strings(
-          conn_.command({"LRANGE", keys_.pending(model), "0", std::to_string(kTakeCandidates - 1)})
+    if (candidates.ids.empty()) {
+      candidates.ids = as_strings(
+          conn_
+              .command({"LRANGE", keys_.pending(model), "0", std::to_string(candidates.want() - 1)})
               .get());
-      if (candidates.empty()) return std::nullopt;
+      if (candidates.ids.empty()) return std::nullopt;
     }
     auto call = take_call(model, token, lease_ttl, candidates);
     auto r = conn_.eval(*call.script, call.keys, call.args);
     if (auto taken = parse_take(r.get(), candidates)) return taken;
-    if (candidates.empty()) return std::nullopt;
+    if (candidates.ids.empty()) return std::nullopt;
   }
   return std::nullopt;  // the blocking path takes over
 }
@@ -165,7 +181,8 @@ std::int64_t JobStore::progress(const std::string& model, const std::string& id,
   return as_integer(reply.get());
 }
 
-Connection::Call JobStore::finish_call(const Completion& c, const std::string& token) const {
+Connection::Call JobStore::finish_call(const Completion& c, const std::string& token,
+                                       long long next) const {
   const std::string& model = c.model;
   const std::string& id = c.job_id;
   Connection::Call call{
@@ -173,7 +190,7 @@ Connection::Call JobStore::finish_call(const Completion& c, const std::string& t
       {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model),
        keys_.pending(model)},
       {id, token, std::string(to_string(c.status)), keys_.completed_channel(model), c.payload(),
-       std::to_string(kEventsMaxLen), std::to_string(kTakeCandidates)}};
+       std::to_string(kEventsMaxLen), std::to_string(next)}};
   for (auto& [k, v] : c.fields()) {
     if (k == field::status) continue;  // ARGV[3]
     call.args.push_back(k);
@@ -184,12 +201,12 @@ Connection::Call JobStore::finish_call(const Completion& c, const std::string& t
 
 namespace {
 
-FinishOutcome parse_finish(const redisReply* r, std::vector<std::string>* candidates) {
+FinishOutcome parse_finish(const redisReply* r, TakeCandidates* candidates) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
     throw ReplyError("finish: unexpected reply");
   std::string s = as_string(r->element[0]);
   if (s == "ok") {
-    if (candidates) *candidates = as_strings(r, 1);
+    if (candidates) candidates->ids = as_strings(r, 1);
     return FinishOutcome::ok;
   }
   if (s == "terminal") return FinishOutcome::terminal;
@@ -200,18 +217,19 @@ FinishOutcome parse_finish(const redisReply* r, std::vector<std::string>* candid
 }  // namespace
 
 FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
-                               std::vector<std::string>* candidates) {
-  auto call = finish_call(c, token);
+                               TakeCandidates* candidates) {
+  auto call = finish_call(c, token, candidates ? candidates->want() : 0);
   auto r = conn_.eval(*call.script, call.keys, call.args);
   return parse_finish(r.get(), candidates);
 }
 
 std::pair<FinishOutcome, std::optional<Taken>> JobStore::finish_and_take(
     const Completion& c, const std::string& token, const std::string& next_token,
-    std::chrono::milliseconds lease_ttl, std::vector<std::string>& candidates) {
-  if (candidates.empty()) return {finish(c, token, &candidates), std::nullopt};
+    std::chrono::milliseconds lease_ttl, TakeCandidates& candidates) {
+  if (candidates.ids.empty()) return {finish(c, token, &candidates), std::nullopt};
+  // (The take returns the next candidates: the finish returns none.)
   auto replies = conn_.pipeline(
-      {finish_call(c, token), take_call(c.model, next_token, lease_ttl, candidates)});
+      {finish_call(c, token, 0), take_call(c.model, next_token, lease_ttl, candidates)});
   auto outcome = parse_finish(replies[0].get(), nullptr);
   return {outcome, parse_take(replies[1].get(), candidates)};
 }

@@ -49,9 +49,28 @@ struct QueueDepth {
 };
 std::string_view to_string(FinishOutcome o);
 
-// How many ids at the head of pending a take names (lua/take.lua): enough that, with many relays
-// taking at once, the head when a take runs is still among those its relay saw.
-inline constexpr long long kTakeCandidates = 16;
+// The ids at the head of pending as a relay last saw them (finish.lua and take.lua return them),
+// which its next take names (lua/take.lua), and how many to ask for. The take finds the head
+// among them unless other relays took that many jobs between the look and the take. Each id
+// costs the script four arguments and its reply one string (16 ids cost Redis 9-13 µs per
+// take or finish, measured), so the count follows the relays at work: twice the
+// farthest position the head was found at over the last kWindow takes, doubled after a miss.
+class TakeCandidates {
+ public:
+  static constexpr long long kMin = 2, kMax = 64, kWindow = 32;
+
+  TakeCandidates() = default;
+  explicit TakeCandidates(std::vector<std::string> seen) : ids(std::move(seen)) {}
+
+  long long want() const { return want_; }
+  void found_at(long long position);  // the head was ids[position - 1]
+  void missed();                      // the head was none of them
+
+  std::vector<std::string> ids;
+
+ private:
+  long long want_ = 4, reach_ = 0, takes_ = 0;
+};
 
 struct Taken {
   std::string id;
@@ -87,11 +106,10 @@ class JobStore {
 
   // Non-blocking take when jobs wait: move + lease + processing in one step (lua/take.lua).
   // nullopt when the queue is empty (then pop() + begin()). candidates: the ids at the head of
-  // pending as last seen (finish() and take() leave them there; when empty they are looked up
+  // pending as last seen (finish() and take() leave them there; when none, they are looked up
   // first, one round trip more).
   std::optional<Taken> take(const std::string& model, const std::string& token,
-                            std::chrono::milliseconds lease_ttl,
-                            std::vector<std::string>& candidates);
+                            std::chrono::milliseconds lease_ttl, TakeCandidates& candidates);
 
   BeginResult begin(const std::string& model, const std::string& id, const std::string& token,
                     std::chrono::milliseconds lease_ttl);
@@ -104,13 +122,13 @@ class JobStore {
   // The relay's last step (lua/finish.lua), fenced by its lease token. candidates (when given
   // and ok): the ids then at the head of pending, for the next take().
   FinishOutcome finish(const Completion& c, const std::string& token,
-                       std::vector<std::string>* candidates = nullptr);
+                       TakeCandidates* candidates = nullptr);
   // A relay's steady state: finish() and the take() of its next job in one round trip
   // (pipelined: independent steps, the take runs whatever the finish's outcome). The take is
   // made only with candidates; without, or when it misses, candidates are left for take().
   std::pair<FinishOutcome, std::optional<Taken>> finish_and_take(
       const Completion& c, const std::string& token, const std::string& next_token,
-      std::chrono::milliseconds lease_ttl, std::vector<std::string>& candidates);
+      std::chrono::milliseconds lease_ttl, TakeCandidates& candidates);
   bool give_back(const std::string& model, const std::string& id, const std::string& token);
   // The relay's last step for a retryable failure with attempts left (lua/retry.lua): fenced
   // like finish; the job waits in the retries set until due. failures: all so far, this one
@@ -202,8 +220,9 @@ class JobStore {
  private:
   Connection::Call take_call(const std::string& model, const std::string& token,
                              std::chrono::milliseconds lease_ttl,
-                             const std::vector<std::string>& candidates) const;
-  Connection::Call finish_call(const Completion& c, const std::string& token) const;
+                             const TakeCandidates& candidates) const;
+  // next: how many ids at the head of pending the finish returns (0: none).
+  Connection::Call finish_call(const Completion& c, const std::string& token, long long next) const;
 
   Connection& conn_;
   Keys keys_;

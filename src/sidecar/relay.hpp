@@ -56,7 +56,7 @@ class Relay {
   redis::BlockedClient pop_client_;
   // Main thread: the ids last seen at the head of pending (for take), and a job taken by the
   // previous job's finish.
-  std::vector<std::string> candidates_;
+  redis::TakeCandidates candidates_;
   std::optional<redis::Taken> next_;
   bool popping_ = false;
 };

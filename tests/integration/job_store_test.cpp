@@ -147,7 +147,7 @@ TEST_F(JobStoreTest, HashTagKeysWorkForEveryStep) {
   auto r2 = pending_job(model_), r3 = pending_job(model_);
   store.submit(r2, false);
   store.submit(r3, false);
-  std::vector<std::string> candidates;
+  redis::TakeCandidates candidates;
   auto taken = store.take(model_, "t2", 5s, candidates);
   ASSERT_TRUE(taken && taken->id == r2.id);
   EXPECT_TRUE(exists("pfx:relay:{m1}:lease:" + r2.id));
@@ -218,7 +218,7 @@ TEST_F(JobStoreTest, TakeMovesLeasesAndMarksInOneStepSkippingStaleEntries) {
   conn_.command({"RPUSH", keys_.pending(model_), "no-such-job"});
   auto live = pending_job(model_);
   store_.submit(live, false);
-  std::vector<std::string> candidates;  // none known: looked up
+  redis::TakeCandidates candidates;  // none known: looked up
   auto taken = store_.take(model_, "tok", 5s, candidates);
   ASSERT_TRUE(taken.has_value());
   EXPECT_EQ(taken->id, live.id);
@@ -228,7 +228,7 @@ TEST_F(JobStoreTest, TakeMovesLeasesAndMarksInOneStepSkippingStaleEntries) {
   EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{live.id})
       << "stale entries are dropped";
   EXPECT_EQ(status(stale.id), "cancelled");
-  EXPECT_TRUE(candidates.empty()) << "the queue is empty now";
+  EXPECT_TRUE(candidates.ids.empty()) << "the queue is empty now";
   EXPECT_FALSE(store_.take(model_, "tok2", 5s, candidates).has_value());
 }
 
@@ -239,16 +239,16 @@ TEST_F(JobStoreTest, TakeTakesTheHeadWhicheverCandidateItIsAndLooksAgainWhenItIs
     store_.submit(jobs.back(), false);
   }
   // Candidates seen before another relay took the first two: the head is the third of them.
-  std::vector<std::string> candidates{jobs[0].id, jobs[1].id, jobs[2].id};
+  redis::TakeCandidates candidates({jobs[0].id, jobs[1].id, jobs[2].id});
   conn_.command({"LPOP", keys_.pending(model_), "2"});
   auto taken = store_.take(model_, "tok", 5s, candidates);
   ASSERT_TRUE(taken.has_value());
   EXPECT_EQ(taken->id, jobs[2].id) << "strictly the head";
-  EXPECT_EQ(candidates, std::vector<std::string>{jobs[3].id}) << "the head after the take";
+  EXPECT_EQ(candidates.ids, std::vector<std::string>{jobs[3].id}) << "the head after the take";
   // None of them at the head (taken meanwhile): one more look, from the ids returned.
   auto late = pending_job(model_);
   store_.submit(late, true);
-  candidates = {jobs[0].id};
+  candidates.ids = {jobs[0].id};
   taken = store_.take(model_, "tok2", 5s, candidates);
   ASSERT_TRUE(taken.has_value());
   EXPECT_EQ(taken->id, late.id);
@@ -258,10 +258,10 @@ TEST_F(JobStoreTest, TakeTakesTheHeadWhicheverCandidateItIsAndLooksAgainWhenItIs
 TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip) {
   auto first = pending_job(model_), second = pending_job(model_), third = pending_job(model_);
   for (auto* r : {&first, &second, &third}) store_.submit(*r, false);
-  std::vector<std::string> candidates;
+  redis::TakeCandidates candidates;
   auto taken = store_.take(model_, "t1", 5s, candidates);
   ASSERT_TRUE(taken && taken->id == first.id);
-  EXPECT_EQ(candidates, (std::vector<std::string>{second.id, third.id}));
+  EXPECT_EQ(candidates.ids, (std::vector<std::string>{second.id, third.id}));
   // (finish.lua into the script cache first: a NOSCRIPT costs a round trip more.)
   EXPECT_EQ(store_.finish(ending(pending_job(model_), JobStatus::completed), "t0"),
             redis::FinishOutcome::missing);
@@ -279,7 +279,7 @@ TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->id, second.id);
   EXPECT_EQ(next->record.holder, "t2");
-  EXPECT_EQ(candidates, std::vector<std::string>{third.id});
+  EXPECT_EQ(candidates.ids, std::vector<std::string>{third.id});
   // The INFO before counts one read; both steps arrived in one more (loopback delivers the one
   // write whole).
   EXPECT_EQ(after - before, 2);
@@ -295,7 +295,7 @@ TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip
       store_.finish_and_take(ending(third, JobStatus::failed), "t3", "t4", 5s, candidates);
   EXPECT_EQ(last, redis::FinishOutcome::ok);
   EXPECT_FALSE(none.has_value());
-  EXPECT_TRUE(candidates.empty());
+  EXPECT_TRUE(candidates.ids.empty());
 }
 
 // Many relays taking at once: each job is taken exactly once, none is lost, and each relay sees
@@ -314,7 +314,7 @@ TEST_F(JobStoreTest, ConcurrentTakersTakeEachJobOnceInQueueOrder) {
     takers.emplace_back([&, t] {
       auto conn = redis_.connect();
       redis::JobStore store(conn, keys_);
-      std::vector<std::string> candidates;
+      redis::TakeCandidates candidates;
       std::optional<redis::Taken> next;
       const std::string token = "tok-" + std::to_string(t);
       for (;;) {
@@ -350,7 +350,7 @@ TEST_F(JobStoreTest, APipelineSurvivesAnEmptiedScriptCache) {
   auto a = pending_job(model_), b = pending_job(model_);
   store_.submit(a, false);
   store_.submit(b, false);
-  std::vector<std::string> candidates;
+  redis::TakeCandidates candidates;
   auto taken = store_.take(model_, "t1", 5s, candidates);
   ASSERT_TRUE(taken.has_value());
   conn_.command({"SCRIPT", "FLUSH"});

@@ -5,7 +5,8 @@
 -- relay's next take, see take.lua)
 -- ARGV[1] job id, ARGV[2] lease token, ARGV[3] terminal status, ARGV[4] completed channel,
 -- ARGV[5] completion payload (JSON), ARGV[6] events stream max length (approximate),
--- ARGV[7] how many ids at the head of pending to return, ARGV[8..] field, value pairs to set
+-- ARGV[7] how many ids at the head of pending to return (0: none, when a take of the next job
+-- comes with this finish and returns them itself), ARGV[8..] field, value pairs to set
 -- on the record
 -- The events entry carries the job's timings and traceparent besides its id and status, for the
 -- gateway's stage histograms and log lines (no read of the record per completion).
@@ -30,5 +31,8 @@ redis.call('LREM', KEYS[3], 1, ARGV[1])
 redis.call('DEL', KEYS[2])
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 local out = {'ok'}
-for _, v in ipairs(redis.call('LRANGE', KEYS[5], 0, tonumber(ARGV[7]) - 1)) do out[#out + 1] = v end
+local n = tonumber(ARGV[7])
+if n > 0 then
+  for _, v in ipairs(redis.call('LRANGE', KEYS[5], 0, n - 1)) do out[#out + 1] = v end
+end
 return out

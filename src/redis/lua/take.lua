@@ -15,8 +15,9 @@
 -- its changed channel (announced on only when a live event stream watches the job)
 -- Returns {'empty'}; {'raced', <ids at the head now>...} (the head is not a candidate) or
 -- {'stale', <ids>...} (the head's record is gone or terminal: dropped from the queue) — look
--- again with those; or {'ok', id, n, <n ids at the head after the take>..., <HGETALL of the
--- record>...}.
+-- again with those; or {'ok', id, i, n, <n ids at the head after the take>..., <HGETALL of the
+-- record>...}, i being the candidate the head was (how far the head moved since the relay
+-- looked: the relay asks for as many candidates as it needs by it).
 local head = redis.call('LINDEX', KEYS[1], 0)
 if not head then return {'empty'} end
 local function candidates(tag)
@@ -41,7 +42,7 @@ if redis.call('HEXISTS', KEYS[1 + 2 * i], 'watched') == 1 then
   redis.call('PUBLISH', ARGV[4 + 2 * i], 'processing')
 end
 local next_ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
-local out = {'ok', head, #next_ids}
+local out = {'ok', head, i, #next_ids}
 for _, v in ipairs(next_ids) do out[#out + 1] = v end
 for _, v in ipairs(redis.call('HGETALL', KEYS[1 + 2 * i])) do out[#out + 1] = v end
 return out
