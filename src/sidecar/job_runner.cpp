@@ -1,5 +1,6 @@
 #include "sidecar/job_runner.hpp"
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <charconv>
 #include <chrono>
@@ -80,9 +81,13 @@ std::string Timings::json() const {
   std::string out = "{";
   for (const auto& [name, v] : stages_) {
     char num[48];
-    std::snprintf(num, sizeof num, "%.3f", v < 0 ? 0.0 : v);
+    auto end =
+        std::to_chars(num, num + sizeof num, std::clamp(v, 0.0, 1e15), std::chars_format::fixed, 3);
     if (out.size() > 1) out += ',';
-    out += "\"" + name + "\":" + num;
+    out += '"';
+    out += name;
+    out += "\":";
+    out.append(num, end.ptr);
   }
   return out + "}";
 }
