@@ -1,9 +1,9 @@
 #include "gateway/metrics.hpp"
 
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
 
 namespace relay::gateway {
 
@@ -18,14 +18,15 @@ void observe_timings(const std::string& model, const std::string& status,
   boost::system::error_code ec;
   auto v = boost::json::parse(timings_json, ec);
   if (ec || !v.is_object()) return;
-  static const std::set<std::string> stages{"queue_wait", "download", "decrypt",
-                                            "inference",  "upload",   "total"};
+  static constexpr std::string_view kStages[] = {"queue_wait", "download", "decrypt",
+                                                 "inference",  "upload",   "total"};
   for (const auto& [key, value] : v.as_object()) {
     if (!value.is_number()) continue;
     const double seconds = value.to_number<double>() / 1000.0;
     if (key == "end_to_end")
       metrics().job_end_to_end_seconds.observe({model, status}, seconds);
-    else if (stages.count(std::string(key)))
+    else if (std::find(std::begin(kStages), std::end(kStages), std::string_view(key)) !=
+             std::end(kStages))
       metrics().job_stage_seconds.observe({model, std::string(key)}, seconds);
   }
 }
