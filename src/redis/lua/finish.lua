@@ -13,7 +13,8 @@
 -- Returns {'ok', <the ids at the head of pending>...}; {'terminal'} if the job had ended
 -- already, {'lease_lost'} if our lease is gone (the job may belong to another relay now),
 -- {'missing'} if the record is gone. In all but 'ok' nothing is written: no double completion.
-local st = redis.call('HGET', KEYS[1], 'status')
+local rec = redis.call('HMGET', KEYS[1], 'status', 'traceparent')
+local st = rec[1]
 if not st then return {'missing'} end
 if st == 'completed' or st == 'failed' or st == 'cancelled' then return {'terminal'} end
 if redis.call('GET', KEYS[2]) ~= ARGV[2] then return {'lease_lost'} end
@@ -24,7 +25,7 @@ local timings = ''
 for i = 8, #ARGV - 1, 2 do
   if ARGV[i] == 'timings' then timings = ARGV[i + 1] end
 end
-local trace = redis.call('HGET', KEYS[1], 'traceparent') or ''
+local trace = rec[2] or ''
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'job_id', ARGV[1], 'status', ARGV[3],
            'timings', timings, 'traceparent', trace)
 redis.call('LREM', KEYS[3], 1, ARGV[1])

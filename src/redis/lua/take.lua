@@ -18,31 +18,34 @@
 -- again with those; or {'ok', id, i, n, <n ids at the head after the take>..., <HGETALL of the
 -- record>...}, i being the candidate the head was (how far the head moved since the relay
 -- looked: the relay asks for as many candidates as it needs by it).
-local head = redis.call('LINDEX', KEYS[1], 0)
+-- One LRANGE is the look: the head, and behind it the ids returned as the next candidates.
+local want = tonumber(ARGV[4])
+local seen = redis.call('LRANGE', KEYS[1], 0, want)
+local head = seen[1]
 if not head then return {'empty'} end
-local function candidates(tag)
+-- tag, then up to want ids of seen from position first on
+local function reply(tag, first)
   local out = {tag}
-  for _, v in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)) do out[#out + 1] = v end
+  for k = first, math.min(#seen, first + want - 1) do out[#out + 1] = seen[k] end
   return out
 end
 local i = 0
 for c = 1, (#ARGV - 4) / 2 do
   if ARGV[3 + 2 * c] == head then i = c break end
 end
-if i == 0 then return candidates('raced') end
+if i == 0 then return reply('raced', 1) end
 redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
-local st = redis.call('HGET', KEYS[1 + 2 * i], 'status')
+local rec = redis.call('HMGET', KEYS[1 + 2 * i], 'status', 'watched')
+local st = rec[1]
 if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then
   redis.call('LREM', KEYS[2], 1, head)
-  return candidates('stale')
+  return reply('stale', 2)
 end
 redis.call('SET', KEYS[2 + 2 * i], ARGV[1], 'PX', ARGV[2])
 redis.call('HSET', KEYS[1 + 2 * i], 'status', 'processing', 'started_at', ARGV[3], 'holder', ARGV[1])
-if redis.call('HEXISTS', KEYS[1 + 2 * i], 'watched') == 1 then
-  redis.call('PUBLISH', ARGV[4 + 2 * i], 'processing')
-end
-local next_ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
-local out = {'ok', head, i, #next_ids}
-for _, v in ipairs(next_ids) do out[#out + 1] = v end
+if rec[2] then redis.call('PUBLISH', ARGV[4 + 2 * i], 'processing') end
+local next_ids = reply('ok', 2)
+local out = {'ok', head, i, #next_ids - 1}
+for k = 2, #next_ids do out[#out + 1] = next_ids[k] end
 for _, v in ipairs(redis.call('HGETALL', KEYS[1 + 2 * i])) do out[#out + 1] = v end
 return out
