@@ -15,7 +15,11 @@ std::string job_json(const JobRecord& r) {
     if (s.empty()) return nullptr;
     return json::value(s);
   };
-  json::object o;
+  // Every job answer and status read builds one: its values come from a buffer on the stack
+  // rather than an allocation each (the heap only if a record outgrows it).
+  unsigned char scratch[4096];
+  json::monotonic_resource mr(scratch, sizeof scratch);
+  json::object o(32, &mr);
   o["id"] = r.id;
   o["service_type"] = r.service_type;
   o["model"] = r.model;
