@@ -270,11 +270,21 @@ void format_script(const Script& script, const std::vector<std::string>& keys,
   append_length(out, '*', 3 + keys.size() + args.size());
   append_arg(out, whole ? "EVAL" : "EVALSHA");
   append_arg(out, whole ? script.source : script.sha1);
-  char digits[24];
-  append_arg(out, std::string_view(digits,
-                                   std::to_chars(digits, digits + sizeof digits, keys.size()).ptr));
+  append_arg(out, std::to_string(keys.size()));
   for (const auto& k : keys) append_arg(out, k);
   for (const auto& a : args) append_arg(out, a);
+}
+
+// The same as an argument vector, for cluster mode (routed by its first key; see
+// cluster_command).
+std::vector<std::string> script_argv(const Script& script, const std::vector<std::string>& keys,
+                                     const std::vector<std::string>& args, bool whole = false) {
+  std::vector<std::string> argv{whole ? "EVAL" : "EVALSHA",
+                                std::string(whole ? script.source : script.sha1),
+                                std::to_string(keys.size())};
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
 }
 
 void format_call(const Connection::Call& call, std::string& out, bool whole = false) {
@@ -289,18 +299,12 @@ void format_call(const Connection::Call& call, std::string& out, bool whole = fa
 Reply Connection::eval(const Script& script, const std::vector<std::string>& keys,
                        const std::vector<std::string>& args) {
   if (cluster_) {
-    // (Routed by its first key; see cluster_command.)
-    std::vector<std::string> argv{"EVALSHA", std::string(script.sha1), std::to_string(keys.size())};
-    argv.insert(argv.end(), keys.begin(), keys.end());
-    argv.insert(argv.end(), args.begin(), args.end());
     try {
-      return command(argv);
+      return command(script_argv(script, keys, args));
     } catch (const ReplyError& e) {
       if (std::string_view(e.what()).find("NOSCRIPT") == std::string_view::npos) throw;
     }
-    argv[0] = "EVAL";
-    argv[1] = std::string(script.source);
-    return command(argv);
+    return command(script_argv(script, keys, args, /*whole=*/true));
   }
   auto replies = pipeline({Call{&script, keys, args}});  // (NOSCRIPT: sent again whole)
   return std::move(replies.front());

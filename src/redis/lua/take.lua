@@ -44,8 +44,8 @@ end
 redis.call('SET', KEYS[2 + 2 * i], ARGV[1], 'PX', ARGV[2])
 redis.call('HSET', KEYS[1 + 2 * i], 'status', 'processing', 'started_at', ARGV[3], 'holder', ARGV[1])
 if rec[2] then redis.call('PUBLISH', ARGV[4 + 2 * i], 'processing') end
-local next_ids = reply('ok', 2)
-local out = {'ok', head, i, #next_ids - 1}
-for k = 2, #next_ids do out[#out + 1] = next_ids[k] end
+local out = {'ok', head, i, 0}
+for k = 2, math.min(#seen, want + 1) do out[#out + 1] = seen[k] end
+out[4] = #out - 4
 for _, v in ipairs(redis.call('HGETALL', KEYS[1 + 2 * i])) do out[#out + 1] = v end
 return out
