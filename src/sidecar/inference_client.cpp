@@ -126,26 +126,60 @@ InferenceClient::~InferenceClient() = default;
 
 long InferenceClient::probe(const std::string& path, std::chrono::milliseconds timeout,
                             std::stop_token stop) {
+  // No watchdog thread (a one-shot relay probes once, and a thread is a good part of a
+  // millisecond): the answer is read under poll() with what is left of the deadline, and fed to
+  // Beast's parser as it comes — http::read would wait again on every partial header. A stop
+  // shuts the socket down from the stopping thread, as for a job.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  long status = 0;
+  bool keep = false;
   try {
     auto& sock = impl_->connected();
-    Interrupter guard(sock.native_handle(), stop, timeout);
-    http::request<http::empty_body> req{http::verb::get, path, 11};
-    req.set(http::field::host, impl_->host_header);
-    req.set(http::field::user_agent, "relay");
-    beast::error_code ec;
-    http::write(sock, req, ec);
-    http::response<http::string_body> res;
-    if (!ec) http::read(sock, impl_->buffer, res, ec);
+    const int fd = sock.native_handle();
+    {
+      std::stop_callback on_stop(stop, [fd] { ::shutdown(fd, SHUT_RDWR); });
+      http::request<http::empty_body> req{http::verb::get, path, 11};
+      req.set(http::field::host, impl_->host_header);
+      req.set(http::field::user_agent, "relay");
+      beast::error_code ec;
+      http::write(sock, req, ec);  // a few bytes into an idle socket's buffer: never waits
+      http::response_parser<http::string_body> parser;
+      parser.eager(true);
+      parser.body_limit(64 * 1024);
+      auto& buf = impl_->buffer;
+      while (!ec && !parser.is_done()) {
+        if (buf.size() > 0) {
+          buf.consume(parser.put(buf.data(), ec));
+          if (ec == http::error::need_more) ec = {};
+          if (ec || parser.is_done()) break;
+        }
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        pollfd p{fd, POLLIN, 0};
+        if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) == 0) {
+          ec = beast::error::timeout;
+          break;
+        }
+        auto room = buf.prepare(4096);
+        const ssize_t n = ::recv(fd, room.data(), room.size(), MSG_DONTWAIT);
+        if (n > 0)
+          buf.commit(static_cast<std::size_t>(n));
+        else if (n == 0)
+          parser.put_eof(ec);  // the end of a body without a length, or of a cut answer
+        else if (errno != EAGAIN && errno != EINTR)
+          ec = beast::error_code(errno, beast::system_category());
+      }
+      if (!ec && parser.is_done()) {
+        status = static_cast<long>(parser.get().result_int());
+        keep = parser.get().keep_alive();
+      }
+    }  // (on_stop gone: the socket can be closed below without a stop racing it)
     if (stop.stop_requested()) {
       impl_->drop();
       throw Aborted();
     }
-    if (ec || guard.fired()) {
-      impl_->drop();
-      return 0;
-    }
-    if (!res.keep_alive()) impl_->drop();
-    return static_cast<long>(res.result_int());
+    if (!keep) impl_->drop();
+    return status;
   } catch (const InferenceError&) {
     return 0;
   }

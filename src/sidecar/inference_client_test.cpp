@@ -1,11 +1,75 @@
 #include "sidecar/inference_client.hpp"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <functional>
+#include <thread>
+
+#include "common/errors.hpp"
 #include "sidecar/spool.hpp"
 
 namespace relay::sidecar {
 namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// A model server that does, on each connection it accepts, what the test tells it to (the
+// request is read first), on a real loopback socket.
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(std::function<void(int fd)> on_request) : script_(std::move(on_request)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), len) != 0 ||
+        ::listen(listener_, 8) != 0 ||
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("cannot listen");
+    port_ = ntohs(a.sin_port);
+    thread_ = std::jthread([this](std::stop_token st) {
+      while (!st.stop_requested()) {
+        int fd = ::accept(listener_, nullptr, nullptr);
+        if (fd < 0) return;
+        for (std::string req; req.find("\r\n\r\n") == std::string::npos;) {
+          char b[512];
+          ssize_t n = ::recv(fd, b, sizeof b, 0);
+          if (n <= 0) break;
+          req.append(b, static_cast<size_t>(n));
+        }
+        script_(fd);
+        ::close(fd);
+      }
+    });
+  }
+  ~ScriptedServer() {
+    thread_.request_stop();
+    ::shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    ::close(listener_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::function<void(int)> script_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::jthread thread_;
+};
+
+void send_all(int fd, std::string_view s) {
+  while (!s.empty()) {
+    ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+    if (n <= 0) return;
+    s.remove_prefix(static_cast<size_t>(n));
+  }
+}
 
 TEST(InferenceClient, RejectsNonHttpUrls) {
   EXPECT_THROW(InferenceClient("https://x:1"), std::invalid_argument);
@@ -16,6 +80,70 @@ TEST(InferenceClient, RejectsNonHttpUrls) {
 TEST(InferenceClient, NothingListeningProbesAsZero) {
   InferenceClient c("http://127.0.0.1:1");
   EXPECT_EQ(c.probe("/health", std::chrono::milliseconds(500), {}), 0);
+}
+
+TEST(InferenceClient, ProbeReadsTheStatusAndKeepsTheConnection) {
+  std::atomic<int> connections{0};
+  ScriptedServer server([&](int fd) {
+    ++connections;
+    // Two requests on one connection: the second probe must reuse it.
+    send_all(fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nwait");
+    char b[512];
+    if (::recv(fd, b, sizeof b, 0) > 0)
+      send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  });
+  InferenceClient c(server.url());
+  EXPECT_EQ(c.probe("/health", milliseconds(2000), {}), 503);
+  EXPECT_EQ(c.probe("/health", milliseconds(2000), {}), 200);
+  EXPECT_EQ(connections, 1);
+}
+
+TEST(InferenceClient, ProbeReadsAnAnswerInPiecesAndOneEndedByClose) {
+  ScriptedServer server([](int fd) {
+    for (char ch : std::string("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nfine")) {
+      send_all(fd, std::string_view(&ch, 1));
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+  });
+  InferenceClient c(server.url());
+  EXPECT_EQ(c.probe("/health", milliseconds(5000), {}), 200);
+}
+
+TEST(InferenceClient, ProbeGivesUpAtItsDeadlineOnATrickleOrSilence) {
+  // A header that never ends, one byte every 100 ms: each byte is progress, the deadline holds.
+  for (bool trickle : {true, false}) {
+    std::atomic<bool> done{false};
+    ScriptedServer server([&](int fd) {
+      for (int i = 0; i < 60 && !done; ++i) {
+        if (trickle) send_all(fd, i == 0 ? "HTTP/1.1 200 OK\r\nX: " : "y");
+        std::this_thread::sleep_for(milliseconds(100));
+      }
+    });
+    InferenceClient c(server.url());
+    const auto t0 = Clock::now();
+    EXPECT_EQ(c.probe("/health", milliseconds(500), {}), 0) << trickle;
+    const auto took = Clock::now() - t0;
+    EXPECT_GE(took, milliseconds(450)) << trickle;
+    EXPECT_LT(took, milliseconds(3000)) << trickle;  // not the server's 6 s
+    done = true;
+  }
+}
+
+TEST(InferenceClient, ProbeStopsAtOnceOnAStopRequest) {
+  std::atomic<bool> done{false};
+  ScriptedServer server([&](int) {
+    while (!done) std::this_thread::sleep_for(milliseconds(10));
+  });
+  InferenceClient c(server.url());
+  std::stop_source stop;
+  std::jthread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    stop.request_stop();
+  });
+  const auto t0 = Clock::now();
+  EXPECT_THROW(c.probe("/health", milliseconds(10'000), stop.get_token()), Aborted);
+  EXPECT_LT(Clock::now() - t0, milliseconds(5000));  // not the 10 s deadline
+  done = true;
 }
 
 TEST(Spool, SmallBodiesStayInMemoryLargeOnesSpillAndReadBackWhole) {

@@ -226,9 +226,10 @@ int Relay::run() {
     }
     next_.reset();
   }
+  // Both told first, then both waited for: they wind down at once, not one after the other.
   heartbeat_thread.request_stop();
-  heartbeat_thread.join();
   listener_thread.request_stop();
+  heartbeat_thread.join();
   listener_thread.join();
   log::info("relay exiting", {{"jobs", done}, {"exit_code", exit_code}});
   return exit_code;
