@@ -2,6 +2,7 @@
 // it (a process-wide slot map per cluster), MOVED and ASK followed, failed nodes dropped.
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <set>
 #include <shared_mutex>
 #include <thread>
@@ -216,6 +217,13 @@ Connection Connection::open_cluster(const Endpoint& ep) {
   return conn;
 }
 
+namespace {
+// Redirects followed for one command before its error is the caller's: with the pauses between
+// them, about half a second for the nodes of a moving slot to agree.
+constexpr int kMaxRedirects = 16;
+constexpr auto kMaxRedirectPause = std::chrono::milliseconds(50);
+}  // namespace
+
 Reply Connection::cluster_command(const std::vector<std::string>& argv) {
   auto& cl = *cluster_;
   const auto key = routing_key(argv);
@@ -238,10 +246,17 @@ Reply Connection::cluster_command(const std::vector<std::string>& argv) {
       throw;
     } catch (const ReplyError& e) {
       auto redirect = parse_redirect(e.what());
-      if (!redirect || redirects >= 5) throw;
+      if (!redirect || redirects >= kMaxRedirects) throw;
       log::debug("redis cluster redirect", {{"kind", redirect->ask ? "ASK" : "MOVED"},
                                             {"slot", redirect->slot},
                                             {"to", redirect->addr}});
+      // A slot handed over node by node can send us back and forth for a moment: the source,
+      // told first, answers MOVED to the target, which until told answers MOVED back. Two
+      // redirects are the normal worst case (ASK, then MOVED); past them, wait a little longer
+      // each time for the nodes to agree.
+      if (redirects >= 2)
+        std::this_thread::sleep_for(std::min(
+            std::chrono::milliseconds(1LL << std::min(redirects - 2, 10)), kMaxRedirectPause));
       if (redirect->ask) {
         ask = redirect->addr;
       } else {

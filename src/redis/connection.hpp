@@ -123,7 +123,8 @@ inline constexpr std::chrono::milliseconds kReadTimeout{30'000};
 //
 // In cluster mode it is one connection per master, opened on first use: each command goes to
 // the master of its key's slot (a process-wide slot map from CLUSTER SLOTS); MOVED updates the
-// map and resends, ASK resends once with ASKING to the importing node; TRYAGAIN and CLUSTERDOWN
+// map and resends (pausing briefly when redirects repeat, as nodes agree on a moved slot), ASK
+// resends once with ASKING to the importing node; TRYAGAIN and CLUSTERDOWN
 // are TransientErrors like the others. Keyless commands (WAIT, PUBLISH, SUBSCRIBE) go to the
 // node of the previous command — WAIT must — or to any master.
 class Connection {

@@ -194,13 +194,54 @@ TEST(RedisCluster, PipelinesGoToTheSlotsNodeInOneWriteAndFollowRedirects) {
     moving = false;
   });
   int pushed = 2;
-  while (moving.load() || pushed < 40) {
-    auto r = conn.pipeline({{nullptr, {}, {"RPUSH", a, "p"}}, {nullptr, {}, {"LLEN", a}}});
-    ++pushed;
-    EXPECT_EQ(redis::as_integer(r[0].get()), pushed);
+  try {
+    while (moving.load() || pushed < 40) {
+      auto r = conn.pipeline({{nullptr, {}, {"RPUSH", a, "p"}}, {nullptr, {}, {"LLEN", a}}});
+      ++pushed;
+      EXPECT_EQ(redis::as_integer(r[0].get()), pushed);
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "pipeline threw after " << pushed << ": " << e.what();
   }
   mover.join();
   EXPECT_EQ(redis::as_integer(conn.command({"LLEN", a}).get()), pushed) << "each push ran once";
+}
+
+// A slot's new owner told after its old one (or gossip reaching them in that order): for a moment
+// the old owner answers MOVED to the new one, which answers MOVED back. A command caught in it
+// waits for the nodes to agree, then runs once.
+TEST(RedisCluster, ACommandCaughtBetweenTwoOwnersWaitsForThemToAgree) {
+  RedisServer redis(false, {}, RedisServer::tls_by_default(), true);
+  const redis::Keys keys("", true);
+  auto conn = redis.connect();
+  const std::string a = keys.pending("m1");
+  const int slot = redis::key_slot(a);
+  const int from = redis.node_of_slot(slot), to = (from + 1) % redis.nodes();
+  auto src = redis::Connection::open(redis.node_endpoint(from));
+  auto dst = redis::Connection::open(redis.node_endpoint(to));
+  const std::string s = std::to_string(slot);
+  const std::string src_id = redis::as_string(src.command({"CLUSTER", "MYID"}).get());
+  const std::string dst_id = redis::as_string(dst.command({"CLUSTER", "MYID"}).get());
+  conn.command({"LLEN", a});  // the slot map loaded, pointing at the old owner
+  dst.command({"CLUSTER", "SETSLOT", s, "IMPORTING", src_id});
+  src.command({"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id});
+  src.command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});  // the old owner first: ping-pong
+  auto moved = [](redis::Connection& node) {
+    auto info = redis::as_string(node.command({"INFO", "errorstats"}).get());
+    auto at = info.find("errorstat_MOVED:count=");
+    return at == std::string::npos ? 0LL : std::stoll(info.substr(at + 22));
+  };
+  const auto moved_before = moved(src);
+  auto push = std::async(std::launch::async, [&] { return conn.command({"RPUSH", a, "x"}); });
+  EXPECT_TRUE(wait_until([&] { return moved(src) - moved_before >= 3; }))
+      << "the command should be sent back and forth";
+  for (int n = 0; n < redis.nodes(); ++n)
+    if (n != from)
+      redis::Connection::open(redis.node_endpoint(n))
+          .command({"CLUSTER", "SETSLOT", s, "NODE", dst_id});
+  EXPECT_EQ(redis::as_integer(push.get().get()), 1);
+  EXPECT_EQ(redis::as_integer(dst.command({"LLEN", a}).get()), 1)
+      << "it ran once, on the new owner";
 }
 
 TEST(RedisCluster, RelayctlQueuesScansEveryMaster) {
