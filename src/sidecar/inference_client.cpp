@@ -4,21 +4,18 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/url/parse.hpp>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
+#include <functional>
 #include <optional>
-#include <thread>
 
-#include "common/backoff.hpp"
 #include "common/errors.hpp"
-#include "common/random.hpp"
 #include "multipart/writer.hpp"
 
 namespace relay::sidecar {
@@ -34,35 +31,30 @@ using tcp = asio::ip::tcp;
 // thread's read or write fail at once.
 class Interrupter {
  public:
-  Interrupter(int fd, std::stop_token stop, std::chrono::milliseconds timeout)
-      : fd_(fd), on_stop_(stop, [this] { fire(); }) {
-    if (timeout.count() > 0) {
-      watchdog_ = std::jthread([this, timeout](std::stop_token st) {
-        if (sleep_unless_stopped(timeout, st)) {
-          timed_out_ = true;
-          fire();
-        }
+  Interrupter(AlarmClock& alarms, int fd, std::stop_token stop, std::chrono::milliseconds timeout)
+      : fd_(fd) {
+    on_stop_.emplace(stop, [this] { fire(); });
+    if (timeout.count() > 0)
+      alarm_.emplace(alarms, AlarmClock::Clock::now() + timeout, [this] {
+        timed_out_ = true;
+        fire();
       });
-    }
   }
-  ~Interrupter() {
-    if (watchdog_.joinable()) {
-      watchdog_.request_stop();
-      watchdog_.join();
-    }
+  ~Interrupter() { release(); }
+  // No shutdown after this returns: call it before the socket is closed (its descriptor may be
+  // another file's by the time a late alarm rings).
+  void release() {
+    alarm_.reset();
+    on_stop_.reset();
   }
-  bool fired() const { return fired_; }
   bool timed_out() const { return timed_out_; }
 
  private:
-  void fire() {
-    fired_ = true;
-    ::shutdown(fd_, SHUT_RDWR);
-  }
+  void fire() { ::shutdown(fd_, SHUT_RDWR); }
   int fd_;
-  std::atomic<bool> fired_{false}, timed_out_{false};
-  std::stop_callback<std::function<void()>> on_stop_;
-  std::jthread watchdog_;
+  std::atomic<bool> timed_out_{false};
+  std::optional<std::stop_callback<std::function<void()>>> on_stop_;
+  std::optional<ScopedAlarm> alarm_;
 };
 
 // Inputs up to this size are sent with their request in one write.
@@ -71,6 +63,8 @@ constexpr std::uint64_t kOneWrite = 64 * 1024;
 }  // namespace
 
 struct InferenceClient::Impl {
+  std::unique_ptr<AlarmClock> own_alarms;  // when the caller has none to share
+  AlarmClock* alarms = nullptr;            // request timeouts
   asio::io_context io;
   std::string host, port, host_header;
   std::string spool_dir;
@@ -111,8 +105,14 @@ struct InferenceClient::Impl {
   }
 };
 
-InferenceClient::InferenceClient(const std::string& base_url, std::string spool_dir)
+InferenceClient::InferenceClient(const std::string& base_url, std::string spool_dir,
+                                 AlarmClock* alarms)
     : impl_(std::make_unique<Impl>()) {
+  if (!alarms) {
+    impl_->own_alarms = std::make_unique<AlarmClock>();
+    alarms = impl_->own_alarms.get();
+  }
+  impl_->alarms = alarms;
   impl_->spool_dir = std::move(spool_dir);
   auto url = boost::urls::parse_uri(base_url);
   if (!url || url->scheme() != "http" || url->host().empty())
@@ -194,9 +194,13 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   fields += multipart::tail(boundary);
 
   auto& sock = impl_->connected();
-  Interrupter guard(sock.native_handle(), stop, r.timeout);
-  auto failed = [&](const beast::error_code& ec, const char* what) -> InferenceError {
+  Interrupter guard(*impl_->alarms, sock.native_handle(), stop, r.timeout);
+  auto drop = [&] {
+    guard.release();
     impl_->drop();
+  };
+  auto failed = [&](const beast::error_code& ec, const char* what) -> InferenceError {
+    drop();
     if (stop.stop_requested()) throw Aborted();
     if (guard.timed_out())
       return InferenceError("inference_timeout", "inference request timed out after " +
@@ -279,7 +283,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
       if (ec) throw failed(ec, "finishing the request");
     } catch (...) {
       // A half-sent request must never look complete to the server: drop the connection.
-      impl_->drop();
+      drop();
       if (stop.stop_requested()) throw Aborted();
       throw;
     }
@@ -299,13 +303,13 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
     out.body.write(chunk, sizeof chunk - parser.get().body().size);
   }
   if (stop.stop_requested()) {
-    impl_->drop();
+    drop();
     throw Aborted();
   }
   out.status = static_cast<long>(parser.get().result_int());
   out.content_type = std::string(parser.get()[http::field::content_type]).substr(0, 255);
   out.retry_after = std::string(parser.get()[http::field::retry_after]).substr(0, 64);
-  if (!parser.get().keep_alive()) impl_->drop();
+  if (!parser.get().keep_alive()) drop();
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/alarm_clock.hpp"
 #include "common/byte_stream.hpp"
 #include "sidecar/spool.hpp"
 
@@ -52,8 +53,11 @@ struct InferenceResponse {
 class InferenceClient {
  public:
   // base_url: http://host:port (no TLS: the server is local); spool_dir: where answers over
-  // Spool::kMemoryLimit are kept (empty = $TMPDIR or /tmp). Throws std::invalid_argument.
-  explicit InferenceClient(const std::string& base_url, std::string spool_dir = {});
+  // Spool::kMemoryLimit are kept (empty = $TMPDIR or /tmp); alarms: the clock that times
+  // requests out, shared with the caller's other deadlines (none: the client's own). Throws
+  // std::invalid_argument.
+  explicit InferenceClient(const std::string& base_url, std::string spool_dir = {},
+                           AlarmClock* alarms = nullptr);
   ~InferenceClient();
 
   // GET path; the HTTP status, or 0 when nothing answered within timeout.

@@ -146,6 +146,44 @@ TEST(InferenceClient, ProbeStopsAtOnceOnAStopRequest) {
   done = true;
 }
 
+// Request timeouts are alarms on a clock the relay shares: one that was disarmed must never cut
+// a later request (whose socket may have the same descriptor), and one that rings cuts its own.
+TEST(InferenceClient, APostTimesOutByItsAlarmAndNoEarlierAlarmCutsALaterPost) {
+  std::atomic<int> connection{0};
+  std::atomic<bool> done{false};
+  ScriptedServer server([&](int fd) {
+    switch (connection++) {
+      case 0:  // at once
+        send_all(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
+        break;
+      case 1:  // well after the first request's timeout would have rung
+        std::this_thread::sleep_for(milliseconds(600));
+        send_all(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
+        break;
+      default:  // silence
+        while (!done) std::this_thread::sleep_for(milliseconds(10));
+    }
+  });
+  AlarmClock alarms;
+  InferenceClient c(server.url(), {}, &alarms);
+  auto post = [&](milliseconds timeout) {
+    MemorySource input("input");
+    InferenceRequest r{.path = "/predict", .filename = "in.txt", .content_type = "text/plain"};
+    r.body = &input;
+    r.timeout = timeout;
+    return c.post(r, {});
+  };
+  EXPECT_EQ(post(milliseconds(200)).status, 200);
+  EXPECT_EQ(post(milliseconds(0)).status, 200);
+  try {
+    post(milliseconds(200));
+    ADD_FAILURE() << "the silent server's request should time out";
+  } catch (const InferenceError& e) {
+    EXPECT_EQ(e.code(), "inference_timeout") << e.what();
+  }
+  done = true;
+}
+
 TEST(Spool, SmallBodiesStayInMemoryLargeOnesSpillAndReadBackWhole) {
   for (size_t size : {size_t{0}, size_t{10}, Spool::kMemoryLimit, Spool::kMemoryLimit + 1,
                       3 * Spool::kMemoryLimit + 7}) {

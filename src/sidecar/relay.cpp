@@ -38,7 +38,7 @@ Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage,
              crypto::Encryption encryption)
     : cfg_(std::move(config)),
       storage_(std::move(storage)),
-      inference_(std::make_unique<InferenceClient>(cfg_.inference.url, cfg_.spool_dir)),
+      inference_(std::make_unique<InferenceClient>(cfg_.inference.url, cfg_.spool_dir, &alarms_)),
       enc_(std::move(encryption)) {
   if (!cfg_.progress_listen.empty())
     progress_ = std::make_unique<ProgressEndpoint>(cfg_.progress_listen);
@@ -278,11 +278,10 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     }
   } close_progress{progress_.get()};
   // The execution limit: when it passes, the job stops as for a cancel, and fails timed_out.
-  std::optional<std::jthread> limit;
+  std::optional<ScopedAlarm> limit;
   if (job.timeout)
-    limit.emplace([&control, d = *job.timeout](std::stop_token st) {
-      if (sleep_unless_stopped(d, st)) control.stop(StopReason::timed_out);
-    });
+    limit.emplace(alarms_, Clock::now() + *job.timeout,
+                  [&control] { control.stop(StopReason::timed_out); });
   if (job.expires_at && wall_now() >= *job.expires_at && !control.token().stop_requested()) {
     // Not started within its ttl (the gateway's sweep had not reached it yet): it never runs.
     result.disposition = Disposition::failed;
@@ -295,7 +294,7 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   } else {
     result = run_job(cfg_, *storage_, *inference_, enc_, job, control, progress_url);
   }
-  limit.reset();                      // stops and joins the timer: no timeout lands on the next job
+  limit.reset();                      // disarmed (or rung): no timeout lands on the next job
   if (progress_) progress_->close();  // before unwatch: no report reaches the next job
   heartbeat.unwatch();
   {

@@ -9,6 +9,7 @@
 #include <stop_token>
 #include <string>
 
+#include "common/alarm_clock.hpp"
 #include "crypto/keyring.hpp"
 #include "redis/connection.hpp"
 #include "redis/job_record.hpp"
@@ -45,6 +46,8 @@ class Relay {
 
   Config cfg_;
   std::unique_ptr<storage::Storage> storage_;
+  // Job time limits and request timeouts: one thread for the relay's life, not one per job.
+  AlarmClock alarms_;
   std::unique_ptr<InferenceClient> inference_;
   std::unique_ptr<ProgressEndpoint> progress_;  // null when relay.progress_listen is empty
   crypto::Encryption enc_;                      // used by the main thread only
