@@ -170,9 +170,21 @@ void RedisServer::wait_cluster_ok() {
             auto c = redis::Connection::open(node_endpoint(i));
             auto info = redis::as_string(c.command({"CLUSTER", "INFO"}).get());
             if (info.find("cluster_state:ok") == std::string::npos) return false;
+            // Every node known, out of handshake, over a connected bus link: a PUBLISH reaches
+            // the other nodes' subscribers only over links that are up (a node still meeting
+            // the others drops it), so "ok" alone is not ready.
             auto known = c.command({"CLUSTER", "NODES"});
-            auto text = redis::as_string(known.get());
-            if (std::count(text.begin(), text.end(), '\n') < nodes()) return false;
+            std::istringstream lines(redis::as_string(known.get()));
+            int up = 0;
+            for (std::string line; std::getline(lines, line);) {
+              if (line.empty()) continue;
+              if (line.find("handshake") != std::string::npos ||
+                  line.find("noaddr") != std::string::npos ||
+                  line.find(" connected") == std::string::npos)
+                return false;
+              ++up;
+            }
+            if (up < nodes()) return false;
           }
           return true;
         } catch (const std::exception&) {
