@@ -43,6 +43,13 @@ def start(argv, env=None, log=None):
     return p
 
 
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def status_kib(pid, field):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -189,7 +196,7 @@ def large_upload(genv, work):
     # The S3 test server keeps its objects (and spools PUTs, to make them atomic) on tmpfs: the
     # comparison is of the paths to it, not of this machine's disk.
     s3_dir = f"/dev/shm/relay-gwbench-s3-{os.getpid()}"
-    start(["node", os.path.join(ROOT, "tests/s3/server.js"), "--port", str(s3_port), "--dir", s3_dir])
+    s3 = start(["node", os.path.join(ROOT, "tests/s3/server.js"), "--port", str(s3_port), "--dir", s3_dir])
     wait_port(s3_port)
     g2 = start([f"{BIN}/relay-gateway"], {**genv, "RELAY_SERVER_LISTEN": f"127.0.0.1:{gw2_port}",
                                           "RELAY_STORAGE_URL": "s3://relay-test/jobs", "RELAY_STORAGE_S3_ENDPOINT": f"http://127.0.0.1:{s3_port}",
@@ -207,13 +214,23 @@ def large_upload(genv, work):
                 if os.path.getsize(path) > (1 << 20):
                     os.remove(path)
 
+    # CPU seconds per GiB of the processes on the path (the client's curl excluded: the same on
+    # both): where the machine's two cores go, and so what the extra hop can cost at most.
+    def cpu_now(procs_):
+        return [cpu_seconds(p.pid) for p in procs_]
+
+    def cpu_per_gib(before, procs_):
+        return [(c - b) * (1 << 30) / size for c, b in zip(cpu_now(procs_), before)]
+
     def direct():
         clean()
+        before = cpu_now([s3])
         t0 = time.time()
         subprocess.run(["curl", "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", "relaytestkey:relaytestsecret",
                         "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-T", big,
                         f"http://127.0.0.1:{s3_port}/relay-test/direct/big.bin"], check=True)
         curl_runs.append(size / (1 << 20) / (time.time() - t0))
+        direct_cpu.append(cpu_per_gib(before, [s3]))
 
     # A byte-for-byte TCP forwarder (socat, 1 MiB buffers) in front of the server: what any
     # extra hop costs on this machine (one more process copying every byte through the kernel
@@ -237,13 +254,15 @@ def large_upload(genv, work):
 
     def via_gateway():
         clean()
+        before = cpu_now([g2, s3])
         t0 = time.time()
         out = subprocess.run(["curl", "-sf", "-H", "Content-Type: application/octet-stream", "-H", "Expect:", "-X", "POST", "-T", big,
                               f"http://127.0.0.1:{gw2_port}/jobs/echo?filename=big.bin"], check=True, capture_output=True).stdout
         gw_runs.append(size / (1 << 20) / (time.time() - t0))
+        gw_cpu.append(cpu_per_gib(before, [g2, s3]))
         stored.append(json.loads(out)["input"]["size"])
 
-    curl_runs, gw_runs, socat_runs, stored = [], [], [], []
+    curl_runs, gw_runs, socat_runs, stored, direct_cpu, gw_cpu = [], [], [], [], [], []
     for _ in range(1 if QUICK else 3):
         direct(); via_gateway(); via_socat(); via_socat(); via_gateway(); direct()
     curl_mbs, gw_mbs = max(curl_runs), max(gw_runs)
@@ -254,6 +273,8 @@ def large_upload(genv, work):
     subprocess.run(["rm", "-rf", s3_dir, s3_dir + ".incoming"])
     return {"size": size, "curl_mbs": curl_mbs, "gw_mbs": gw_mbs, "curl_med": curl_med, "gw_med": gw_med,
             "runs": len(gw_runs), "hwm": hwm, "stored": min(stored),
+            "cpu_gw": median([c[0] for c in gw_cpu]), "cpu_s3_gw": median([c[1] for c in gw_cpu]),
+            "cpu_s3_direct": median([c[0] for c in direct_cpu]),
             "socat_med": median(socat_runs) if socat_runs else None, "socat_mbs": max(socat_runs, default=None)}
 
 
@@ -441,6 +462,8 @@ def print_upload(up):
         if socat:
             print(f"{'    the same through socat, a bare TCP forwarder':56} {socat:>12.1f} MiB/s "
                   f"{'%.2f x; gateway %.2f x socat':>30}" % (socat / curl, gw / socat))
+    print(f"{'  CPU-s per GiB, median: gateway':56} {up['cpu_gw']:>16.2f} "
+          f"{'S3 test server %.2f (direct %.2f)' % (up['cpu_s3_gw'], up['cpu_s3_direct']):>30}")
     print(f"{'  gateway peak RSS (VmHWM)':56} {up['hwm'] / 1024:>13.1f} MiB {'target <= 64 MiB':>30}")
     print(f"{'  stored input size':56} {up['stored']:>16} {up['size']:>30}")
 
