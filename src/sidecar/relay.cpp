@@ -4,6 +4,7 @@
 
 #include <boost/json/serialize.hpp>
 #include <condition_variable>
+#include <future>
 #include <thread>
 #include <utility>
 
@@ -110,10 +111,35 @@ bool Relay::wait_for_inference() {
 int Relay::run() {
   log::info("relay starting",
             {{"model", cfg_.model}, {"pod", cfg_.pod_name}, {"max_jobs", cfg_.max_jobs}});
-  if (!wait_for_inference()) return shutdown_.stop_requested() ? 0 : 1;
-
   const auto keys = cfg_.keys();
   const auto endpoint = cfg_.redis_endpoint();
+
+  // Subscribed before the first BLMOVE, so no cancel for a job we take can be missed. The
+  // listener subscribes on its own thread while the model is probed and the main connection
+  // opens: its connection and round trips are off a one-shot relay's path to its job.
+  CancelListener listener(
+      {endpoint, keys.cancel_channel(cfg_.model), [this](const std::string& id) {
+         std::lock_guard lock(mu_);
+         if (current_ && id == current_id_) {
+           log::info("cancel received", {{"job_id", id}});
+           current_->stop(StopReason::cancelled);
+         }
+       }});
+  std::promise<void> subscribing;
+  auto subscribed = subscribing.get_future();
+  std::jthread listener_thread([&listener, &subscribing](std::stop_token st) {
+    try {
+      listener.subscribe();
+    } catch (const std::exception& e) {  // (Redis down, or refusing us: the main connection says)
+      log::warn("cannot subscribe to cancellations yet; the listener retries",
+                {{"error", e.what()}});
+    }
+    subscribing.set_value();
+    listener.run(st);
+  });
+
+  if (!wait_for_inference()) return shutdown_.stop_requested() ? 0 : 1;
+
   redis::LazyConnection main_conn(endpoint);
   try {
     main_conn.adopt(
@@ -124,21 +150,7 @@ int Relay::run() {
     return 1;
   }
 
-  // Subscribed before the first BLMOVE, so no cancel for a job we take can be missed.
-  CancelListener listener(
-      {endpoint, keys.cancel_channel(cfg_.model), [this](const std::string& id) {
-         std::lock_guard lock(mu_);
-         if (current_ && id == current_id_) {
-           log::info("cancel received", {{"job_id", id}});
-           current_->stop(StopReason::cancelled);
-         }
-       }});
-  try {
-    listener.subscribe();
-  } catch (const redis::IoError& e) {
-    log::warn("cannot subscribe to cancellations yet; the listener retries", {{"error", e.what()}});
-  }
-  std::jthread listener_thread([&listener](std::stop_token st) { listener.run(st); });
+  subscribed.wait();
 
   redis::LazyConnection hb_conn(endpoint);  // the heartbeat thread's
   Heartbeat heartbeat({&hb_conn, keys, cfg_.model, cfg_.lease_ttl, cfg_.progress_interval,
