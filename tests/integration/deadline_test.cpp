@@ -83,6 +83,26 @@ TEST_F(GatewayTest, AJobRunningPastItsTimeoutFailsTimedOut) {
   EXPECT_TRUE(list(keys_.processing("m1")).empty());
 }
 
+// A job's time limit and the model request's timeout are the job's own: when the job ends in
+// time they are disarmed, and nothing rings on the next job the same relay runs past that
+// instant (the relay keeps one alarm clock for its life).
+TEST_F(GatewayTest, ATimeoutNeverLandsOnTheNextJob) {
+  start_gateway();
+  InferenceServer inference({.delay_ms = 1000});
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto r = i == 0 ? submit("first", {}, {{"timeout", "2s"}}) : submit("next");
+    ASSERT_EQ(r.status, 202) << r.body;
+    ids.push_back(str(parse(r), "id"));
+  }
+  // A second per job, one after another: the first job's limits (at 2 s and 2.5 s from its
+  // start, a second or more to spare) fall while the later ones run.
+  auto relay = start_relay(inference, {{"RELAY_INFERENCE_TIMEOUT", "2500ms"}}, {"--max-jobs", "3"});
+  ASSERT_EQ(relay->wait_exit(30s), 0) << relay->log();
+  for (const auto& id : ids) EXPECT_EQ(str(job(id), "status"), "completed") << relay->log();
+  EXPECT_EQ(count(inference.events(), "dropped /predict"), 0u) << inference.events();
+}
+
 // Deadlines that are not durations, not positive or beyond 30 days are refused, and nothing is
 // stored or queued.
 TEST_F(GatewayTest, BadDeadlinesAreRefused) {
