@@ -55,7 +55,6 @@ class AlarmClock {
 // An armed alarm for the scope that holds it: disarmed on the way out (whatever happens).
 class ScopedAlarm {
  public:
-  ScopedAlarm() = default;
   ScopedAlarm(AlarmClock& clock, AlarmClock::Clock::time_point when, std::function<void()> ring)
       : clock_(&clock), id_(clock.arm(when, std::move(ring))) {}
   ~ScopedAlarm() { disarm(); }
