@@ -17,6 +17,7 @@ Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completio
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
 usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq] [--relays=4]
+                      [--concurrency=1]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
 import os
@@ -37,6 +38,8 @@ ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "
 # --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
 # and DIR/queue_bench.png (gnuplot).
 RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "4"))
+# --concurrency=C: each relay of the throughput run keeps C jobs in hand (relay.concurrency).
+CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "1"))
 RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=")), "")
 DELAY_JOBS = 2000  # the 20 ms case: 10 s at the ideal rate
 LATENCY_RATE, LATENCY_JOBS = 100, 1000
@@ -154,7 +157,7 @@ class RelayStack:
     """The gateway (tmpfs storage), the no-op model (answering after delay_ms) and 4 relays with
     --max-jobs 0, on the given redis-server."""
 
-    def __init__(self, redis_port, work, delay_ms=0, relays=None):
+    def __init__(self, redis_port, work, delay_ms=0, relays=None, concurrency=1):
         relays = RELAYS if relays is None else relays
         self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir="/dev/shm")
         model_port, self.gw_port = free_port(), free_port()
@@ -173,7 +176,7 @@ class RelayStack:
         self.relay_env = {**os.environ, **common, "RELAY_MODEL": "m1",
                           "RELAY_INFERENCE_URL": f"http://127.0.0.1:{model_port}"}
         self.log = log
-        self.relays = [start([f"{BIN}/relay", "--max-jobs", "0"],
+        self.relays = [start([f"{BIN}/relay", "--max-jobs", "0", "--concurrency", str(concurrency)],
                              {**self.relay_env, "RELAY_QUEUE_POP_TIMEOUT": "1h"},
                              stdout=log, stderr=log) for _ in range(relays)]
         time.sleep(0.5)  # (relays waiting in BLMOVE; nothing to measure yet)
@@ -191,7 +194,8 @@ class RelayStack:
 def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0):
     jobs = jobs or JOBS
     # (The 20 ms case compares with 4 workers: always 4 relays.)
-    stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None)
+    stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None,
+                       concurrency=1 if delay_ms else CONCURRENCY)
     gw_port = stack.gw_port
     script = os.path.join(work, "post.lua")
     with open(script, "w") as f:
@@ -409,7 +413,7 @@ def main():
         print(text)
         lines.append(text)
 
-    names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)", "relay": f"Relay ({RELAYS} relays, tmpfs)"}
+    names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)", "relay": f"Relay ({RELAYS} relays" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + ", tmpfs)"}
     out(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
     out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
           "| Redis reads/job | load generator CPU-µs/job |")

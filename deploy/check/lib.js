@@ -328,6 +328,10 @@ export function checkRules(docs) {
     const mod = so.spec?.advanced?.scalingModifiers;
     if (!mod || mod.formula?.replace(/\s/g, '') !== 'pending+processing') errors.push(`${where}: advanced.scalingModifiers.formula must be "pending + processing"`);
     if (mod && !enums.metricType.includes(mod.metricType)) errors.push(`${where}: metricType ${mod.metricType} is not one of ${enums.metricType}`);
+    // Each pod takes relay.concurrency jobs at once: KEDA must aim at that many per pod, or
+    // it starts pods that find nothing to do (target lower) or leaves jobs waiting (higher).
+    const concurrency = (relay && envText(relay, 'RELAY_RELAY_CONCURRENCY')) || '1';
+    if (mod && String(mod.target) !== concurrency) errors.push(`${where}: scalingModifiers.target ${mod.target} must equal the relay's RELAY_RELAY_CONCURRENCY (${concurrency})`);
   }
 
   // The gateway: its service types name models that have relays; it outlives its own drain.

@@ -123,6 +123,8 @@ const mutations = [
     (d) => { find(d, 'ScaledObject').spec.scaleTargetRef.name = 'relay-ocrr'; }, /scaleTargetRef relay-ocrr/],
   ['Deployment relay exiting after one job', deploymentExample,
     (d) => { const dep = find(d, 'Deployment', (x) => x.metadata.name === 'relay-ocr'); env(relayOf(dep.spec.template.spec), 'RELAY_MAX_JOBS').value = '1'; }, /RELAY_MAX_JOBS must be 0/],
+  ['relays taking 4 jobs at once, KEDA aiming at 1 per pod', deploymentExample,
+    (d) => { const dep = find(d, 'Deployment', (x) => x.metadata.name === 'relay-ocr'); env(relayOf(dep.spec.template.spec), 'RELAY_RELAY_CONCURRENCY').value = '4'; }, /target 1 must equal the relay's RELAY_RELAY_CONCURRENCY \(4\)/],
 ];
 
 for (const [what, base, mutate, pattern] of mutations) {
@@ -157,4 +159,17 @@ test('values.schema.json refuses misspelt and out-of-range values before anythin
     ['--set', 'relay.queuePopTimeout=5 minutes']]) {
     assert.throws(() => render([], args), /values don't meet the specifications|schema/, args.join(' '));
   }
+});
+
+test('a model of concurrency 4 gets relays taking 4 jobs at once and KEDA aiming at 4 per pod', async () => {
+  const docs = render([path.join(examplesDir, 'ocr-deployment-mode.yaml')], ['--set', 'models[0].concurrency=4']);
+  const dep = find(docs, 'Deployment', (x) => x.metadata.name === 'relay-ocr');
+  assert.equal(env(relayOf(dep.spec.template.spec), 'RELAY_RELAY_CONCURRENCY').value, '4');
+  assert.equal(String(find(docs, 'ScaledObject').spec.advanced.scalingModifiers.target), '4');
+  assert.deepEqual(await allErrors(docs), []);
+  // A job-mode pod runs one job: a concurrency there is a mistake, refused by name.
+  assert.throws(() => render([path.join(examplesDir, 'two-gpu-models.yaml')], ['--set', 'models[0].concurrency=2']),
+    /concurrency: only for mode: deployment/);
+  assert.throws(() => render([path.join(examplesDir, 'ocr-deployment-mode.yaml')], ['--set', 'models[0].concurrency=0']),
+    /values don't meet the specifications|schema/);
 });

@@ -8,6 +8,9 @@
 // job), "dropped <path>" is appended to --events. Every request appends "request <path>".
 // --result-bytes pads every answer (large-result tests). --progress-steps N reports progress N
 // times to the relay's Relay-Progress-URL, spread over --delay ("progress <i> <status>" each).
+// --meet N holds each POST until N have been in flight at once (or 30 s pass), so that a test
+// of a relay running several jobs at once does not depend on timing; with --events, each POST
+// appends "in-flight <n>" as it starts.
 // SIGTERM ends it at once (PID 1 in a pod).
 //
 // Synchronous Beast with a thread per connection: simple, and fast enough never to be the
@@ -24,6 +27,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -53,6 +57,35 @@ struct Options {
   std::string events;
   std::string content_type = "application/json";  // of POST answers (tests of non-JSON models)
   long progress_steps = 0;
+  long meet = 0;
+};
+
+// POSTs in flight now, and the most ever at once (for --meet).
+std::mutex flight_mu;
+std::condition_variable flight_cv;
+long in_flight = 0, most_in_flight = 0;
+
+class InFlight {
+ public:
+  InFlight() {
+    std::unique_lock lock(flight_mu);
+    most_in_flight = std::max(most_in_flight, ++in_flight);
+    n_ = in_flight;
+    flight_cv.notify_all();
+  }
+  ~InFlight() {
+    std::lock_guard lock(flight_mu);
+    --in_flight;
+  }
+  long count() const { return n_; }
+  // Until --meet POSTs have been in flight at once; false after 30 s without.
+  static bool meet(long n) {
+    std::unique_lock lock(flight_mu);
+    return flight_cv.wait_for(lock, std::chrono::seconds(30), [n] { return most_in_flight >= n; });
+  }
+
+ private:
+  long n_ = 0;
 };
 
 std::mutex events_mu;
@@ -151,6 +184,9 @@ void serve(tcp::socket sock, const Options& o) {
       res.body() = o.health_status == 200 ? R"({"status":"ok"})" : R"({"status":"loading"})";
     } else if (req.method() == http::verb::post) {
       event(o, "request " + path);
+      InFlight flight;
+      event(o, "in-flight " + std::to_string(flight.count()));
+      if (o.meet > 0 && !InFlight::meet(o.meet)) event(o, "meet timed out");
       std::string boundary =
           relay::multipart::boundary_of(std::string(req[http::field::content_type])).value_or("");
       MultipartScanner scanner(boundary.empty() ? "-" : boundary);
@@ -236,6 +272,8 @@ int main(int argc, char** argv) {
   app.add_option("--content-type", o.content_type, "Content-Type of the answers to POST");
   app.add_option("--progress-steps", o.progress_steps,
                  "report progress this many times to Relay-Progress-URL, over --delay-ms");
+  app.add_option("--meet", o.meet,
+                 "hold each POST until this many have been in flight at once (at most 30 s)");
   CLI11_PARSE(app, argc, argv);
   relay::exit_on_shutdown_signals();
   auto colon = o.listen.rfind(':');

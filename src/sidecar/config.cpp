@@ -29,6 +29,9 @@ config::Schema schema(Config& c) {
              "How long BLMOVE waits for a job; on timeout the relay exits 0.");
   s.integer("max_jobs", &c.max_jobs, 1, 0, 1LL << 40,
             "Jobs to process before exiting; `0` = no limit.");
+  s.integer("relay.concurrency", &c.concurrency, 1, 1, 256,
+            "Jobs in hand at once, each its own request to the model (for a model server that "
+            "batches or serves requests in parallel); `max_jobs` counts them all.");
   s.duration("relay.health_timeout", &c.health_timeout, "5m",
              "How long to wait at start for the inference server (and Redis); then exit 1.");
   s.duration("relay.health_interval", &c.health_interval, "500ms", "Pause between health checks.");

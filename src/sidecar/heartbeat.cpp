@@ -7,102 +7,114 @@ namespace relay::sidecar {
 
 void Heartbeat::watch(std::string job_id, std::string token, JobControl* job,
                       bool progress_webhooks) {
+  const auto now = Clock::now();
+  Watched w;
+  w.token = std::move(token);
+  w.job = job;
+  w.next = now + p_.lease_ttl / 3;
+  w.last_ok = now;
+  w.progress_webhooks = progress_webhooks;
   std::lock_guard lock(mu_);
-  job_ = job;
-  progress_.reset();
-  progress_webhooks_ = progress_webhooks;
-  next_progress_ = next_progress_webhook_ = {};
-  job_id_ = std::move(job_id);
-  token_ = std::move(token);
-  next_ = std::chrono::steady_clock::now() + p_.lease_ttl / 3;
-  last_ok_ = std::chrono::steady_clock::now();
-  // No wake-up: an idle run() sleeps at most lease_ttl/3, so it re-plans before next_ anyway.
-  // Waking it for every job cost two context switches per job at thousands of jobs/s.
+  jobs_.insert_or_assign(std::move(job_id), std::move(w));
+  // No wake-up: run() plans its sleep at most lease_ttl/3 ahead, so it re-plans before this
+  // job's first beat is due anyway. Waking it for every job cost two context switches per job
+  // at thousands of jobs/s.
 }
 
-void Heartbeat::report(ProgressReport r) {
+void Heartbeat::report(const std::string& job_id, ProgressReport r) {
   {
     std::lock_guard lock(mu_);
-    if (!job_) return;
-    progress_ = std::move(r);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    it->second.progress = std::move(r);
   }
   cv_.notify_one();
 }
 
-void Heartbeat::unwatch() {
-  std::lock_guard lock(mu_);  // waits for a beat in flight; run() checks job_ under mu_
-  job_ = nullptr;
+void Heartbeat::unwatch(const std::string& job_id) {
+  std::lock_guard lock(mu_);  // waits for a beat in flight; run() looks jobs up under mu_
+  jobs_.erase(job_id);
+}
+
+bool Heartbeat::progress_due(Clock::time_point now) const {
+  for (const auto& [id, w] : jobs_)
+    if (w.progress && now >= w.next_progress) return true;
+  return false;
 }
 
 void Heartbeat::run(std::stop_token stop) {
   std::unique_lock lock(mu_);
   const auto interval = p_.lease_ttl / 3;
   while (!stop.stop_requested()) {
-    auto now = std::chrono::steady_clock::now();
-    if (job_ && now >= next_) {
-      beat();
-      next_ = std::chrono::steady_clock::now() + interval;
-      continue;
+    // Everything due now, job by job; then a sleep until the next thing is due.
+    auto now = Clock::now();
+    auto until = now + interval;
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      auto& [id, w] = *it;
+      if (now >= w.next) {
+        if (!beat(id, w)) {
+          it = jobs_.erase(it);  // nothing more to keep alive
+          continue;
+        }
+        w.next = Clock::now() + interval;
+      }
+      if (w.progress && now >= w.next_progress) {
+        write_progress(id, w);
+        w.next_progress = Clock::now() + p_.progress_interval;
+      }
+      until = std::min(until, w.next);
+      if (w.progress) until = std::min(until, w.next_progress);
+      ++it;
     }
-    if (job_ && progress_ && now >= next_progress_) {
-      write_progress();
-      next_progress_ = std::chrono::steady_clock::now() + p_.progress_interval;
-      continue;
-    }
-    // Idle: sleep one interval. A job watched meanwhile has next_ >= now + interval, so this
-    // wake-up always comes before its first beat is due. A report wakes it (once its turn
-    // has come; until then the wait ends at that turn).
-    auto until = job_ ? next_ : now + interval;
-    if (job_ && progress_) until = std::min(until, next_progress_);
-    cv_.wait_until(lock, stop, until, [&] {
-      return job_ && progress_ && std::chrono::steady_clock::now() >= next_progress_;
-    });
+    // A job watched meanwhile has its first beat at least an interval after its watch(), so
+    // this wake-up comes before it is due. A report wakes the thread (once its turn has come;
+    // until then the wait ends at that turn).
+    cv_.wait_until(lock, stop, until, [&] { return progress_due(Clock::now()); });
   }
 }
 
-void Heartbeat::write_progress() {
-  ProgressReport r = std::move(*progress_);
-  progress_.reset();
+void Heartbeat::write_progress(const std::string& id, Watched& w) {
+  ProgressReport r = std::move(*w.progress);
+  w.progress.reset();
   try {
     redis::JobStore store(p_.conn->get(), p_.keys);
-    auto seq = store.progress(p_.model, job_id_, token_, r.fraction, r.message);
+    auto seq = store.progress(p_.model, id, w.token, r.fraction, r.message);
     if (seq == 0) return;  // the lease is gone; the next beat stops the job
-    const auto now = std::chrono::steady_clock::now();
-    if (progress_webhooks_ && now >= next_progress_webhook_) {
-      store.schedule_webhook(p_.model, job_id_, redis::WebhookEvent::progress, std::to_string(seq));
-      next_progress_webhook_ = now + p_.progress_webhook_interval;
+    const auto now = Clock::now();
+    if (w.progress_webhooks && now >= w.next_progress_webhook) {
+      store.schedule_webhook(p_.model, id, redis::WebhookEvent::progress, std::to_string(seq));
+      w.next_progress_webhook = now + p_.progress_webhook_interval;
     }
   } catch (const redis::IoError& e) {
     // Progress is advisory: a report lost to a Redis outage is superseded by the next one.
     p_.conn->reset();
-    log::warn("progress not recorded", {{"job_id", job_id_}, {"error", e.what()}});
+    log::warn("progress not recorded", {{"job_id", id}, {"error", e.what()}});
   }
 }
 
-void Heartbeat::beat() {
+bool Heartbeat::beat(const std::string& id, Watched& w) {
   try {
     redis::JobStore store(p_.conn->get(), p_.keys);
-    auto r = store.heartbeat(p_.model, job_id_, token_, p_.lease_ttl);
-    last_ok_ = std::chrono::steady_clock::now();
+    auto r = store.heartbeat(p_.model, id, w.token, p_.lease_ttl);
+    w.last_ok = Clock::now();
     if (!r.held) {
-      log::warn("lease lost; stopping the job without writing to it", {{"job_id", job_id_}});
-      job_->stop(StopReason::lease_lost);
-      job_ = nullptr;  // nothing more to keep alive
-      return;
+      log::warn("lease lost; stopping the job without writing to it", {{"job_id", id}});
+      w.job->stop(StopReason::lease_lost);
+      return false;
     }
     if (r.cancel_requested) {
-      log::info("cancel flag seen by heartbeat", {{"job_id", job_id_}});
-      job_->stop(StopReason::cancelled);
+      log::info("cancel flag seen by heartbeat", {{"job_id", id}});
+      w.job->stop(StopReason::cancelled);
     }
   } catch (const redis::IoError& e) {
     // Keep trying: if Redis comes back before the lease expires, nothing was lost. If it
     // expired, the next successful beat reports the loss.
     p_.conn->reset();
-    auto down_for = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - last_ok_);
+    auto down_for = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.last_ok);
     log::warn("heartbeat failed",
-              {{"job_id", job_id_}, {"error", e.what()}, {"since_ms", down_for.count()}});
+              {{"job_id", id}, {"error", e.what()}, {"since_ms", down_for.count()}});
   }
+  return true;
 }
 
 }  // namespace relay::sidecar

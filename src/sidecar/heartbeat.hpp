@@ -8,10 +8,12 @@
 // millisecond costs Redis one write a second; a report held back is written when its turn
 // comes. Both are the job's bookkeeping while it runs, on one connection.
 //
-// One thread for the relay's life, pointed at each job in turn with watch()/unwatch().
+// One thread for the relay's life, watching each job in hand (several with relay.concurrency)
+// from watch() to unwatch().
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <stop_token>
@@ -41,26 +43,32 @@ class Heartbeat {
   // for its progress.
   void watch(std::string job_id, std::string token, JobControl* job,
              bool progress_webhooks = false);
-  // A progress report for the job watched (ignored when none is); from any thread.
-  void report(ProgressReport r);
-  // After it returns, no beat for the previous job is in flight or will start.
-  void unwatch();
+  // A progress report for a job watched (ignored when it is not); from any thread.
+  void report(const std::string& job_id, ProgressReport r);
+  // After it returns, no beat for the job is in flight or will start.
+  void unwatch(const std::string& job_id);
   // Runs until stop is requested.
   void run(std::stop_token stop);
 
  private:
-  void beat();            // with mu_ held
-  void write_progress();  // with mu_ held
+  using Clock = std::chrono::steady_clock;
+  struct Watched {
+    std::string token;
+    JobControl* job = nullptr;
+    Clock::time_point next, last_ok;
+    std::optional<ProgressReport> progress;  // received, not yet written
+    Clock::time_point next_progress{}, next_progress_webhook{};
+    bool progress_webhooks = false;
+  };
+  // Both with mu_ held. beat() returns false when the lease is lost (the job is stopped).
+  bool beat(const std::string& id, Watched& w);
+  void write_progress(const std::string& id, Watched& w);
+  bool progress_due(Clock::time_point now) const;
 
   HeartbeatParams p_;
   std::mutex mu_;
   std::condition_variable_any cv_;
-  JobControl* job_ = nullptr;
-  std::string job_id_, token_;
-  std::chrono::steady_clock::time_point next_{}, last_ok_{};
-  std::optional<ProgressReport> progress_;  // received, not yet written
-  std::chrono::steady_clock::time_point next_progress_{}, next_progress_webhook_{};
-  bool progress_webhooks_ = false;
+  std::map<std::string, Watched> jobs_;  // by job id
 };
 
 }  // namespace relay::sidecar

@@ -19,13 +19,15 @@
 int main(int argc, char** argv) {
   CLI::App app{"relay: takes inference jobs from Redis, runs them on the local model server"};
   std::string config_path;
-  std::optional<std::int64_t> max_jobs;
+  std::optional<std::int64_t> max_jobs, concurrency;
   std::optional<std::string> model;
   bool print_config = false;
   app.add_option("-c,--config", config_path,
                  "YAML config file (every key can be set by RELAY_* variables)");
   app.add_option("--max-jobs", max_jobs,
                  "jobs to process before exiting; 0 = no limit (overrides max_jobs)");
+  app.add_option("--concurrency", concurrency,
+                 "jobs in hand at once (overrides relay.concurrency)");
   app.add_option("--model", model, "model to serve (overrides model)");
   app.add_flag("--print-config-reference", print_config,
                "print the config keys as a Markdown table and exit");
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
     auto env = relay::config::process_env();
     auto with_flags = [&](const std::string& name) -> std::optional<std::string> {
       if (name == "RELAY_MAX_JOBS" && max_jobs) return std::to_string(*max_jobs);
+      if (name == "RELAY_RELAY_CONCURRENCY" && concurrency) return std::to_string(*concurrency);
       if (name == "RELAY_MODEL" && model) return *model;
       return env(name);
     };

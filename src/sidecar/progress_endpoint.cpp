@@ -10,6 +10,7 @@
 #include <boost/json/parse.hpp>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "common/random.hpp"
 #include "common/utf8.hpp"
@@ -59,10 +60,9 @@ struct ProgressEndpoint::Impl {
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   std::jthread thread;
-  std::mutex mu;  // guards secret and sink, and is held while the sink runs
-  std::string secret;
-  Sink sink;
-  std::string base_url;  // http://host:port/progress/
+  std::mutex mu;                                // guards sinks, and is held while a sink runs
+  std::unordered_map<std::string, Sink> sinks;  // by secret: one per job in hand
+  std::string base_url;                         // http://host:port/progress/
   int port = 0;
 
   http::response<http::string_body> answer(const http::request<http::string_body>& req) {
@@ -83,10 +83,11 @@ struct ProgressEndpoint::Impl {
     std::string why;
     auto report = parse_progress(req.body(), &why);
     std::lock_guard lock(mu);
-    if (secret.empty() || target.substr(kPath.size()) != secret)
+    auto it = sinks.find(std::string(target.substr(kPath.size())));
+    if (it == sinks.end())
       return reply(http::status::not_found, "no job in progress at this URL (it ended)");
     if (!report) return reply(http::status::bad_request, why);
-    sink(std::move(*report));
+    it->second(std::move(*report));
     return reply(http::status::no_content, "");
   }
 
@@ -161,16 +162,16 @@ ProgressEndpoint::~ProgressEndpoint() {
 }
 
 std::string ProgressEndpoint::open(Sink sink) {
+  std::string secret = random_hex(16);
   std::lock_guard lock(impl_->mu);
-  impl_->secret = random_hex(16);
-  impl_->sink = std::move(sink);
-  return impl_->base_url + impl_->secret;
+  impl_->sinks[secret] = std::move(sink);
+  return impl_->base_url + secret;
 }
 
-void ProgressEndpoint::close() {
+void ProgressEndpoint::close(const std::string& url) {
+  if (!url.starts_with(impl_->base_url)) return;
   std::lock_guard lock(impl_->mu);
-  impl_->secret.clear();
-  impl_->sink = nullptr;
+  impl_->sinks.erase(url.substr(impl_->base_url.size()));
 }
 
 int ProgressEndpoint::port() const {

@@ -8,7 +8,8 @@
 //
 // answered 204 while the job runs, 404 once it ended (stop reporting), 400 for a body that is
 // not such an object, 413 over 4 KiB. The secret is random per job, so a report can only ever
-// reach the job it was given for. The relay throttles what it records (Heartbeat).
+// reach the job it was given for. A relay running several jobs at once (relay.concurrency) has
+// one URL open per job. The relay throttles what it records (Heartbeat).
 //
 // The relay's second translation unit with Boost.Beast: one I/O thread, coroutines.
 
@@ -36,10 +37,10 @@ class ProgressEndpoint {
   ProgressEndpoint(const ProgressEndpoint&) = delete;
   ProgressEndpoint& operator=(const ProgressEndpoint&) = delete;
 
-  // A new URL for the job in hand; its reports go to sink until close().
+  // A new URL for a job in hand; its reports go to sink until close(url).
   std::string open(Sink sink);
-  // After it returns, no report is being handed to the sink, and the URL answers 404.
-  void close();
+  // After it returns, no report is being handed to that URL's sink, and the URL answers 404.
+  void close(const std::string& url);
   int port() const;
 
  private:

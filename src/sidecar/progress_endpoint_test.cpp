@@ -78,7 +78,7 @@ TEST(ProgressEndpoint, ReportsReachTheJobInHandOnlyWhileItRuns) {
     ASSERT_EQ(got.size(), 1u);
     EXPECT_EQ(got[0].message, "half");
   }
-  endpoint.close();
+  endpoint.close(url);
   EXPECT_EQ(post(url, R"({"progress":0.75})").status, 404) << "the job ended";
   const std::string next = endpoint.open([&](ProgressReport r) {
     std::lock_guard lock(mu);
@@ -89,6 +89,31 @@ TEST(ProgressEndpoint, ReportsReachTheJobInHandOnlyWhileItRuns) {
   EXPECT_EQ(post(next, R"({"progress":0.1})").status, 204);
   std::lock_guard lock(mu);
   EXPECT_EQ(got.size(), 2u);
+}
+
+// relay.concurrency: several jobs in hand, each reporting to its own URL; one ending leaves the
+// others' URLs working.
+TEST(ProgressEndpoint, SeveralJobsInHandEachReportToTheirOwn) {
+  ProgressEndpoint endpoint("127.0.0.1:0");
+  std::mutex mu;
+  std::vector<std::string> a, b;
+  const std::string url_a = endpoint.open([&](ProgressReport r) {
+    std::lock_guard lock(mu);
+    a.push_back(r.message);
+  });
+  const std::string url_b = endpoint.open([&](ProgressReport r) {
+    std::lock_guard lock(mu);
+    b.push_back(r.message);
+  });
+  ASSERT_NE(url_a, url_b);
+  EXPECT_EQ(post(url_a, R"({"message":"a1"})").status, 204);
+  EXPECT_EQ(post(url_b, R"({"message":"b1"})").status, 204);
+  endpoint.close(url_a);
+  EXPECT_EQ(post(url_a, R"({"message":"a2"})").status, 404);
+  EXPECT_EQ(post(url_b, R"({"message":"b2"})").status, 204);
+  std::lock_guard lock(mu);
+  EXPECT_EQ(a, std::vector<std::string>{"a1"});
+  EXPECT_EQ(b, (std::vector<std::string>{"b1", "b2"}));
 }
 
 }  // namespace

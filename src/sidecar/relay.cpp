@@ -35,14 +35,30 @@ std::string new_token(const std::string& pod) {
 
 }  // namespace
 
+// One job at a time: a relay of concurrency 1 is one slot, on the main thread.
+struct Relay::Slot {
+  Slot(const redis::Endpoint& endpoint, std::unique_ptr<InferenceClient> client)
+      : conn(endpoint), inference(std::move(client)) {}
+  redis::LazyConnection conn;
+  std::unique_ptr<InferenceClient> inference;  // its own keep-alive connection to the model
+  // The ids last seen at the head of pending (for take), and a job taken by the previous
+  // job's finish (already claimed).
+  redis::TakeCandidates candidates;
+  std::optional<redis::Taken> next;
+  // Guarded by Relay::mu_: where this slot's BLMOVE waits, for unblock_pops().
+  bool popping = false;
+  redis::BlockedClient pop_client;
+};
+
 Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage,
              crypto::Encryption encryption)
-    : cfg_(std::move(config)),
-      storage_(std::move(storage)),
-      inference_(std::make_unique<InferenceClient>(cfg_.inference.url, cfg_.spool_dir, &alarms_)),
-      enc_(std::move(encryption)) {
+    : cfg_(std::move(config)), storage_(std::move(storage)), enc_(std::move(encryption)) {
   if (!cfg_.progress_listen.empty())
     progress_ = std::make_unique<ProgressEndpoint>(cfg_.progress_listen);
+  const auto endpoint = cfg_.redis_endpoint();
+  for (std::int64_t i = 0; i < std::max<std::int64_t>(cfg_.concurrency, 1); ++i)
+    slots_.push_back(std::make_unique<Slot>(
+        endpoint, std::make_unique<InferenceClient>(cfg_.inference.url, cfg_.spool_dir, &alarms_)));
 }
 
 Relay::~Relay() = default;
@@ -53,27 +69,52 @@ void Relay::shutdown() {
   shutdown_.request_stop();
   {
     std::lock_guard lock(mu_);
-    if (current_) current_->stop(StopReason::shutdown);
+    for (auto& [id, control] : running_) control->stop(StopReason::shutdown);
   }
-  unblock_pop();
+  unblock_pops();
 }
 
-// Releases a blocked BLMOVE with CLIENT UNBLOCK (it then returns nil, as on timeout). Retried
-// briefly because the signal may arrive just before the BLMOVE reaches the server.
-void Relay::unblock_pop() {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    redis::BlockedClient client;
-    {
-      std::lock_guard lock(mu_);
-      if (!popping_) return;
-      client = pop_client_;
+void Relay::end(int exit_code) {
+  if (exit_code) exit_code_ = exit_code;
+  if (ending_.request_stop()) unblock_pops();
+}
+
+bool Relay::ending() const {
+  return shutdown_.stop_requested() || ending_.stop_requested();
+}
+
+bool Relay::claim() {
+  if (cfg_.max_jobs == 0) return true;
+  auto n = claimed_.load();
+  do {
+    if (n >= cfg_.max_jobs) return false;
+  } while (!claimed_.compare_exchange_weak(n, n + 1));
+  return true;
+}
+
+void Relay::unclaim() {
+  if (cfg_.max_jobs != 0) --claimed_;
+}
+
+// Releases blocked BLMOVEs with CLIENT UNBLOCK (each then returns nil, as on timeout). Retried
+// briefly because the signal may arrive just before a BLMOVE reaches the server; a slot checks
+// for the end after it marks itself popping, so none starts waiting after this returns.
+void Relay::unblock_pops() {
+  for (const auto& slot : slots_) {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      redis::BlockedClient client;
+      {
+        std::lock_guard lock(mu_);
+        if (!slot->popping) break;
+        client = slot->pop_client;
+      }
+      try {
+        if (redis::unblock(client)) break;
+      } catch (const std::exception& e) {
+        log::warn("cannot unblock the queue wait", {{"error", e.what()}});
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    try {
-      if (redis::unblock(client)) return;
-    } catch (const std::exception& e) {
-      log::warn("cannot unblock the queue wait", {{"error", e.what()}});
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
@@ -84,8 +125,8 @@ bool Relay::wait_for_inference() {
   while (!shutdown_.stop_requested()) {
     long status = 0;
     try {
-      status = inference_->probe(cfg_.inference.health_path, std::chrono::seconds(2),
-                                 shutdown_.get_token());
+      status = slots_.front()->inference->probe(cfg_.inference.health_path, std::chrono::seconds(2),
+                                                shutdown_.get_token());
     } catch (const Aborted&) {
       return false;
     }
@@ -109,8 +150,10 @@ bool Relay::wait_for_inference() {
 }
 
 int Relay::run() {
-  log::info("relay starting",
-            {{"model", cfg_.model}, {"pod", cfg_.pod_name}, {"max_jobs", cfg_.max_jobs}});
+  log::info("relay starting", {{"model", cfg_.model},
+                               {"pod", cfg_.pod_name},
+                               {"max_jobs", cfg_.max_jobs},
+                               {"concurrency", static_cast<std::int64_t>(slots_.size())}});
   const auto keys = cfg_.keys();
   const auto endpoint = cfg_.redis_endpoint();
 
@@ -120,9 +163,9 @@ int Relay::run() {
   CancelListener listener(
       {endpoint, keys.cancel_channel(cfg_.model), [this](const std::string& id) {
          std::lock_guard lock(mu_);
-         if (current_ && id == current_id_) {
+         if (auto it = running_.find(id); it != running_.end()) {
            log::info("cancel received", {{"job_id", id}});
-           current_->stop(StopReason::cancelled);
+           it->second->stop(StopReason::cancelled);
          }
        }});
   std::promise<void> subscribing;
@@ -140,9 +183,10 @@ int Relay::run() {
 
   if (!wait_for_inference()) return shutdown_.stop_requested() ? 0 : 1;
 
-  redis::LazyConnection main_conn(endpoint);
+  // The first slot's connection waits for Redis; the others open theirs when they first need
+  // it (and retry like any command).
   try {
-    main_conn.adopt(
+    slots_.front()->conn.adopt(
         redis::connect_with_retry(endpoint, cfg_.health_timeout, shutdown_.get_token()));
   } catch (const redis::IoError& e) {
     if (shutdown_.stop_requested()) return 0;
@@ -157,99 +201,130 @@ int Relay::run() {
                        cfg_.progress_webhook_interval});
   std::jthread heartbeat_thread([&heartbeat](std::stop_token st) { heartbeat.run(st); });
 
-  std::int64_t done = 0;
-  int exit_code = 0;
+  {
+    // A surprise in one slot ends the relay (exit 1) after the others' jobs in hand, rather
+    // than leave it running short of a slot.
+    auto guarded = [this, &heartbeat](Slot& slot) {
+      try {
+        work(slot, heartbeat);
+      } catch (const std::exception& e) {
+        log::error("relay failed", {{"error", e.what()}});
+        end(1);
+      }
+    };
+    std::vector<std::jthread> others;
+    for (size_t i = 1; i < slots_.size(); ++i)
+      others.emplace_back([&guarded, this, i] { guarded(*slots_[i]); });
+    guarded(*slots_.front());
+  }  // (joined here)
+
+  // Both told first, then both waited for: they wind down at once, not one after the other.
+  heartbeat_thread.request_stop();
+  listener_thread.request_stop();
+  heartbeat_thread.join();
+  listener_thread.join();
+  const std::int64_t jobs = done_;
+  log::info("relay exiting", {{"jobs", jobs}, {"exit_code", exit_code_.load()}});
+  return exit_code_;
+}
+
+void Relay::work(Slot& slot, Heartbeat& heartbeat) {
+  const auto keys = cfg_.keys();
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
-  while (!shutdown_.stop_requested() && (cfg_.max_jobs == 0 || done < cfg_.max_jobs)) {
+  while (!ending()) {
     try {
       // Busy path: a job is waiting (or was taken with the last finish); move, lease and mark
       // it in one step.
-      auto taken = std::exchange(next_, std::nullopt);
-      if (!taken)
+      auto taken = std::exchange(slot.next, std::nullopt);
+      if (!taken) {
+        if (!claim()) break;  // max_jobs reached (other slots may still be running theirs)
         taken = redis::with_retry(
-            main_conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
+            slot.conn, retry_for, shutdown_.get_token(), [&](redis::Connection& c) {
               return redis::JobStore(c, keys).take(cfg_.model, new_token(cfg_.pod_name),
-                                                   cfg_.lease_ttl, candidates_);
+                                                   cfg_.lease_ttl, slot.candidates);
             });
+        if (!taken) unclaim();
+      }
       if (taken) {
-        ++done;
-        const bool more = cfg_.max_jobs == 0 || done < cfg_.max_jobs;
-        if (process(taken->record, taken->record.holder, main_conn, heartbeat, more) == Step::stop)
-          break;
+        if (process(slot, taken->record, taken->record.holder, heartbeat) == Step::stop) break;
         continue;
       }
+      if (!claim()) break;
       const std::string token = new_token(cfg_.pod_name);
       // Idle path: the seed's BLMOVE, then the lease.
       auto id = redis::with_retry(
-          main_conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
-            // Where the BLMOVE will wait (the slot's master in cluster mode), for unblock_pop.
+          slot.conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
+            // Where the BLMOVE will wait (the slot's master in cluster mode), for unblock_pops.
             auto client = c.blocking_client(keys.pending(cfg_.model));
             {
               std::lock_guard lock(mu_);
-              popping_ = true;
-              pop_client_ = std::move(client);
+              slot.popping = true;
+              slot.pop_client = std::move(client);
             }
             struct Clear {
               Relay* r;
+              Slot& s;
               ~Clear() {
                 std::lock_guard lock(r->mu_);
-                r->popping_ = false;
+                s.popping = false;
               }
-            } clear{this};
-            if (shutdown_.stop_requested()) return std::optional<std::string>{};
+            } clear{this, slot};
+            if (ending()) return std::optional<std::string>{};
             return redis::JobStore(c, keys).pop(cfg_.model, cfg_.queue_pop_timeout);
           });
       if (!id) {
-        if (!shutdown_.stop_requested())
+        unclaim();
+        if (ending()) break;
+        // The queue stayed empty for queue_pop_timeout. With other slots' jobs still in hand
+        // the relay is not idle: this slot waits again.
+        if (busy_ > 0) continue;
+        if (ending_.request_stop()) {  // (said once, by the first slot to find it so)
           log::info("queue empty: no job within queue_pop_timeout; exiting",
                     {{"model", cfg_.model},
                      {"queue_pop_timeout", format_duration(cfg_.queue_pop_timeout)}});
+          unblock_pops();
+        }
         break;
       }
-      auto begun = redis::with_retry(main_conn, retry_for, {}, [&](redis::Connection& c) {
+      auto begun = redis::with_retry(slot.conn, retry_for, {}, [&](redis::Connection& c) {
         return redis::JobStore(c, keys).begin(cfg_.model, *id, token, cfg_.lease_ttl);
       });
       if (begun.outcome != redis::BeginOutcome::ok) {
+        unclaim();
         log::warn("dequeued a job that cannot run; dropped from processing",
                   {{"job_id", *id},
                    {"reason", begun.outcome == redis::BeginOutcome::missing ? "record missing"
                                                                             : "already terminal"}});
         continue;
       }
-      ++done;
-      const bool more = cfg_.max_jobs == 0 || done < cfg_.max_jobs;
-      if (process(begun.record, token, main_conn, heartbeat, more) == Step::stop) break;
+      if (process(slot, begun.record, token, heartbeat) == Step::stop) break;
     } catch (const redis::IoError& e) {
       // A job in hand stays in processing; its lease (if any) expires and the reaper requeues it.
       log::error("redis unavailable for too long; exiting", {{"error", e.what()}});
-      exit_code = 1;
+      end(1);
       break;
     } catch (const Aborted&) {
       break;  // shutdown while waiting for Redis
     }
   }
-  if (next_) {
+  if (slot.next) {
     // Taken with the last finish, then a shutdown: back to the front of pending at once.
     try {
-      redis::JobStore(main_conn.get(), keys).give_back(cfg_.model, next_->id, next_->record.holder);
+      redis::JobStore(slot.conn.get(), keys)
+          .give_back(cfg_.model, slot.next->id, slot.next->record.holder);
     } catch (const std::exception& e) {
       log::warn("a job taken before the shutdown is left to the reaper",
-                {{"job_id", next_->id}, {"error", e.what()}});
+                {{"job_id", slot.next->id}, {"error", e.what()}});
     }
-    next_.reset();
+    slot.next.reset();
   }
-  // Both told first, then both waited for: they wind down at once, not one after the other.
-  heartbeat_thread.request_stop();
-  listener_thread.request_stop();
-  heartbeat_thread.join();
-  listener_thread.join();
-  log::info("relay exiting", {{"jobs", done}, {"exit_code", exit_code}});
-  return exit_code;
 }
 
-Relay::Step Relay::process(const JobRecord& job, const std::string& token,
-                           redis::LazyConnection& conn, Heartbeat& heartbeat, bool take_next) {
+Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& token,
+                           Heartbeat& heartbeat) {
   const auto keys = cfg_.keys();
+  auto& conn = slot.conn;
+  ++done_;
   const std::string& job_id = job.id;
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
 
@@ -257,10 +332,14 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   // Every log line about this job carries its trace_id while it is in hand.
   std::optional<log::TraceScope> traced;
   if (auto trace = parse_traceparent(job.traceparent)) traced.emplace(job_id, trace->trace_id);
+  ++busy_;
+  struct Idle {
+    std::atomic<int>& busy;
+    ~Idle() { --busy; }
+  } idle{busy_};
   {
     std::lock_guard lock(mu_);
-    current_ = &control;
-    current_id_ = job_id;
+    running_[job_id] = &control;
   }
   if (job.cancel_requested) control.stop(StopReason::cancelled);
   if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);
@@ -281,14 +360,15 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
   // The model reports progress to its own URL for this job until the job ends here.
   std::string progress_url;
   if (progress_)
-    progress_url =
-        progress_->open([&heartbeat](ProgressReport r) { heartbeat.report(std::move(r)); });
+    progress_url = progress_->open(
+        [&heartbeat, &job_id](ProgressReport r) { heartbeat.report(job_id, std::move(r)); });
   struct CloseProgress {
     ProgressEndpoint* p;
+    const std::string& url;
     ~CloseProgress() {
-      if (p) p->close();
+      if (p) p->close(url);
     }
-  } close_progress{progress_.get()};
+  } close_progress{progress_.get(), progress_url};
   // The execution limit: when it passes, the job stops as for a cancel, and fails timed_out.
   std::optional<ScopedAlarm> limit;
   if (job.timeout)
@@ -304,15 +384,14 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled
                                                                    : Disposition::given_back;
   } else {
-    result = run_job(cfg_, *storage_, *inference_, enc_, job, control, progress_url);
+    result = run_job(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url);
   }
-  limit.reset();                      // disarmed (or rung): no timeout lands on the next job
-  if (progress_) progress_->close();  // before unwatch: no report reaches the next job
-  heartbeat.unwatch();
+  limit.reset();  // disarmed (or rung): no timeout lands on the next job
+  if (progress_) progress_->close(progress_url);  // before unwatch: no report after it
+  heartbeat.unwatch(job_id);
   {
     std::lock_guard lock(mu_);
-    current_ = nullptr;
-    current_id_.clear();
+    running_.erase(job_id);
   }
 
   // The last step: one script writes the outcome (or gives the job back).
@@ -362,6 +441,7 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
     // The next job is taken in the same round trip, unless this relay stops after this one.
     // A retry finishes only: the first try's take may have run (its job, if any, comes back
     // by the reaper, like any job whose relay lost the reply of its take).
+    const bool take_next = !ending() && claim();
     bool retried = false;
     auto fin = redis::with_retry(
         conn, retry_for, {},
@@ -370,17 +450,18 @@ Relay::Step Relay::process(const JobRecord& job, const std::string& token,
           redis::FinishOutcome f;
           if (take_next && !retried && !shutdown_.stop_requested()) {
             auto [outcome, next] = store.finish_and_take(
-                completion, token, new_token(cfg_.pod_name), cfg_.lease_ttl, candidates_);
+                completion, token, new_token(cfg_.pod_name), cfg_.lease_ttl, slot.candidates);
             f = outcome;
-            next_ = std::move(next);
+            slot.next = std::move(next);
           } else {
-            f = store.finish(completion, token, &candidates_);
+            f = store.finish(completion, token, &slot.candidates);
           }
           if (f == redis::FinishOutcome::ok || (retried && f == redis::FinishOutcome::terminal))
             store.require_replicas(cfg_.redis.wait_replicas);
           return f;
         },
         [&](int) { retried = true; });
+    if (take_next && !slot.next) unclaim();  // no job waited
     if (retried && fin == redis::FinishOutcome::terminal) fin = redis::FinishOutcome::ok;
     outcome = fin == redis::FinishOutcome::ok ? std::string(to_string(completion.status))
                                               : std::string(redis::to_string(fin));

@@ -238,6 +238,7 @@ InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
   }
   if (o.progress_steps > 0)
     argv.insert(argv.end(), {"--progress-steps", std::to_string(o.progress_steps)});
+  if (o.meet > 0) argv.insert(argv.end(), {"--meet", std::to_string(o.meet)});
   if (o.record_events) {
     argv.push_back("--events");
     argv.push_back(events_path_);

@@ -206,6 +206,7 @@ struct InferenceOptions {
   long fail_first = -1;          // >= 0: only the first N answers have `status`, the rest 200
   std::string retry_after = {};  // sent with those failures
   long progress_steps = 0;       // reports to Relay-Progress-URL, spread over delay_ms
+  long meet = 0;                 // > 0: each POST waits until this many have been in flight at once
 };
 
 class InferenceServer {

@@ -87,6 +87,11 @@ spec:
           value: {{ join "," $pairs | quote }}
         - name: RELAY_MAX_JOBS
           value: {{ if eq (default "job" $m.mode) "job" }}"1"{{ else }}"0"{{ end }}
+        {{- if and (eq (default "job" $m.mode) "job") (gt (int (default 1 $m.concurrency)) 1) }}
+        {{- fail (printf "models[%s].concurrency: only for mode: deployment (a job-mode pod runs one job)" $m.name) }}
+        {{- end }}
+        - name: RELAY_RELAY_CONCURRENCY
+          value: {{ default 1 $m.concurrency | quote }}
         - name: RELAY_QUEUE_POP_TIMEOUT
           # job: a surplus pod frees its GPU soon; deployment: KEDA scales idle pods down.
           value: {{ if eq (default "job" $m.mode) "job" }}{{ $v.relay.queuePopTimeout | quote }}{{ else }}"1h"{{ end }}

@@ -1,0 +1,166 @@
+// relay.concurrency: one relay process with several jobs in hand at once, each its own request
+// to the model. What must hold is what holds for one: every job runs once, cancels stop only
+// the job they name, a shutdown gives every job in hand back, max_jobs counts them all, and the
+// relay leaves on an empty queue only when none of its jobs is still running.
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "relay_fixture.hpp"
+
+namespace relay::testing {
+namespace {
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The most POSTs the model had in flight at once ("in-flight <n>" lines).
+long most_in_flight(const std::string& events) {
+  std::istringstream in(events);
+  long most = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("in-flight ")) most = std::max(most, std::stol(line.substr(10)));
+  return most;
+}
+
+class RelayConcurrencyTest : public RelayTest {
+ protected:
+  Env env_for(const InferenceServer& inference, int concurrency) {
+    Env env = base_env(inference);
+    env["RELAY_RELAY_CONCURRENCY"] = std::to_string(concurrency);
+    return env;
+  }
+  // BLMOVE calls so far, on the server holding the model's queue.
+  long long blmove_calls() {
+    auto conn = redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(
+                                       redis_.node_of_slot(redis::key_slot(keys_.pending(model_)))))
+                                 : redis_.connect();
+    const auto info = redis::as_string(conn.command({"INFO", "commandstats"}).get());
+    const auto at = info.find("cmdstat_blmove:calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 21));
+  }
+};
+
+TEST_F(RelayConcurrencyTest, RunsThatManyJobsAtOnceAndNoMore) {
+  // The model holds each answer until three requests have been in flight together.
+  InferenceServer inference({.meet = 3});
+  auto env = env_for(inference, 3);
+  auto st = storage_for(env);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 7; ++i) ids.push_back(submit(*st, "input " + std::to_string(i)));
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  ASSERT_EQ(relay->wait_exit(60s), 0);
+  for (const auto& id : ids) EXPECT_EQ(status(id), "completed") << id;
+  const auto events = inference.events();
+  EXPECT_EQ(count(events, "request /predict"), 7u) << events;
+  EXPECT_EQ(most_in_flight(events), 3) << events;
+  EXPECT_EQ(count(events, "meet timed out"), 0u) << events;
+  EXPECT_EQ(events_count(), 7);
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_NE(relay->log().find("\"concurrency\":3"), std::string::npos);
+}
+
+TEST_F(RelayConcurrencyTest, ACancelStopsOnlyTheJobItNamesAndSigtermGivesTheRestBack) {
+  InferenceServer inference({.delay_ms = 30'000});
+  auto env = env_for(inference, 3);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "5m";
+  auto st = storage_for(env);
+  const auto a = submit(*st, "a"), b = submit(*st, "b"), c = submit(*st, "c");
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  ASSERT_TRUE(wait_until([&] { return count(inference.events(), "request /predict") == 3; }, 20s))
+      << inference.events();
+  conn_.command({"HSET", keys_.job(model_, b), "cancel_requested", "1"});
+  conn_.command({"PUBLISH", keys_.cancel_channel(model_), b});
+  ASSERT_TRUE(wait_until([&] { return status(b) == "cancelled"; }, 10s)) << relay->log();
+  EXPECT_EQ(count(inference.events(), "dropped /predict"), 1u) << inference.events();
+  EXPECT_EQ(status(a), "processing");
+  EXPECT_EQ(status(c), "processing");
+  // The freed slot waits on the empty queue beside the two running jobs; SIGTERM ends all three.
+  ASSERT_TRUE(wait_for_blocked_client());
+  relay->signal(SIGTERM);
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+  auto pending = list(keys_.pending(model_));
+  std::sort(pending.begin(), pending.end());
+  auto expected = std::vector<std::string>{a, c};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(pending, expected) << "both given back";
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  for (const auto& id : {a, c}) {
+    auto rec = record(id);
+    EXPECT_EQ(rec.status, JobStatus::pending);
+    EXPECT_TRUE(rec.holder.empty());
+    EXPECT_FALSE(exists(keys_.lease(model_, id)));
+  }
+  EXPECT_EQ(events_count(), 1) << "only the cancel";
+  EXPECT_EQ(count(inference.events(), "dropped /predict"), 3u) << inference.events();
+}
+
+TEST_F(RelayConcurrencyTest, MaxJobsCountsTheJobsOfEverySlot) {
+  InferenceServer inference;
+  auto env = env_for(inference, 3);
+  auto st = storage_for(env);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) ids.push_back(submit(*st, "input " + std::to_string(i)));
+  auto relay = start_relay(env, {"--max-jobs", "4"});
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  int completed = 0;
+  for (const auto& id : ids) completed += status(id) == "completed";
+  EXPECT_EQ(completed, 4);
+  EXPECT_EQ(list(keys_.pending(model_)).size(), 2u) << "left for the next relay";
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_EQ(count(inference.events(), "request /predict"), 4u) << inference.events();
+}
+
+// A slot whose queue wait times out while another slot runs a job does not end the relay: a
+// job submitted then is still taken.
+TEST_F(RelayConcurrencyTest, AnIdleSlotKeepsWaitingWhileAnotherRunsAJob) {
+  // The first job's answer waits until a second request is in flight.
+  InferenceServer inference({.meet = 2});
+  auto env = env_for(inference, 2);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "1s";
+  auto st = storage_for(env);
+  const auto first = submit(*st, "first");
+  const auto before = blmove_calls();
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  // The idle slot's BLMOVE has timed out at least twice (its third is waiting).
+  ASSERT_TRUE(wait_until([&] { return blmove_calls() - before >= 3; }, 20s)) << relay->log();
+  const auto second = submit(*st, "second");
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  EXPECT_EQ(status(first), "completed");
+  EXPECT_EQ(status(second), "completed");
+  EXPECT_EQ(count(inference.events(), "meet timed out"), 0u) << inference.events();
+  EXPECT_EQ(count(relay->log(), "queue empty"), 1u);
+}
+
+// Each job in hand reports progress to its own URL.
+TEST_F(RelayConcurrencyTest, EachJobReportsProgressToItsOwnUrl) {
+  InferenceServer inference({.delay_ms = 600, .progress_steps = 3, .meet = 2});
+  auto env = env_for(inference, 2);
+  env["RELAY_RELAY_PROGRESS_INTERVAL"] = "10ms";
+  auto st = storage_for(env);
+  const auto a = submit(*st, "a"), b = submit(*st, "b");
+  auto relay = start_relay(env, {"--max-jobs", "2"});
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  const auto events = inference.events();
+  EXPECT_EQ(count(events, " 204"), 6u) << events;
+  std::set<std::string> urls;
+  std::istringstream in(events);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("progress-url ")) urls.insert(line.substr(13));
+  EXPECT_EQ(urls.size(), 2u) << events;
+  for (const auto& id : {a, b}) {
+    EXPECT_EQ(status(id), "completed");
+    auto msg =
+        redis::as_string(conn_.command({"HGET", keys_.job(model_, id), "progress_message"}).get());
+    // (The last report may be held back by the throttle when the job ends: advisory.)
+    EXPECT_TRUE(msg.starts_with("step ")) << id << ": " << msg;
+  }
+}
+
+}  // namespace
+}  // namespace relay::testing
