@@ -165,6 +165,41 @@ TEST_F(GatewayTest, RelayKilledMidJobIsReapedAndFinishedByAnother) {
   EXPECT_EQ(j.at("attempts").as_int64(), 1);
 }
 
+// A relay with several jobs in hand (relay.concurrency) killed: every one of its leases runs out,
+// every job is reaped once and finished by the next relay.
+TEST_F(GatewayTest, AConcurrentRelayKilledMidJobsLosesNoneOfThem) {
+  start_gateway();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(submit_id("survives a crash " + std::to_string(i)));
+  {
+    InferenceServer slow({.delay_ms = 30'000});
+    auto doomed =
+        start_relay(slow, {{"RELAY_LEASE_TTL", "600ms"}, {"RELAY_RELAY_CONCURRENCY", "3"}},
+                    {"--max-jobs", "0"});
+    ASSERT_TRUE(wait_until(
+        [&] {
+          for (const auto& id : ids)
+            if (str(job(id), "status") != "processing") return false;
+          return true;
+        },
+        20s));
+    doomed->signal(SIGKILL);
+    doomed->wait_exit(5s);
+  }
+  ASSERT_TRUE(wait_until([&] { return list(keys_.pending("m1")).size() == 3; }, 20s))
+      << gateway_->log();
+  InferenceServer healthy;
+  auto next = start_relay(healthy, {{"RELAY_RELAY_CONCURRENCY", "2"}}, {"--max-jobs", "0"});
+  ASSERT_EQ(next->wait_exit(30s), 0);
+  for (const auto& id : ids) {
+    auto j = job(id);
+    EXPECT_EQ(str(j, "status"), "completed") << id;
+    EXPECT_EQ(j.at("attempts").as_int64(), 1) << id;
+  }
+  EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", keys_.events("m1")}).get()), 3);
+  EXPECT_TRUE(list(keys_.processing("m1")).empty());
+}
+
 TEST_F(GatewayTest, JobWhoseRelayAlwaysDiesIsDeadLettered) {
   start_gateway({{"RELAY_GC_MAX_REAP_ATTEMPTS", "2"}});
   auto id = submit_id("poison");
