@@ -222,7 +222,6 @@ Connection Connection::open(const Endpoint& ep) {
       conn.command({"AUTH", ep.username, ep.password});
   }
   if (ep.db != 0) conn.command({"SELECT", std::to_string(ep.db)});
-  conn.client_id_ = as_integer(conn.command({"CLIENT", "ID"}).get());
   return conn;
 }
 
@@ -372,13 +371,11 @@ void Connection::interrupt() noexcept {
   if (t_ && t_->fd >= 0) ::shutdown(t_->fd, SHUT_RDWR);
 }
 
-long long Connection::client_id() const {
-  if (cluster_) return cluster_->last ? cluster_->last->client_id() : 0;
-  return client_id_;
-}
-
 BlockedClient Connection::blocking_client(std::string_view key) {
   if (cluster_) return cluster_->for_key(key).blocking_client(key);
+  // Asked only here, once per connection: most connections never block, and a one-shot relay
+  // with a job waiting never does (a round trip off its start).
+  if (client_id_ == 0) client_id_ = as_integer(command({"CLIENT", "ID"}).get());
   return {server_, client_id_};
 }
 
