@@ -137,6 +137,22 @@ TEST_F(RelayConcurrencyTest, AnIdleSlotKeepsWaitingWhileAnotherRunsAJob) {
   EXPECT_EQ(count(relay->log(), "queue empty"), 1u);
 }
 
+// One heartbeat keeps every lease in hand alive: three jobs each outlive the lease four times.
+// (A lease let lapse fails its finish: the job would stay processing, unwritten.)
+TEST_F(RelayConcurrencyTest, EveryJobInHandKeepsItsLease) {
+  InferenceServer inference({.delay_ms = 2000, .meet = 3});
+  auto env = env_for(inference, 3);
+  env["RELAY_LEASE_TTL"] = "500ms";
+  auto st = storage_for(env);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(submit(*st, "input " + std::to_string(i)));
+  auto relay = start_relay(env, {"--max-jobs", "3"});
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  for (const auto& id : ids) EXPECT_EQ(status(id), "completed") << id;
+  EXPECT_EQ(most_in_flight(inference.events()), 3) << inference.events();
+  EXPECT_EQ(relay->log().find("lease lost"), std::string::npos);
+}
+
 // Each job in hand reports progress to its own URL.
 TEST_F(RelayConcurrencyTest, EachJobReportsProgressToItsOwnUrl) {
   InferenceServer inference({.delay_ms = 600, .progress_steps = 3, .meet = 2});
