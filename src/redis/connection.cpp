@@ -222,6 +222,10 @@ Connection Connection::open(const Endpoint& ep) {
       conn.command({"AUTH", ep.username, ep.password});
   }
   if (ep.db != 0) conn.command({"SELECT", std::to_string(ep.db)});
+  // Also the connection's proof: a TLS handshake a server refuses after the fact (a client
+  // certificate it requires) or plain TCP to a TLS port fails here, at connect, not at the first
+  // command (tried lazily, to save one-shot relays a round trip: redis_tls_test caught it).
+  conn.client_id_ = as_integer(conn.command({"CLIENT", "ID"}).get());
   return conn;
 }
 
@@ -371,11 +375,13 @@ void Connection::interrupt() noexcept {
   if (t_ && t_->fd >= 0) ::shutdown(t_->fd, SHUT_RDWR);
 }
 
+long long Connection::client_id() const {
+  if (cluster_) return cluster_->last ? cluster_->last->client_id() : 0;
+  return client_id_;
+}
+
 BlockedClient Connection::blocking_client(std::string_view key) {
   if (cluster_) return cluster_->for_key(key).blocking_client(key);
-  // Asked only here, once per connection: most connections never block, and a one-shot relay
-  // with a job waiting never does (a round trip off its start).
-  if (client_id_ == 0) client_id_ = as_integer(command({"CLIENT", "ID"}).get());
   return {server_, client_id_};
 }
 

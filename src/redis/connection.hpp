@@ -163,9 +163,9 @@ class Connection {
   // 0 = block for ever (blocking commands and subscriptions rely on this). The default is
   // kReadTimeout; BlockingRead lifts it for one blocking command.
   void set_read_timeout(std::chrono::milliseconds timeout);
+  long long client_id() const;
   // Where a blocking command on key would wait, and as whom (opens the node's connection in
-  // cluster mode; asks the server its CLIENT ID the first time), for unblock() from another
-  // thread.
+  // cluster mode), for unblock() from another thread.
   BlockedClient blocking_client(std::string_view key);
   // Makes a blocked read in another thread fail at once with IoError. Thread-safe.
   void interrupt() noexcept;
@@ -192,8 +192,8 @@ class Connection {
 
   std::unique_ptr<Transport> t_;
   std::unique_ptr<Cluster> cluster_;
-  Endpoint server_;          // where t_ is connected (the master's address in sentinel mode)
-  long long client_id_ = 0;  // 0: not asked yet (the server's ids start at 1)
+  Endpoint server_;  // where t_ is connected (the master's address in sentinel mode)
+  long long client_id_ = 0;
   bool via_sentinel_ = false;
   std::uint64_t master_epoch_ = 0;  // sentinel mode: the master generation it was opened in
 };
