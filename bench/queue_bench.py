@@ -63,6 +63,21 @@ def cpu_seconds(pid):
     return sum(int(x) for x in fields[11:15]) / TICK
 
 
+def switches(pid):
+    """Context switches (voluntary and not) of every live thread of a process: each is a sleep
+    and a wake-up, the kernel's share of a job that waits on a round trip."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        total += int(line.split()[1])
+        except FileNotFoundError:  # a thread that just ended
+            pass
+    return total
+
+
 def redis_cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True, text=True,
                           check=True).stdout
@@ -109,6 +124,8 @@ class Measure:
         self.t0 = time.monotonic()
         self.cpu0 = {p.pid: cpu_seconds(p.pid) for p in self.system + self.load}
         self.redis0 = cpu_seconds(self.redis_pid)
+        self.cs0 = {p.pid: switches(p.pid) for p in self.system}
+        self.cs0[self.redis_pid] = switches(self.redis_pid)
         self.calls0, self.reads0 = redis_counters(self.port)
 
     def stop(self, jobs):
@@ -127,6 +144,15 @@ class Measure:
             name = os.path.basename(p.args[0] if p.args[0] != "node" else p.args[1])
             parts[name] = parts.get(name, 0.0) + spent([p]) / jobs * 1e6
         parts["redis-server"] = redis_cpu / jobs * 1e6
+        cs = {}
+        for p in [*self.system, None]:
+            pid = p.pid if p else self.redis_pid
+            name = "redis-server" if p is None else os.path.basename(
+                p.args[0] if p.args[0] != "node" else p.args[1])
+            try:
+                cs[name] = cs.get(name, 0.0) + (switches(pid) - self.cs0[pid]) / jobs
+            except FileNotFoundError:
+                pass
         calls, reads = redis_counters(self.port)
         return {
             "jobs_per_s": jobs / elapsed,
@@ -137,6 +163,7 @@ class Measure:
             "reads_per_job": (reads - self.reads0) / jobs,
             "seconds": elapsed,
             "parts": parts,
+            "switches": cs,
         }
 
     last = {}
@@ -429,9 +456,10 @@ def main():
         out(f"| {names[side]} | {r['jobs_per_s']:,.0f} | {r['cpu_us_per_job']:.0f} | "
               f"{r['redis_cpu_us_per_job']:.0f} | {r['commands_per_job']:.2f} | "
               f"{r['reads_per_job']:.2f} | {r['load_cpu_us_per_job']:.0f} |")
-    out("\nCPU-µs per job by process:")
+    out("\nCPU-µs per job by process (context switches per job):")
     for side, r in results["throughput"].items():
-        out(f"  {names[side]}: " + ", ".join(f"{k} {v:.0f}" for k, v in r["parts"].items()))
+        out(f"  {names[side]}: " + ", ".join(
+            f"{k} {v:.0f} ({r['switches'].get(k, 0):.2f})" for k, v in r["parts"].items()))
     if ONLY:
         return
     t, d, lat = results["throughput"], results["delay"], results["latency"]
