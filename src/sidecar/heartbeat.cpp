@@ -45,26 +45,41 @@ bool Heartbeat::progress_due(Clock::time_point now) const {
 void Heartbeat::run(std::stop_token stop) {
   std::unique_lock lock(mu_);
   const auto interval = p_.lease_ttl / 3;
+  std::vector<std::string> due;
   while (!stop.stop_requested()) {
-    // Everything due now, job by job; then a sleep until the next thing is due.
+    // Everything due now, job by job, letting go of the lock between jobs: a slot starting or
+    // ending a job (watch, unwatch) waits for one beat at most, not for every job's.
     auto now = Clock::now();
-    auto until = now + interval;
-    for (auto it = jobs_.begin(); it != jobs_.end();) {
-      auto& [id, w] = *it;
+    due.clear();
+    for (const auto& [id, w] : jobs_)
+      if (now >= w.next || (w.progress && now >= w.next_progress)) due.push_back(id);
+    bool redis_down = false;
+    for (const auto& id : due) {
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) continue;  // unwatched meanwhile
+      auto& w = it->second;
       if (now >= w.next) {
-        if (!beat(id, w)) {
-          it = jobs_.erase(it);  // nothing more to keep alive
+        // After one beat failed on Redis, the others of this round would wait out the same
+        // timeout each, one after another: they count as failed too, and try next round.
+        const Beat b = redis_down ? Beat::failed : beat(id, w);
+        if (b == Beat::lost) {
+          jobs_.erase(it);  // nothing more to keep alive
           continue;
         }
+        redis_down = redis_down || b == Beat::failed;
         w.next = Clock::now() + interval;
       }
-      if (w.progress && now >= w.next_progress) {
+      if (!redis_down && w.progress && now >= w.next_progress) {
         write_progress(id, w);
         w.next_progress = Clock::now() + p_.progress_interval;
       }
+      lock.unlock();
+      lock.lock();
+    }
+    auto until = Clock::now() + interval;
+    for (const auto& [id, w] : jobs_) {
       until = std::min(until, w.next);
       if (w.progress) until = std::min(until, w.next_progress);
-      ++it;
     }
     // A job watched meanwhile has its first beat at least an interval after its watch(), so
     // this wake-up comes before it is due. A report wakes the thread (once its turn has come;
@@ -92,7 +107,7 @@ void Heartbeat::write_progress(const std::string& id, Watched& w) {
   }
 }
 
-bool Heartbeat::beat(const std::string& id, Watched& w) {
+Heartbeat::Beat Heartbeat::beat(const std::string& id, Watched& w) {
   try {
     redis::JobStore store(p_.conn->get(), p_.keys);
     auto r = store.heartbeat(p_.model, id, w.token, p_.lease_ttl);
@@ -100,7 +115,7 @@ bool Heartbeat::beat(const std::string& id, Watched& w) {
     if (!r.held) {
       log::warn("lease lost; stopping the job without writing to it", {{"job_id", id}});
       w.job->stop(StopReason::lease_lost);
-      return false;
+      return Beat::lost;
     }
     if (r.cancel_requested) {
       log::info("cancel flag seen by heartbeat", {{"job_id", id}});
@@ -113,8 +128,9 @@ bool Heartbeat::beat(const std::string& id, Watched& w) {
     auto down_for = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.last_ok);
     log::warn("heartbeat failed",
               {{"job_id", id}, {"error", e.what()}, {"since_ms", down_for.count()}});
+    return Beat::failed;
   }
-  return true;
+  return Beat::held;
 }
 
 }  // namespace relay::sidecar

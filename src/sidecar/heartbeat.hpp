@@ -18,6 +18,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"
@@ -60,8 +61,9 @@ class Heartbeat {
     Clock::time_point next_progress{}, next_progress_webhook{};
     bool progress_webhooks = false;
   };
-  // Both with mu_ held. beat() returns false when the lease is lost (the job is stopped).
-  bool beat(const std::string& id, Watched& w);
+  enum class Beat { held, lost, failed };  // lost: the job is stopped; failed: Redis is not there
+  // Both with mu_ held.
+  Beat beat(const std::string& id, Watched& w);
   void write_progress(const std::string& id, Watched& w);
   bool progress_due(Clock::time_point now) const;
 

@@ -153,6 +153,37 @@ TEST_F(RelayConcurrencyTest, EveryJobInHandKeepsItsLease) {
   EXPECT_EQ(relay->log().find("lease lost"), std::string::npos);
 }
 
+// A Redis restart with three jobs in hand: the heartbeat and every slot reconnect, every job
+// completes once.
+TEST_F(RelayConcurrencyTest, ARedisRestartWithJobsInHandIsSurvived) {
+  RedisServer durable(true);  // AOF: the restart loses nothing
+  auto conn = durable.connect();
+  redis::JobStore store(conn, keys_);
+  InferenceServer inference({.delay_ms = 2500, .meet = 3});
+  auto env = env_for(inference, 3);
+  for (auto& [k, v] : durable.env()) env[k] = v;
+  env["RELAY_LEASE_TTL"] = "3s";
+  auto st = storage_for(env);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    MemorySource src("input " + std::to_string(i));
+    ids.push_back(submit(*st, src, {}, store));
+  }
+  auto relay = start_relay(env, {"--max-jobs", "3"});
+  ASSERT_TRUE(wait_until([&] { return count(inference.events(), "request /predict") == 3; }, 20s));
+  durable.stop();
+  durable.start();
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  auto conn2 = durable.connect();
+  redis::JobStore store2(conn2, keys_);
+  for (const auto& id : ids) {
+    auto rec = store2.get(model_, id);
+    ASSERT_TRUE(rec.has_value());
+    EXPECT_EQ(rec->status, JobStatus::completed) << rec->error_message;
+  }
+  EXPECT_EQ(redis::as_integer(conn2.command({"XLEN", keys_.events(model_)}).get()), 3);
+}
+
 // Each job in hand reports progress to its own URL.
 TEST_F(RelayConcurrencyTest, EachJobReportsProgressToItsOwnUrl) {
   InferenceServer inference({.delay_ms = 600, .progress_steps = 3, .meet = 2});
