@@ -8,7 +8,8 @@
 //                  text, confidence and words), and after each page the model reports its
 //                  progress to the relay (Relay-Progress-URL: "page 2 of 5").
 //
-// One request at a time (TessBaseAPI is not thread-safe): a relay sends one job at a time anyway.
+// One request at a time (TessBaseAPI is not thread-safe): a relay sends one job at a time unless
+// relay.concurrency is raised, and then the extra requests wait their turn here.
 
 #include <leptonica/allheaders.h>
 #include <tesseract/baseapi.h>
