@@ -13,12 +13,6 @@ std::string error_of(const json::object& job) {
   return str(it->value().as_object(), "code");
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 // The gateway's sweep fails a job whose ttl passed while it waited, and takes it out of pending
 // (the scaler counts nothing for it); a relay started afterwards runs only the job without one.
 TEST_F(GatewayTest, AJobWhoseTtlPassesInTheQueueNeverRuns) {
@@ -40,7 +34,7 @@ TEST_F(GatewayTest, AJobWhoseTtlPassesInTheQueueNeverRuns) {
   auto relay = start_relay(inference, {{"RELAY_QUEUE_POP_TIMEOUT", "300ms"}}, {"--max-jobs", "0"});
   ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
   EXPECT_EQ(str(job(lasting), "status"), "completed");
-  EXPECT_EQ(count(inference.events(), "request /predict"), 1u) << inference.events();
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 1u) << inference.events();
 }
 
 // Taken before the sweep reached it, an expired job is failed by the relay itself, before the
@@ -60,7 +54,7 @@ TEST_F(GatewayTest, ARelayFailsAnExpiredJobWithoutCallingTheModel) {
   auto j = job(id);
   EXPECT_EQ(str(j, "status"), "failed");
   EXPECT_EQ(error_of(j), "expired");
-  EXPECT_EQ(count(inference.events(), "request /predict"), 0u) << inference.events();
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 0u) << inference.events();
   EXPECT_TRUE(list(keys_.pending("m1")).empty());
   EXPECT_TRUE(list(keys_.processing("m1")).empty());
 }
@@ -100,7 +94,7 @@ TEST_F(GatewayTest, ATimeoutNeverLandsOnTheNextJob) {
   auto relay = start_relay(inference, {{"RELAY_INFERENCE_TIMEOUT", "2500ms"}}, {"--max-jobs", "3"});
   ASSERT_EQ(relay->wait_exit(30s), 0) << relay->log();
   for (const auto& id : ids) EXPECT_EQ(str(job(id), "status"), "completed") << relay->log();
-  EXPECT_EQ(count(inference.events(), "dropped /predict"), 0u) << inference.events();
+  EXPECT_EQ(occurrences(inference.events(), "dropped /predict"), 0u) << inference.events();
 }
 
 // Deadlines that are not durations, not positive or beyond 30 days are refused, and nothing is

@@ -36,6 +36,12 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
   }
 }
 
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // A port below the kernel's ephemeral range (32768-60999 by default): a port from bind(0) may
 // become some connection's local port before the server binds it (then the server cannot
 // start, or a restarted one cannot take its port back); these never do.

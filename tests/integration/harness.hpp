@@ -24,6 +24,8 @@ using Env = std::map<std::string, std::string>;
 
 // Polls pred every 10 ms until it holds or the deadline passes. Never a bare sleep.
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 10s);
+// How many times `what` occurs in text (lines of a fake server's events file, a log).
+size_t occurrences(const std::string& text, const std::string& what);
 
 int free_port();
 // Makes a test PKI in dir (ca, server for localhost/127.0.0.1, client, an unrelated other-ca)

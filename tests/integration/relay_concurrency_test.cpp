@@ -12,12 +12,6 @@
 namespace relay::testing {
 namespace {
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 // The most POSTs the model had in flight at once ("in-flight <n>" lines).
 long most_in_flight(const std::string& events) {
   std::istringstream in(events);
@@ -36,12 +30,15 @@ class RelayConcurrencyTest : public RelayTest {
   }
   // BLMOVE calls so far, on the server holding the model's queue.
   long long blmove_calls() {
-    auto conn = redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(
-                                       redis_.node_of_slot(redis::key_slot(keys_.pending(model_)))))
-                                 : redis_.connect();
-    const auto info = redis::as_string(conn.command({"INFO", "commandstats"}).get());
+    const auto info = redis::as_string(queue_node().command({"INFO", "commandstats"}).get());
     const auto at = info.find("cmdstat_blmove:calls=");
     return at == std::string::npos ? 0 : std::stoll(info.substr(at + 21));
+  }
+  // n jobs ("input 0", "input 1", ...); their ids in submission order.
+  std::vector<std::string> submit_n(storage::Storage& st, int n) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(submit(st, "input " + std::to_string(i)));
+    return ids;
   }
 };
 
@@ -50,15 +47,14 @@ TEST_F(RelayConcurrencyTest, RunsThatManyJobsAtOnceAndNoMore) {
   InferenceServer inference({.meet = 3});
   auto env = env_for(inference, 3);
   auto st = storage_for(env);
-  std::vector<std::string> ids;
-  for (int i = 0; i < 7; ++i) ids.push_back(submit(*st, "input " + std::to_string(i)));
+  const auto ids = submit_n(*st, 7);
   auto relay = start_relay(env, {"--max-jobs", "0"});
   ASSERT_EQ(relay->wait_exit(60s), 0);
   for (const auto& id : ids) EXPECT_EQ(status(id), "completed") << id;
   const auto events = inference.events();
-  EXPECT_EQ(count(events, "request /predict"), 7u) << events;
+  EXPECT_EQ(occurrences(events, "request /predict"), 7u) << events;
   EXPECT_EQ(most_in_flight(events), 3) << events;
-  EXPECT_EQ(count(events, "meet timed out"), 0u) << events;
+  EXPECT_EQ(occurrences(events, "meet timed out"), 0u) << events;
   EXPECT_EQ(events_count(), 7);
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
   EXPECT_NE(relay->log().find("\"concurrency\":3"), std::string::npos);
@@ -71,12 +67,13 @@ TEST_F(RelayConcurrencyTest, ACancelStopsOnlyTheJobItNamesAndSigtermGivesTheRest
   auto st = storage_for(env);
   const auto a = submit(*st, "a"), b = submit(*st, "b"), c = submit(*st, "c");
   auto relay = start_relay(env, {"--max-jobs", "0"});
-  ASSERT_TRUE(wait_until([&] { return count(inference.events(), "request /predict") == 3; }, 20s))
+  ASSERT_TRUE(
+      wait_until([&] { return occurrences(inference.events(), "request /predict") == 3; }, 20s))
       << inference.events();
   conn_.command({"HSET", keys_.job(model_, b), "cancel_requested", "1"});
   conn_.command({"PUBLISH", keys_.cancel_channel(model_), b});
   ASSERT_TRUE(wait_until([&] { return status(b) == "cancelled"; }, 10s)) << relay->log();
-  EXPECT_EQ(count(inference.events(), "dropped /predict"), 1u) << inference.events();
+  EXPECT_EQ(occurrences(inference.events(), "dropped /predict"), 1u) << inference.events();
   EXPECT_EQ(status(a), "processing");
   EXPECT_EQ(status(c), "processing");
   // The freed slot waits on the empty queue beside the two running jobs; SIGTERM ends all three.
@@ -96,15 +93,14 @@ TEST_F(RelayConcurrencyTest, ACancelStopsOnlyTheJobItNamesAndSigtermGivesTheRest
     EXPECT_FALSE(exists(keys_.lease(model_, id)));
   }
   EXPECT_EQ(events_count(), 1) << "only the cancel";
-  EXPECT_EQ(count(inference.events(), "dropped /predict"), 3u) << inference.events();
+  EXPECT_EQ(occurrences(inference.events(), "dropped /predict"), 3u) << inference.events();
 }
 
 TEST_F(RelayConcurrencyTest, MaxJobsCountsTheJobsOfEverySlot) {
   InferenceServer inference;
   auto env = env_for(inference, 3);
   auto st = storage_for(env);
-  std::vector<std::string> ids;
-  for (int i = 0; i < 6; ++i) ids.push_back(submit(*st, "input " + std::to_string(i)));
+  const auto ids = submit_n(*st, 6);
   auto relay = start_relay(env, {"--max-jobs", "4"});
   ASSERT_EQ(relay->wait_exit(30s), 0);
   int completed = 0;
@@ -112,7 +108,7 @@ TEST_F(RelayConcurrencyTest, MaxJobsCountsTheJobsOfEverySlot) {
   EXPECT_EQ(completed, 4);
   EXPECT_EQ(list(keys_.pending(model_)).size(), 2u) << "left for the next relay";
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
-  EXPECT_EQ(count(inference.events(), "request /predict"), 4u) << inference.events();
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 4u) << inference.events();
 }
 
 // A slot whose queue wait times out while another slot runs a job does not end the relay: a
@@ -133,8 +129,8 @@ TEST_F(RelayConcurrencyTest, AnIdleSlotKeepsWaitingWhileAnotherRunsAJob) {
   ASSERT_EQ(relay->wait_exit(30s), 0);
   EXPECT_EQ(status(first), "completed");
   EXPECT_EQ(status(second), "completed");
-  EXPECT_EQ(count(inference.events(), "meet timed out"), 0u) << inference.events();
-  EXPECT_EQ(count(relay->log(), "queue empty"), 1u);
+  EXPECT_EQ(occurrences(inference.events(), "meet timed out"), 0u) << inference.events();
+  EXPECT_EQ(occurrences(relay->log(), "queue empty"), 1u);
 }
 
 // One heartbeat keeps every lease in hand alive: three jobs each outlive the lease four times.
@@ -144,8 +140,7 @@ TEST_F(RelayConcurrencyTest, EveryJobInHandKeepsItsLease) {
   auto env = env_for(inference, 3);
   env["RELAY_LEASE_TTL"] = "500ms";
   auto st = storage_for(env);
-  std::vector<std::string> ids;
-  for (int i = 0; i < 3; ++i) ids.push_back(submit(*st, "input " + std::to_string(i)));
+  const auto ids = submit_n(*st, 3);
   auto relay = start_relay(env, {"--max-jobs", "3"});
   ASSERT_EQ(relay->wait_exit(30s), 0);
   for (const auto& id : ids) EXPECT_EQ(status(id), "completed") << id;
@@ -170,7 +165,8 @@ TEST_F(RelayConcurrencyTest, ARedisRestartWithJobsInHandIsSurvived) {
     ids.push_back(submit(*st, src, {}, store));
   }
   auto relay = start_relay(env, {"--max-jobs", "3"});
-  ASSERT_TRUE(wait_until([&] { return count(inference.events(), "request /predict") == 3; }, 20s));
+  ASSERT_TRUE(
+      wait_until([&] { return occurrences(inference.events(), "request /predict") == 3; }, 20s));
   durable.stop();
   durable.start();
   ASSERT_EQ(relay->wait_exit(30s), 0);
@@ -194,7 +190,7 @@ TEST_F(RelayConcurrencyTest, EachJobReportsProgressToItsOwnUrl) {
   auto relay = start_relay(env, {"--max-jobs", "2"});
   ASSERT_EQ(relay->wait_exit(30s), 0);
   const auto events = inference.events();
-  EXPECT_EQ(count(events, " 204"), 6u) << events;
+  EXPECT_EQ(occurrences(events, " 204"), 6u) << events;
   std::set<std::string> urls;
   std::istringstream in(events);
   for (std::string line; std::getline(in, line);)

@@ -152,17 +152,18 @@ class RelayTest : public ::testing::Test {
   bool exists(const std::string& key) {
     return redis::as_integer(conn_.command({"EXISTS", key}).get()) == 1;
   }
+  // A connection to the server holding the model's queue (cluster: the node serving its slot),
+  // where a relay's BLMOVE waits.
+  redis::Connection queue_node() {
+    return redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(
+                                  redis_.node_of_slot(redis::key_slot(keys_.pending(model_)))))
+                            : redis_.connect();
+  }
   // Until a client (the relay) is blocked in BLMOVE, as INFO clients reports it.
   bool wait_for_blocked_client() {
     return wait_until(
         [&] {
-          // The server (cluster: the node serving the model's queue) says so.
-          auto info = redis::as_string(
-              (redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(
-                                      redis_.node_of_slot(redis::key_slot(keys_.pending(model_)))))
-                                : redis_.connect())
-                  .command({"INFO", "clients"})
-                  .get());
+          auto info = redis::as_string(queue_node().command({"INFO", "clients"}).get());
           return info.find("blocked_clients:1") != std::string::npos;
         },
         20s);
