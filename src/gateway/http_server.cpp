@@ -79,6 +79,12 @@ struct Cut {
   std::string reason;
 };
 
+// A body that breaks HTTP's framing (a bad chunk size or extension, a chunk line longer than the
+// read buffer): answered 400, then the connection is closed.
+struct Malformed {
+  std::string reason;
+};
+
 // Bytes of a body as they arrive, in storage that a read fills in place: growing it does not
 // zero-fill (std::string would), and it keeps its room between pieces of one upload.
 class Piece {
@@ -176,17 +182,35 @@ class BodyReader {
       }
       *remaining_ -= got;
     } else {
-      // Beast reads the socket into buffer_ as much as its free capacity, at least 512 bytes:
-      // without room a large upload would take a system call per 512 bytes.
-      if (buffer_.size() == 0) buffer_.reserve(kRead);
       parser_.get().body().data = to.data();
       parser_.get().body().size = to.size();
-      co_await http::async_read_some(stream_, buffer_, parser_,
-                                     asio::redirect_error(asio::use_awaitable, ec));
+      // What is buffered is parsed here, every chunk it holds at once. Beast's async read
+      // would hand over one chunk per completion, a turn of the scheduler each: a client
+      // sending 1-byte chunks cost ~1.5 µs of CPU per byte.
+      parser_.eager(true);
+      if (buffer_.size() > 0) {
+        buffer_.consume(parser_.put(buffer_.data(), ec));
+        if (ec == http::error::need_more || ec == http::error::need_buffer) ec = {};
+      }
       got = to.size() - parser_.get().body().size;
-      if (ec == http::error::need_buffer) ec = {};
+      if (!ec && got == 0 && !parser_.is_done()) {
+        // Beast reads the socket into buffer_ as much as its free capacity, at least 512
+        // bytes: without room a large upload would take a system call per 512 bytes.
+        if (buffer_.size() == 0) buffer_.reserve(kRead);
+        co_await http::async_read_some(stream_, buffer_, parser_,
+                                       asio::redirect_error(asio::use_awaitable, ec));
+        got = to.size() - parser_.get().body().size;
+        if (ec == http::error::need_buffer) ec = {};
+      }
     }
     if (ec == beast::error::timeout) throw Cut{"no byte for server.body_idle_timeout"};
+    // The buffer's limit reached on one chunk line, or framing Beast refuses: the client's
+    // fault, said as such (a socket error is the client going away, rethrown as it is).
+    if (ec == http::error::buffer_overflow)
+      throw Malformed{"a chunk line longer than " + std::to_string(buffer_.max_size()) + " bytes"};
+    if (ec && ec.category() == beast::error_code(http::error::bad_chunk).category() &&
+        ec != http::error::end_of_stream && ec != http::error::partial_message)
+      throw Malformed{ec.message()};
     if (ec) throw beast::system_error(ec);
     co_return got;
   }
@@ -328,7 +352,9 @@ struct HttpServer::Impl {
       }
     } forget{*this, fd};
     beast::tcp_stream stream(std::move(socket));
-    beast::flat_buffer buffer;
+    // Bounded: a chunk line (its size and extensions) must fit, or the request is refused; a
+    // header has its own limit, server.max_header_size.
+    beast::flat_buffer buffer(kRead + static_cast<std::size_t>(cfg.max_header_size));
     for (;;) {
       http::request_parser<http::buffer_body> parser;
       parser.header_limit(static_cast<std::uint32_t>(cfg.max_header_size));
@@ -405,6 +431,10 @@ struct HttpServer::Impl {
             resp = co_await take_body(stream, body, *intake, expect_continue);
           resp.route = route;
         }
+      } catch (const Malformed& bad) {
+        log::info("malformed request body",
+                  {{"reason", bad.reason}, {"received_bytes", body.received()}});
+        resp = error_response(400, "bad_request", "malformed HTTP request body: " + bad.reason);
       } catch (const Cut& cut) {
         log::warn("upload cut", {{"reason", cut.reason},
                                  {"received_bytes", body.received()},
