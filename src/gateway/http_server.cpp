@@ -46,6 +46,7 @@
 #include "common/log.hpp"
 #include "common/work_pool.hpp"
 #include "gateway/metrics.hpp"
+#include "gateway/transfer_coding.hpp"
 #include "gateway/upload_pace.hpp"
 
 namespace relay::gateway {
@@ -387,6 +388,17 @@ struct HttpServer::Impl {
       stream.expires_never();
       const auto started = Clock::now();
       auto& req = parser.get();
+      if (auto refusal = refuse_transfer_coding(req[http::field::transfer_encoding])) {
+        // Its body is not read as a request (see transfer_coding.hpp): answered, then closed.
+        Response no = error_response(refusal->status,
+                                     refusal->status == 400 ? "bad_request" : "not_implemented",
+                                     refusal->message);
+        co_await write(stream, no, true);
+        beast::error_code ec;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+        co_await discard_rest(stream);
+        co_return;
+      }
       Request r;
       r.method = std::string(req.method_string());
       r.target = std::string(req.target());

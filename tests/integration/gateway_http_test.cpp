@@ -509,6 +509,34 @@ TEST_F(GatewayTest, BadChunkedFramingIsA400AndHoldsNoMemory) {
   EXPECT_TRUE(wait_until([&] { return temporaries() == 0; }, 10s));
 }
 
+// A Transfer-Encoding whose last coding is not chunked leaves the body's length unknown: it used
+// to be parsed as a bodiless request, and its body as the next request on the connection — a
+// request smuggled past a proxy that framed it otherwise. Now: 400 (or 501 for codings before
+// chunked), the connection closed, the body never read as a request, no job.
+TEST_F(GatewayTest, TransferCodingsOtherThanChunkedAreRefusedAndSmuggleNothing) {
+  start_gateway();
+  const std::string smuggled = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (const std::string te : {"gzip", "chunked, identity", "xchunked", "gzip, chunked"}) {
+    int fd = raw_connect(gateway_->url());
+    ASSERT_GE(fd, 0);
+    const std::string wire =
+        "POST /jobs/echo?filename=a.txt HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        "Transfer-Encoding: " +
+        te + "\r\n\r\n" + smuggled;
+    ASSERT_EQ(::send(fd, wire.data(), wire.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(wire.size()));
+    ::shutdown(fd, SHUT_WR);
+    std::string in;
+    for (std::string more; !(more = recv_some(fd, 10)).empty();) in += more;
+    ::close(fd);
+    EXPECT_EQ(occurrences(in, "HTTP/1.1 "), 1u) << te << ": " << in;
+    EXPECT_TRUE(in.starts_with(te == "gzip, chunked" ? "HTTP/1.1 501" : "HTTP/1.1 400"))
+        << te << ": " << in;
+    EXPECT_NE(in.find("Connection: close"), std::string::npos) << in;
+  }
+  EXPECT_EQ(stored_files(), 0u) << "no input stored, so no job";
+}
+
 TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
   start_gateway({{"RELAY_SERVER_MAX_CONNECTIONS", "2"}});
   int a = raw_connect(gateway_->url()), b = raw_connect(gateway_->url());
