@@ -68,6 +68,12 @@ config::Schema schema(Config& c) {
             "Threads that write received upload bytes to storage (encrypting them on the way), "
             "apart from `blocking_threads`, so that status, readiness and metrics never wait "
             "behind uploads.");
+  s.integer("server.upload_buffer_memory", &c.upload_buffer_memory, 64LL << 20, 0, 1LL << 40,
+            "Bytes of received upload data the gateway holds, over all uploads at once, beyond "
+            "16 KiB per upload piece (an upload holds two pieces: one being stored while the "
+            "next is read; up to 1 MiB each while this has room). Past it uploads go on in "
+            "16 KiB pieces (more hand-offs to the upload pool per byte), so memory does not grow "
+            "with the number of fast uploads.");
   config::bind_redis(s, c.redis);
   s.duration("redis.retry_timeout", &c.redis_retry_timeout, "10s",
              "How long a request waits for a Redis that is restarting, loading, busy or failing "

@@ -86,31 +86,87 @@ struct Malformed {
   std::string reason;
 };
 
+// Upload bytes held in pieces over all requests (server.upload_buffer_memory). A piece holds up
+// to kSmallPiece on its own; beyond that it grows only with room taken from here, given back
+// when the piece is freed or its upload slows to small pieces. Without room an upload goes on
+// in small pieces — more hand-offs to the upload pool, the same bytes — so the gateway's memory
+// does not grow with the number of fast uploads (200 at once held 450 MiB before).
+class PieceBudget {
+ public:
+  explicit PieceBudget(std::size_t bytes) : left_(bytes) {}
+  // Up to `want` bytes, possibly none.
+  std::size_t take(std::size_t want) {
+    std::size_t left = left_.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::size_t got = std::min(want, left);
+      if (left_.compare_exchange_weak(left, left - got, std::memory_order_relaxed)) return got;
+    }
+  }
+  void give(std::size_t n) { left_.fetch_add(n, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::size_t> left_;
+};
+
 // Bytes of a body as they arrive, in storage that a read fills in place: growing it does not
 // zero-fill (std::string would), and it keeps its room between pieces of one upload.
 class Piece {
  public:
+  explicit Piece(PieceBudget& budget) : budget_(&budget) {}
+  Piece(Piece&& o) noexcept { *this = std::move(o); }
+  Piece& operator=(Piece&& o) noexcept {
+    if (this != &o) {
+      release();
+      budget_ = o.budget_;
+      data_ = std::move(o.data_);
+      size_ = std::exchange(o.size_, 0);
+      capacity_ = std::exchange(o.capacity_, 0);
+      borrowed_ = std::exchange(o.borrowed_, 0);
+    }
+    return *this;
+  }
+  ~Piece() { release(); }
+
   std::string_view view() const { return {data_.get(), size_}; }
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  void clear() { size_ = 0; }
-  // At least n bytes of room after the content, never more than `limit` in all: grown
-  // geometrically, so a piece filled by many reads is copied a bounded number of times.
+  // Empties the piece for the next read. One that held a small piece last (a slow client) lets
+  // its large room go: a trickling upload keeps no share of the budget.
+  void clear() {
+    if (size_ < kSmallPiece && capacity_ > kSmallPiece) release();
+    size_ = 0;
+  }
+  // Room after the content for n bytes if it may, never more than `limit` in all (empty when
+  // the piece is full and the budget has no more): grown geometrically, so a piece filled by
+  // many reads is copied a bounded number of times.
   std::span<char> room(std::size_t n, std::size_t limit) {
     if (capacity_ - size_ < n) {
-      const std::size_t grown = std::min(limit, std::max(size_ + n, 2 * capacity_));
-      auto bigger = std::make_unique_for_overwrite<char[]>(grown);
-      if (size_ > 0) std::memcpy(bigger.get(), data_.get(), size_);
-      data_ = std::move(bigger);
-      capacity_ = grown;
+      std::size_t grown = std::min(limit, std::max(size_ + n, 2 * capacity_));
+      if (grown > kSmallPiece + borrowed_)
+        borrowed_ += budget_->take(grown - kSmallPiece - borrowed_);
+      grown = std::min(grown, kSmallPiece + borrowed_);
+      if (grown > capacity_) {
+        auto bigger = std::make_unique_for_overwrite<char[]>(grown);
+        if (size_ > 0) std::memcpy(bigger.get(), data_.get(), size_);
+        data_ = std::move(bigger);
+        capacity_ = grown;
+      }
     }
-    return {data_.get() + size_, std::min(capacity_, limit) - size_};
+    return {data_.get() + size_, std::min(capacity_, limit) - std::min(size_, limit)};
   }
   void grew(std::size_t n) { size_ += n; }
 
  private:
+  void release() {
+    if (budget_) budget_->give(std::exchange(borrowed_, 0));
+    data_.reset();
+    capacity_ = 0;
+  }
+
+  PieceBudget* budget_ = nullptr;
   std::unique_ptr<char[]> data_;
   std::size_t size_ = 0, capacity_ = 0;
+  std::size_t borrowed_ = 0;  // of the budget: the capacity beyond kSmallPiece
 };
 
 // A request's body, read asynchronously on the I/O thread: a slow client costs this coroutine
@@ -152,6 +208,7 @@ class BodyReader {
       // Room for what is waiting, 4 KiB when the read will wait: a thousand trickling clients
       // must not each hold a large buffer for the few bytes they send.
       const auto room = out.room(std::max<std::size_t>(ready, 4096), max);
+      if (room.empty()) break;  // full, and the budget has no more room for it
       const auto t0 = Clock::now();
       const std::size_t got = co_await read_some(room);
       out.grew(got);
@@ -253,8 +310,9 @@ struct HttpServer::Impl {
   std::set<int> sockets;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
-  WorkPool pool;     // request handlers (server.blocking_threads)
-  WorkPool uploads;  // received upload bytes -> storage (server.upload_threads)
+  WorkPool pool;             // request handlers (server.blocking_threads)
+  WorkPool uploads;          // received upload bytes -> storage (server.upload_threads)
+  PieceBudget piece_budget;  // server.upload_buffer_memory
   std::atomic<long> connections{0};
   // Submits in the group commit: io must outlive their hand-backs (~HttpServer waits for them).
   std::mutex commits_mu;
@@ -269,7 +327,8 @@ struct HttpServer::Impl {
         api(a),
         notifier(n),
         pool(static_cast<std::size_t>(c.blocking_threads), cores()),
-        uploads(static_cast<std::size_t>(c.upload_threads), cores()) {
+        uploads(static_cast<std::size_t>(c.upload_threads), cores()),
+        piece_budget(static_cast<std::size_t>(c.upload_buffer_memory)) {
     auto [budget, limit] =
         connection_budget(c.max_connections, c.blocking_threads + c.upload_threads);
     max_connections = budget;
@@ -420,7 +479,7 @@ struct HttpServer::Impl {
         // so that a small submission costs one trip to the pool. A client waiting for
         // `100 Continue` is asked for its body only once the handler accepted the header.
         if (r.has_body && !expect_continue) {
-          Piece first;
+          Piece first(piece_budget);
           co_await body.read(first, kPrefetch, false);
           r.body.assign(first.view());
         }
@@ -513,7 +572,7 @@ struct HttpServer::Impl {
                                  asio::use_awaitable);
     }
     // The next piece is read while the last one is stored: the client and storage move at once.
-    Piece piece, next;
+    Piece piece(piece_budget), next(piece_budget);
     auto store = [&]() -> asio::awaitable<std::optional<Response>> {
       if (piece.empty()) co_return std::nullopt;
       co_return co_await run_blocking(uploads, [&] { return intake.write(piece.view()); });

@@ -422,6 +422,56 @@ TEST_F(GatewayTest, PipelinedRequestsEachGetTheirBytesAndAnswer) {
   EXPECT_EQ(answers[3].first, 200);
 }
 
+// A field of /proc/<pid>/status, in KiB (VmRSS, VmHWM).
+long status_kib(pid_t pid, const std::string& field) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::atol(line.c_str() + field.size() + 1);
+  return -1;
+}
+
+// Many fast uploads at once hold memory within server.upload_buffer_memory (plus 16 KiB per
+// piece), not two 1 MiB pieces each: 200 uploads at once held 450 MiB before. Each input is
+// stored whole all the same.
+TEST_F(GatewayTest, ManyFastUploadsHoldBoundedMemory) {
+  start_gateway({{"RELAY_SERVER_UPLOAD_BUFFER_MEMORY", std::to_string(2 << 20)}});
+  constexpr int kUploads = 40;
+  constexpr size_t kSize = 6 << 20;
+  const long before = status_kib(gateway_->pid(), "VmRSS");
+  std::vector<std::string> answers(kUploads);
+  {
+    std::vector<std::jthread> clients;
+    for (int i = 0; i < kUploads; ++i)
+      clients.emplace_back([&, i] {
+        int fd = raw_connect(gateway_->url());
+        const std::string head =
+            "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            "Connection: close\r\nContent-Length: " +
+            std::to_string(kSize) + "\r\n\r\n";
+        ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+        const std::string chunk(256 * 1024, static_cast<char>('a' + i % 26));
+        for (size_t sent = 0; sent < kSize; sent += chunk.size())
+          if (::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;
+        for (std::string more; !(more = recv_some(fd, 30)).empty();) answers[i] += more;
+        ::close(fd);
+      });
+  }
+  const long grew_kib = status_kib(gateway_->pid(), "VmHWM") - before;
+  std::cerr << "gateway peak grew by " << grew_kib << " KiB for " << kUploads << " uploads\n";
+  for (int i = 0; i < kUploads; ++i) {
+    ASSERT_TRUE(answers[i].starts_with("HTTP/1.1 202")) << i << ": " << answers[i];
+    const auto at = answers[i].find("\"id\":\"");
+    std::ifstream in(files_.path() + "/" + input_object_key("echo", answers[i].substr(at + 6, 36)),
+                     std::ios::binary);
+    const std::string stored((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_TRUE(stored == std::string(kSize, static_cast<char>('a' + i % 26)))
+        << i << ": " << stored.size() << " bytes stored";
+  }
+  // 2 MiB of budget + 40 x 2 x 16 KiB, and the rest of the gateway's working memory; without
+  // the budget: 40 x 2 x 1 MiB.
+  EXPECT_LT(grew_kib, 40 * 1024) << "the gateway's peak grew by " << grew_kib << " KiB";
+}
+
 // A chunked body in chunks of every size down to one byte, with extensions, pipelined with
 // another chunked request: each input stored byte for byte. (Buffered chunks are parsed in one
 // go now; 1-byte chunks used to cost a turn of the scheduler each, ~1.5 µs of CPU per byte.)

@@ -235,6 +235,7 @@ class GatewayServer {
   int stop();  // SIGTERM, wait; the exit code
   void kill();
   std::string log() const { return proc_ ? proc_->log() : ""; }
+  pid_t pid() const { return proc_ ? proc_->pid() : -1; }
 
  private:
   TempDir dir_;
