@@ -131,6 +131,15 @@ void WorkPool::join() {
   if (monitor_thread_.joinable()) monitor_thread_.join();
 }
 
+std::size_t WorkPool::discard_queued() {
+  std::deque<Task> dropped;
+  {
+    std::lock_guard lock(mu_);
+    dropped.swap(queue_);
+  }
+  return dropped.size();  // (destroyed here, outside the lock)
+}
+
 std::size_t WorkPool::threads_used() const {
   std::lock_guard lock(mu_);
   return static_cast<std::size_t>(

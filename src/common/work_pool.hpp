@@ -43,6 +43,9 @@ class WorkPool {
   void post(std::function<void()> f);
   // Runs what is queued (on every thread), then stops the threads. Posting afterwards is a bug.
   void join();
+  // Drops the tasks not started yet (what they hold is destroyed on this thread); returns how
+  // many. For a shutdown past its deadline: the work queued then is for connections just cut.
+  std::size_t discard_queued();
 
   // Threads that ran a task at least once: how far beyond `eager` the work took the pool.
   std::size_t threads_used() const;

@@ -113,6 +113,23 @@ TEST(WorkPoolTest, EveryThreadBlockedStillQueuesAndRunsTheRestLater) {
   EXPECT_EQ(ran.load(), 10);
 }
 
+TEST(WorkPoolTest, DiscardQueuedDropsWhatHasNotStarted) {
+  Gate gate;
+  WorkPool pool(1, 1, 1h);  // one thread, and no monitor lag within the test
+  Gate::Opener opener{gate};
+  pool.post([&] { gate.wait(); });
+  ASSERT_TRUE(gate.waiting(1));
+  std::atomic<int> ran{0};
+  auto held = std::make_shared<int>(0);  // what a dropped task holds goes with it
+  for (int i = 0; i < 3; ++i) pool.post([&ran, held] { ++ran; });
+  EXPECT_EQ(held.use_count(), 4);
+  EXPECT_EQ(pool.discard_queued(), 3u);
+  EXPECT_EQ(held.use_count(), 1);
+  gate.open();
+  pool.join();
+  EXPECT_EQ(ran.load(), 0);
+}
+
 TEST(WorkPoolTest, AnIdleMonitorWakesAgainForTheNextBusySpell) {
   // The monitor stops ticking once nothing waits for a while; a later spell of blocked threads
   // must still be watched.

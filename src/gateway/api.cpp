@@ -120,6 +120,12 @@ Response Api::failure(std::exception_ptr e, std::string_view target) {
   } catch (const storage::StorageError& e) {
     log::error("storage unavailable", {{"error", e.what()}});
     return error_response(503, "storage_unavailable", "storage is unavailable; retry later");
+  } catch (const Aborted&) {
+    // A shutdown past its deadline stopped the request's wait for Redis (stop_waiting).
+    auto r = error_response(503, "shutting_down", "the gateway is shutting down; retry");
+    set_retry_after(r, "1");
+    r.close = true;
+    return r;
   } catch (const std::exception& e) {
     // A surprise while handling the request: nothing was kept (a submission removes what it
     // stored); answer, and close, since what the connection carries next is unknown.

@@ -104,6 +104,9 @@ class Api {
   static std::optional<Response> answer_at_once(const Request& req);
   // Where a Response's `commit` goes (Batcher::submit); null when no answer has one.
   redis::Batcher* group_commit() const { return submits_.get(); }
+  // Requests waiting for Redis stop waiting (their steps throw Aborted, answered 503): for a
+  // shutdown past its deadline, which must not wait out redis.retry_timeout per request.
+  void stop_waiting() { stop_.request_stop(); }
 
  private:
   struct Context;
@@ -141,6 +144,7 @@ class Api {
   // redis.wait_replicas (see redis/batcher.hpp).
   std::unique_ptr<redis::Batcher> submits_;
   redis::Keys keys_;
+  std::stop_source stop_;
 };
 
 }  // namespace relay::gateway

@@ -19,7 +19,7 @@ struct Api::Context {
 template <typename F>
 auto Api::step(Context& ctx, F&& f, const std::function<void(int)>& on_retry) {
   return redis::with_retry(
-      ctx.conn, cfg_.redis_retry_timeout, {},
+      ctx.conn, cfg_.redis_retry_timeout, stop_.get_token(),
       [&](redis::Connection& c) {
         redis::JobStore store(c, keys_);
         return f(store, c);

@@ -52,7 +52,12 @@ int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
 }
 
 int CompletionConsumer::pass(std::chrono::milliseconds block) {
-  auto& c = conn_.get();
+  redis::Connection* conn = nullptr;
+  {
+    std::lock_guard lock(conn_mu_);
+    conn = &conn_.get();
+  }
+  auto& c = *conn;
   redis::EventLog events(c, p_.keys, kEventsGroup);
   ensure_groups(events);
   int handled = 0;
@@ -68,13 +73,21 @@ int CompletionConsumer::pass(std::chrono::milliseconds block) {
 void CompletionConsumer::run(std::stop_token stop) {
   Backoff backoff;
   auto last_error_log = std::chrono::steady_clock::time_point{};
+  std::stop_callback on_stop(stop, [this] {
+    std::lock_guard lock(conn_mu_);
+    conn_.interrupt();
+  });
   while (!stop.stop_requested()) {
     try {
       pass(std::chrono::milliseconds(1000));
       backoff.reset();
     } catch (const std::exception& e) {
-      conn_.reset();
-      groups_ready_ = false;  // a restarted Redis without persistence lost them
+      {
+        std::lock_guard lock(conn_mu_);
+        conn_.reset();
+      }
+      if (stop.stop_requested()) break;  // (interrupted by the stop)
+      groups_ready_ = false;             // a restarted Redis without persistence lost them
       auto now = std::chrono::steady_clock::now();
       if (now - last_error_log > std::chrono::minutes(1)) {
         log::warn("completion consumer: redis unavailable; retrying", {{"error", e.what()}});

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -54,6 +55,9 @@ class CompletionConsumer {
   int handle(redis::Connection& c, redis::EventLog& events, const std::vector<redis::Event>& batch);
 
   CompletionConsumerParams p_;
+  // get() and reset() here, and run()'s stop, which interrupts a read blocked in XREADGROUP
+  // from another thread (else a shutdown waits out the block), are serialized by conn_mu_.
+  std::mutex conn_mu_;
   redis::LazyConnection conn_;
   bool groups_ready_ = false;
   std::chrono::steady_clock::time_point last_claim_{};

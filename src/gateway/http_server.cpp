@@ -348,6 +348,9 @@ struct HttpServer::Impl {
       log::warn("shutdown deadline passed; cutting the connections still open",
                 {{"connections", static_cast<std::int64_t>(sockets.size())}});
       for (int fd : sockets) ::shutdown(fd, SHUT_RDWR);
+      // Their requests still waiting for Redis stop waiting; queued ones are dropped once the
+      // I/O thread returns (run()).
+      api.stop_waiting();
       io.stop();
       return;
     }
@@ -875,6 +878,16 @@ bool HttpServer::run() {
     impl_->io.stop();
   });
   impl_->io.run();
+  if (impl_->stopping.load()) {
+    // What the pools have not started serves connections that are gone (drained, or cut at the
+    // deadline): dropped, so that the pools' join waits only for what runs now. (A stop of
+    // waits on Redis, at the deadline, keeps that short; main.cpp bounds it all the same.)
+    impl_->api.stop_waiting();
+    const auto dropped = impl_->pool.discard_queued() + impl_->uploads.discard_queued();
+    if (dropped > 0)
+      log::warn("shutdown: requests queued for the pools dropped",
+                {{"requests", static_cast<std::int64_t>(dropped)}});
+  }
   return !impl_->failed;
 }
 

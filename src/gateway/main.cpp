@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "common/exit_watchdog.hpp"
 #include "common/log.hpp"
 #include "common/signals.hpp"
 #include "common/trace.hpp"
@@ -113,6 +114,8 @@ int main(int argc, char** argv) {
   // Leftovers of crashed uploads: untouched for twice the longest an upload may stall.
   gateway::Gc gc({endpoint, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval,
                   std::chrono::duration_cast<std::chrono::seconds>(2 * cfg.body_idle_timeout)});
+  // Outlives what it bounds (declared before): the server's pools, the loops below.
+  ExitWatchdog watchdog;
   gateway::Api api(cfg, *storage, encryption);
   gateway::HttpServer server(cfg, api, notifier);
   try {
@@ -145,6 +148,10 @@ int main(int argc, char** argv) {
                                   {"models", boost::json::array(models.begin(), models.end())},
                                   {"auth", cfg.auth_enabled}});
   const bool served = server.run();
+  // Nothing serves now (the drain finished, or its deadline cut what was left): the rest of the
+  // shutdown gets a second, then the process leaves regardless — SIGTERM ends it within
+  // server.shutdown_timeout and a second (a pod is not left for Kubernetes to SIGKILL).
+  watchdog.arm(std::chrono::seconds(1), served ? 0 : 1);
 
   gc_thread.request_stop();
   gc_thread.join();

@@ -251,6 +251,11 @@ class LazyConnection {
   }
   void reset() { conn_.reset(); }
   void adopt(Connection c) { conn_.emplace(std::move(c)); }
+  // Ends a blocking call on the connection, from another thread (Connection::interrupt); the
+  // caller serializes it with get() and reset().
+  void interrupt() noexcept {
+    if (conn_) conn_->interrupt();
+  }
 
  private:
   Endpoint ep_;

@@ -8,6 +8,15 @@
 namespace relay::testing {
 namespace {
 
+// What one recv brings within timeout_s seconds; empty on timeout or close.
+std::string recv_some(int fd, int timeout_s) {
+  char buf[4096];
+  timeval tv{timeout_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
 TEST_F(GatewayTest, MalformedHttpGetsA400AndTheServerStaysUp) {
   start_gateway();
   // Raw bytes over a socket: not HTTP at all.
@@ -50,6 +59,69 @@ TEST_F(GatewayTest, SigtermWithStalledUploadsExitsInTime) {
   EXPECT_EQ(gateway_->stop(), 0) << gateway_->log();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << gateway_->log();
   for (int fd : stalled) ::close(fd);
+}
+
+// SIGTERM while Redis is down, with event streams open: each stream's re-read (woken by the
+// shutdown) used to wait out redis.retry_timeout on the request pool, one after another — the
+// process outlived the drain deadline by minutes, its sockets cut but open. Now the waits stop
+// at the deadline, what is queued is dropped, and the process exits within the deadline and a
+// second.
+TEST_F(GatewayTest, SigtermWithRedisDownAndStreamsOpenExitsInTime) {
+  start_gateway({{"RELAY_SERVER_SHUTDOWN_TIMEOUT", "2s"}, {"RELAY_SERVER_BLOCKING_THREADS", "2"}});
+  const std::string id = submit_id("watched");
+  std::vector<int> streams;
+  for (int i = 0; i < 20; ++i) {
+    int fd = raw_connect(gateway_->url());
+    const std::string req = "GET /jobs/echo/" + id + "/events HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    std::string in;
+    while (in.find("event: pending") == std::string::npos) {
+      std::string more = recv_some(fd, 10);
+      ASSERT_FALSE(more.empty()) << "stream " << i << ": " << in;
+      in += more;
+    }
+    streams.push_back(fd);
+  }
+  redis_.stop();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(gateway_->stop(), 0) << gateway_->log();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(5)) << "2 s of drain, then a second at most";
+  std::cerr << "gateway exited " << std::chrono::duration<double>(took).count()
+            << " s after SIGTERM; "
+            << (gateway_->log().find("longer than its grace") != std::string::npos
+                    ? "the exit watchdog ended it"
+                    : "it stopped by itself")
+            << "\n";
+  for (int fd : streams) ::close(fd);
+}
+
+// Requests stuck at the drain deadline in calls nothing interrupts (here status reads waiting
+// on a Redis whose clients are paused, up to the 30 s read timeout): the process leaves a
+// second after the deadline all the same (the exit watchdog, if they still run), exiting 0.
+TEST_F(GatewayTest, ShutdownIsBoundedEvenWithRequestsStuckInRedis) {
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE is per node";
+  start_gateway({{"RELAY_SERVER_SHUTDOWN_TIMEOUT", "1s"}});
+  const std::string id = submit_id("stuck");
+  conn_.command({"CLIENT", "PAUSE", "6000", "ALL"});
+  std::vector<int> readers;
+  for (int i = 0; i < 4; ++i) {
+    int fd = raw_connect(gateway_->url());
+    const std::string req = "GET /jobs/echo/" + id + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    readers.push_back(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(gateway_->stop(), 0) << gateway_->log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(3500))
+      << "1 s of drain, then a second";
+  std::cerr << (gateway_->log().find("longer than its grace") != std::string::npos
+                    ? "the exit watchdog ended the gateway\n"
+                    : "the gateway stopped by itself\n");
+  for (int fd : readers) {
+    EXPECT_EQ(recv_some(fd, 1), "") << "cut, not answered: Redis was paused";
+    ::close(fd);
+  }
 }
 
 // The gateway's shape (issue 10): a slow client holds a coroutine, never a thread. With two
@@ -313,14 +385,6 @@ TEST_F(GatewayTest, ACrashMidUploadFreesItsIdempotencyKeyAndLeavesNothing) {
   EXPECT_EQ(gateway_->stop(), 0);
   gateway_->start();
   EXPECT_TRUE(wait_until([&] { return temporaries().empty(); }, 10s)) << gateway_->log();
-}
-
-std::string recv_some(int fd, int timeout_s) {
-  char buf[4096];
-  timeval tv{timeout_s, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
 // Expect: 100-continue gets "100 Continue" once the request is acceptable (then the body is
