@@ -10,7 +10,9 @@
 // times to the relay's Relay-Progress-URL, spread over --delay ("progress <i> <status>" each).
 // --meet N holds each POST until N have been in flight at once (or 30 s pass), so that a test
 // of a relay running several jobs at once does not depend on timing; with --events, each POST
-// appends "in-flight <n>" as it starts.
+// appends "in-flight <n>" as it starts. --endless-chunk-line answers every POST with a chunked
+// body whose first chunk line never ends (a broken or hostile model server; up to 256 MiB, until
+// the client hangs up: "endless answer cut after <bytes>").
 // SIGTERM ends it at once (PID 1 in a pod).
 //
 // Synchronous Beast with a thread per connection: simple, and fast enough never to be the
@@ -58,6 +60,7 @@ struct Options {
   std::string content_type = "application/json";  // of POST answers (tests of non-JSON models)
   long progress_steps = 0;
   long meet = 0;
+  bool endless_chunk_line = false;
 };
 
 // POSTs in flight now, and the most ever at once (for --meet).
@@ -209,6 +212,17 @@ void serve(tcp::socket sock, const Options& o) {
           boundary.clear();
         }
       }
+      if (o.endless_chunk_line) {
+        std::string head =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            "\r\n5;name=";
+        asio::write(sock, asio::buffer(head), ec);
+        const std::string more(1 << 20, 'a');
+        std::uint64_t sent = 0;
+        while (!ec && sent < (256u << 20)) sent += asio::write(sock, asio::buffer(more), ec);
+        event(o, "endless answer cut after " + std::to_string(sent));
+        return;
+      }
       if (auto tp = req["traceparent"]; !tp.empty()) event(o, "traceparent " + std::string(tp));
       const std::string progress_url(req["Relay-Progress-URL"]);
       if (!progress_url.empty()) event(o, "progress-url " + progress_url);
@@ -274,6 +288,8 @@ int main(int argc, char** argv) {
                  "report progress this many times to Relay-Progress-URL, over --delay-ms");
   app.add_option("--meet", o.meet,
                  "hold each POST until this many have been in flight at once (at most 30 s)");
+  app.add_flag("--endless-chunk-line", o.endless_chunk_line,
+               "answer each POST with a chunked body whose first chunk line never ends");
   CLI11_PARSE(app, argc, argv);
   relay::exit_on_shutdown_signals();
   auto colon = o.listen.rfind(':');

@@ -59,6 +59,7 @@ class Interrupter {
 
 // Inputs up to this size are sent with their request in one write.
 constexpr std::uint64_t kOneWrite = 64 * 1024;
+constexpr std::size_t kAnswerBuffer = 1 << 20;  // the read buffer's limit (see Impl::buffer)
 
 }  // namespace
 
@@ -69,7 +70,10 @@ struct InferenceClient::Impl {
   std::string host, port, host_header;
   std::string spool_dir;
   std::optional<tcp::socket> sock;
-  beast::flat_buffer buffer;
+  // Bounded: an answer's header has Beast's limit, its body goes out through 64 KiB pieces, and
+  // a chunk line (size, extensions) or trailer longer than this is a broken answer, not memory to
+  // grow (a model server sending one without end took the relay's memory with it).
+  beast::flat_buffer buffer{kAnswerBuffer};
 
   // Reuses the kept-alive connection unless the server has closed it meanwhile.
   tcp::socket& connected() {

@@ -245,6 +245,7 @@ InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
   if (o.progress_steps > 0)
     argv.insert(argv.end(), {"--progress-steps", std::to_string(o.progress_steps)});
   if (o.meet > 0) argv.insert(argv.end(), {"--meet", std::to_string(o.meet)});
+  if (o.endless_chunk_line) argv.push_back("--endless-chunk-line");
   if (o.record_events) {
     argv.push_back("--events");
     argv.push_back(events_path_);

@@ -209,6 +209,7 @@ struct InferenceOptions {
   std::string retry_after = {};  // sent with those failures
   long progress_steps = 0;       // reports to Relay-Progress-URL, spread over delay_ms
   long meet = 0;                 // > 0: each POST waits until this many have been in flight at once
+  bool endless_chunk_line = false;  // answers with a chunk line that never ends (a broken model)
 };
 
 class InferenceServer {

@@ -279,6 +279,28 @@ TEST_F(RelayTest, InferenceTimeoutFailsTheJob) {
   EXPECT_TRUE(wait_until([&] { return inference.saw("dropped /predict"); }, 10s));
 }
 
+// A model server whose answer never ends its first chunk line (broken, or hostile): the job
+// fails as a broken answer, and the relay's memory stays bounded — its read buffer used to grow
+// with every byte sent.
+TEST_F(RelayTest, AnAnswerWithAnEndlessChunkLineFailsTheJobInBoundedMemory) {
+  InferenceServer inference({.endless_chunk_line = true});
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(60s), 0);
+  auto rec = record(id);
+  EXPECT_EQ(rec.status, JobStatus::failed);
+  EXPECT_EQ(rec.error_code, "inference_unreachable") << rec.error_message;
+  EXPECT_NE(rec.error_message.find("reading the answer"), std::string::npos) << rec.error_message;
+  // The model sent the relay more than its 1 MiB buffer, not everything it had (256 MiB).
+  EXPECT_TRUE(wait_until(
+      [&] { return inference.events().find("endless answer cut after ") != std::string::npos; },
+      10s))
+      << inference.events();
+  EXPECT_LT(relay->peak_rss_proc_kib(), 64 * 1024) << "KiB at peak";
+}
+
 TEST_F(RelayTest, InferenceServerDyingMidJobFailsTheJob) {
   auto inference = std::make_unique<InferenceServer>(InferenceOptions{.delay_ms = 30'000});
   auto env = base_env(*inference);
