@@ -289,6 +289,11 @@ Response Api::get_result(Context& ctx, const std::string& svc, const std::string
     r.stream = storage_.open(rec->result_key, {});
     // As the model answered (jobs from before this was recorded: JSON, as then assumed).
     if (!rec->result_content_type.empty()) r.content_type = rec->result_content_type;
+    // A result is the model's bytes, shaped by whoever sent the input: served from the
+    // gateway's origin (the dashboard's too), HTML or SVG among them must never run there. A
+    // browser that opens one gets it sandboxed, with no script and no sniffed type.
+    r.headers.emplace_back("Content-Security-Policy", "sandbox; default-src 'none'");
+    r.headers.emplace_back("X-Content-Type-Options", "nosniff");
     if (!rec->key_id.empty()) {
       auto key = enc_.keyring.get(rec->key_id);
       if (!key) {

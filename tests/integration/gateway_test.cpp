@@ -519,15 +519,19 @@ TEST_F(GatewayTest, FilenamesBecomeValidUtf8) {
   EXPECT_EQ(str(job(str(parse(cut), "id")).at("input").as_object(), "filename"), expected);
 }
 
-// A result is served with the Content-Type the model answered with, not passed off as JSON.
+// A result is served with the Content-Type the model answered with, not passed off as JSON; and
+// sandboxed, so that HTML a model answered (shaped by whoever sent the input) never runs in the
+// gateway's origin, which is the dashboard's.
 TEST_F(GatewayTest, AResultKeepsTheModelsContentType) {
   start_gateway();
-  InferenceServer text({.content_type = "text/plain; charset=utf-8"});
+  InferenceServer html({.content_type = "text/html; charset=utf-8"});
   auto id = submit_id("plain");
-  ASSERT_EQ(start_relay(text)->wait_exit(20s), 0);
+  ASSERT_EQ(start_relay(html)->wait_exit(20s), 0);
   auto r = http("GET", url("/jobs/echo/" + id + "/result"));
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(r.headers["content-type"], "text/plain; charset=utf-8");
+  EXPECT_EQ(r.headers["content-type"], "text/html; charset=utf-8");
+  EXPECT_EQ(r.headers["content-security-policy"], "sandbox; default-src 'none'");
+  EXPECT_EQ(r.headers["x-content-type-options"], "nosniff");
   InferenceServer json;
   auto id2 = submit_id("json");
   ASSERT_EQ(start_relay(json)->wait_exit(20s), 0);
