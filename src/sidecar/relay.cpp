@@ -28,6 +28,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a give-back at shutdown waits for a Redis that is away (see process()).
+constexpr std::chrono::milliseconds kGiveBackWait{5'000};
+
 // Lease token: pod name + random, so that a lease names its holder and no two jobs share one.
 std::string new_token(const std::string& pod) {
   return pod + "-" + random_hex(8);
@@ -397,10 +400,20 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
   // The last step: one script writes the outcome (or gives the job back).
   std::string outcome;
   if (result.disposition == Disposition::given_back) {
-    bool ok = redis::with_retry(conn, retry_for, {}, [&](redis::Connection& c) {
-      return redis::JobStore(c, keys).give_back(cfg_.model, job_id, token);
-    });
-    outcome = ok ? "given_back" : "lease_lost";
+    // The pod is being stopped (Kubernetes gives it terminationGracePeriodSeconds, 30 s in the
+    // chart): a Redis that is away is waited for a few seconds, not retry_for. Without the give-
+    // back the job is what a crash leaves — its lease expires and the reaper requeues it.
+    try {
+      bool ok = redis::with_retry(conn, kGiveBackWait, {}, [&](redis::Connection& c) {
+        return redis::JobStore(c, keys).give_back(cfg_.model, job_id, token);
+      });
+      outcome = ok ? "given_back" : "lease_lost";
+    } catch (const redis::IoError& e) {
+      conn.reset();
+      outcome = "left_to_the_reaper";
+      log::warn("job not given back, Redis unavailable at shutdown: left to the reaper",
+                {{"job_id", job_id}, {"error", e.what()}});
+    }
   } else if (result.disposition == Disposition::abandoned) {
     outcome = "lease_lost";
   } else if (auto delay = retry_delay(job, result, random_unit())) {

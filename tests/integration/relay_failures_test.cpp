@@ -215,6 +215,24 @@ TEST_F(RelayTest, SigtermMidJobGivesTheJobBack) {
   EXPECT_TRUE(wait_until([&] { return inference.saw("dropped /predict"); }, 10s));
 }
 
+// SIGTERM mid-job while Redis is away: the give-back waits a few seconds, not the 30 s and more of
+// a job's last step (the pod's grace is 30 s: it used to be SIGKILLed first). The relay exits 0,
+// saying the job is left to the reaper; its lease then expires like a crashed relay's.
+TEST_F(RelayTest, SigtermMidJobWithRedisDownExitsPromptly) {
+  InferenceServer inference({.delay_ms = 30'000});
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  submit(*st, "stopped");
+  auto relay = start_relay(env);
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  redis_.stop();
+  const auto t0 = std::chrono::steady_clock::now();
+  relay->signal(SIGTERM);
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(relay->log().find("left to the reaper"), std::string::npos) << relay->log();
+}
+
 TEST_F(RelayTest, SigtermWhileIdleExitsZeroPromptly) {
   InferenceServer inference;
   auto env = base_env(inference);
