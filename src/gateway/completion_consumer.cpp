@@ -52,12 +52,10 @@ int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
 }
 
 int CompletionConsumer::pass(std::chrono::milliseconds block) {
-  redis::Connection* conn = nullptr;
-  {
+  auto& c = [this]() -> redis::Connection& {
     std::lock_guard lock(conn_mu_);
-    conn = &conn_.get();
-  }
-  auto& c = *conn;
+    return conn_.get();
+  }();
   redis::EventLog events(c, p_.keys, kEventsGroup);
   ensure_groups(events);
   int handled = 0;

@@ -348,10 +348,7 @@ struct HttpServer::Impl {
       log::warn("shutdown deadline passed; cutting the connections still open",
                 {{"connections", static_cast<std::int64_t>(sockets.size())}});
       for (int fd : sockets) ::shutdown(fd, SHUT_RDWR);
-      // Their requests still waiting for Redis stop waiting; queued ones are dropped once the
-      // I/O thread returns (run()).
-      api.stop_waiting();
-      io.stop();
+      io.stop();  // (run() then stops their requests' waits for Redis and drops queued ones)
       return;
     }
     auto t = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
@@ -456,9 +453,7 @@ struct HttpServer::Impl {
                                      refusal->status == 400 ? "bad_request" : "not_implemented",
                                      refusal->message);
         co_await write(stream, no, true);
-        beast::error_code ec;
-        stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-        co_await discard_rest(stream);
+        co_await close_after_answer(stream, /*unread_body=*/true);
         co_return;
       }
       Request r;
@@ -554,12 +549,7 @@ struct HttpServer::Impl {
       metrics().request_seconds.observe(
           {resp.route}, std::chrono::duration<double>(Clock::now() - started).count());
       if (close) {
-        beast::error_code ec;
-        stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-        // A client still sending a body we did not read (an early 401, 404, 413) must get to
-        // read the answer: closing now would reset the connection under it ("broken pipe").
-        // Half-closed, the rest is read and dropped — a bounded amount, for a bounded time.
-        if (!body.done()) co_await discard_rest(stream);
+        co_await close_after_answer(stream, !body.done());
         co_return;
       }
     }
@@ -681,7 +671,14 @@ struct HttpServer::Impl {
     co_return co_await run_blocking(uploads, [&] { return intake.commit_again(); });
   }
 
-  asio::awaitable<void> discard_rest(beast::tcp_stream& stream) {
+  // Ends a connection once its answer is written: half-closed. A client still sending a body we
+  // did not read (an early 401, 404, 413, a refused Transfer-Encoding) must get to read the
+  // answer — closing now would reset the connection under it ("broken pipe") —, so the rest is
+  // read and dropped: a bounded amount, for a bounded time.
+  asio::awaitable<void> close_after_answer(beast::tcp_stream& stream, bool unread_body) {
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if (!unread_body) co_return;
     std::vector<char> sink(64 * 1024);
     std::size_t total = 0;
     stream.expires_after(std::chrono::seconds(5));
