@@ -299,8 +299,8 @@ void format_call(const Connection::Call& call, std::string& out, bool whole = fa
 
 }  // namespace
 
-Reply Connection::eval(const Script& script, const std::vector<std::string>& keys,
-                       const std::vector<std::string>& args) {
+Reply Connection::eval(const Script& script, std::vector<std::string> keys,
+                       std::vector<std::string> args) {
   if (cluster_) {
     try {
       return command(script_argv(script, keys, args));
@@ -309,7 +309,10 @@ Reply Connection::eval(const Script& script, const std::vector<std::string>& key
     }
     return command(script_argv(script, keys, args, /*whole=*/true));
   }
-  auto replies = pipeline({Call{&script, keys, args}});  // (NOSCRIPT: sent again whole)
+  // (Not pipeline({...}): an initializer list is copied, every argument with it.)
+  std::vector<Call> calls(1);
+  calls.front() = Call{&script, std::move(keys), std::move(args)};
+  auto replies = pipeline(calls);  // (NOSCRIPT: sent again whole)
   return std::move(replies.front());
 }
 

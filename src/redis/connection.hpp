@@ -137,8 +137,8 @@ class Connection {
 
   Reply command(const std::vector<std::string>& argv);
   Reply command(std::initializer_list<std::string_view> argv);
-  Reply eval(const Script& script, const std::vector<std::string>& keys,
-             const std::vector<std::string>& args);
+  // (keys and args by value: a caller's braced lists are moved into the call, not copied.)
+  Reply eval(const Script& script, std::vector<std::string> keys, std::vector<std::string> args);
 
   // One call of pipeline(): a script's (EVALSHA), or with no script a plain command (args).
   struct Call {

@@ -228,8 +228,12 @@ std::pair<FinishOutcome, std::optional<Taken>> JobStore::finish_and_take(
     std::chrono::milliseconds lease_ttl, TakeCandidates& candidates) {
   if (candidates.ids.empty()) return {finish(c, token, &candidates), std::nullopt};
   // (The take returns the next candidates: the finish returns none.)
-  auto replies = conn_.pipeline(
-      {finish_call(c, token, 0), take_call(c.model, next_token, lease_ttl, candidates)});
+  // (Moved in, not a braced list: an initializer list's calls would be copied whole.)
+  std::vector<Connection::Call> calls;
+  calls.reserve(2);
+  calls.push_back(finish_call(c, token, 0));
+  calls.push_back(take_call(c.model, next_token, lease_ttl, candidates));
+  auto replies = conn_.pipeline(calls);
   auto outcome = parse_finish(replies[0].get(), nullptr);
   return {outcome, parse_take(replies[1].get(), candidates)};
 }
