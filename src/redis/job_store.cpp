@@ -85,12 +85,12 @@ Connection::Call JobStore::take_call(const std::string& model, const std::string
   Connection::Call call{&lua::take,
                         {keys_.pending(model), keys_.processing(model)},
                         {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
-                         std::to_string(candidates.want())}};
+                         std::to_string(candidates.want()), keys_.job(model, ""),
+                         keys_.job_channel_prefix(), std::string(Keys::kChangedSuffix)}};
+  call.keys.reserve(2 + 2 * candidates.ids.size());
   for (const auto& id : candidates.ids) {
     call.keys.push_back(keys_.job(model, id));
     call.keys.push_back(keys_.lease(model, id));
-    call.args.push_back(id);
-    call.args.push_back(keys_.job_changed_channel(id));
   }
   return call;
 }

@@ -100,8 +100,12 @@ class Keys {
   // A job's other state changes (started, progress, back to pending), for live event streams;
   // terminal transitions are job_done_channel's.
   std::string job_changed_channel(std::string_view id) const {
-    return cat({prefix_, "job:", id, ":changed"});
+    return cat({job_channel_prefix(), id, kChangedSuffix});
   }
+  // What comes before a job's id in its channels, and after it in the changed one: for a script
+  // that names a job's channel from an id it finds (take.lua).
+  std::string job_channel_prefix() const { return cat({prefix_, "job:"}); }
+  static constexpr std::string_view kChangedSuffix = ":changed";
 
   const std::string& prefix() const { return prefix_; }
   bool hash_tag() const { return hash_tag_; }

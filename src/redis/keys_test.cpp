@@ -16,6 +16,7 @@ TEST(Keys, SeedSchemaWithoutPrefixOrTag) {
   EXPECT_EQ(k.completed_channel("whisper"), "jobs:whisper:completed");
   EXPECT_EQ(k.cancel_channel("whisper"), "relay:whisper:cancel");
   EXPECT_EQ(k.job_done_channel("abc"), "job:abc:done");
+  EXPECT_EQ(k.job_changed_channel("abc"), "job:abc:changed");
   EXPECT_EQ(k.job("whisper", "abc"), "job:abc");
   EXPECT_EQ(k.events("whisper"), "jobs:whisper:events");
   EXPECT_EQ(k.expiries("whisper"), "relay:whisper:expiries");
@@ -29,6 +30,19 @@ TEST(Keys, HashTagPutsEveryKeyOfAModelInOneSlot) {
   EXPECT_EQ(k.events("ocr"), "prod:jobs:{ocr}:events");
   // Channels are not keys: no tag.
   EXPECT_EQ(k.cancel_channel("ocr"), "prod:relay:ocr:cancel");
+  EXPECT_EQ(k.job_changed_channel("x"), "prod:job:x:changed");
+}
+
+// take.lua names a job's record and changed channel from an id it finds at the head of pending,
+// from parts it is given: they must give the names built here.
+TEST(Keys, PartsGivenToAScriptMakeTheSameNames) {
+  for (bool tag : {false, true}) {
+    Keys k("prod:", tag);
+    const std::string id = "0f8b3c1e-1111-4222-8333-944455556666";
+    EXPECT_EQ(k.job("ocr", "") + id, k.job("ocr", id));
+    EXPECT_EQ(k.job_channel_prefix() + id + std::string(Keys::kChangedSuffix),
+              k.job_changed_channel(id));
+  }
 }
 
 TEST(Keys, ScheduleAndIdempotencyKeysAreGlobalWithoutTheTagAndPerModelWithIt) {

@@ -255,6 +255,35 @@ TEST_F(JobStoreTest, TakeTakesTheHeadWhicheverCandidateItIsAndLooksAgainWhenItIs
   EXPECT_EQ(list(keys_.processing(model_)), (std::vector<std::string>{jobs[2].id, late.id}));
 }
 
+// take.lua names the taken job's changed channel from its id (a candidate is only its keys):
+// a watched job is announced on the channel its event streams listen on, whatever the prefix
+// and tag, and only that job.
+TEST_F(JobStoreTest, TakeAnnouncesAWatchedJobOnItsOwnChangedChannel) {
+  for (bool tag : {false, true}) {
+    redis::Keys keys("pfx:", tag);
+    redis::JobStore store(conn_, keys);
+    auto watched = pending_job(model_), other = pending_job(model_);
+    store.submit(watched, false);
+    store.submit(other, false);
+    ASSERT_TRUE(store.watch(model_, watched.id));
+    auto sub = redis_.connect();
+    sub.append({"PSUBSCRIBE", "pfx:job:*"});
+    sub.read_reply();
+    redis::TakeCandidates candidates({watched.id, other.id});
+    auto taken = store.take(model_, "tok", 5s, candidates);
+    ASSERT_TRUE(taken && taken->id == watched.id);
+    taken = store.take(model_, "tok2", 5s, candidates);  // not watched: no message
+    ASSERT_TRUE(taken && taken->id == other.id);
+    conn_.command({"PUBLISH", "pfx:job:end", "end"});
+    auto msg = sub.read_reply();
+    ASSERT_EQ(msg->elements, 4u);
+    EXPECT_EQ(redis::as_string(msg->element[2]), keys.job_changed_channel(watched.id)) << tag;
+    EXPECT_EQ(redis::as_string(msg->element[3]), "processing");
+    EXPECT_EQ(redis::as_string(sub.read_reply()->element[2]), "pfx:job:end")
+        << "nothing for the job nobody watches";
+  }
+}
+
 TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip) {
   auto first = pending_job(model_), second = pending_job(model_), third = pending_job(model_);
   for (auto* r : {&first, &second, &third}) store_.submit(*r, false);

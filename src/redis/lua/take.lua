@@ -11,8 +11,10 @@
 -- KEYS[1] pending list, KEYS[2] processing list, then for candidate i (from 1): KEYS[1 + 2i]
 -- its job record, KEYS[2 + 2i] its lease
 -- ARGV[1] lease token, ARGV[2] lease TTL in ms, ARGV[3] now (RFC 3339), ARGV[4] how many ids
--- to return as the next candidates, then for candidate i: ARGV[3 + 2i] its id, ARGV[4 + 2i]
--- its changed channel (announced on only when a live event stream watches the job)
+-- to return as the next candidates, ARGV[5] the job records' key prefix (a record's key is it
+-- and the id), ARGV[6] and ARGV[7] what comes before and after the id in a job's changed
+-- channel (announced on only when a live event stream watches the job). A candidate is its two
+-- keys alone: every argument costs Redis a conversion, and a take names up to 64 candidates.
 -- Returns {'empty'}; {'raced', <ids at the head now>...} (the head is not a candidate) or
 -- {'stale', <ids>...} (the head's record is gone or terminal: dropped from the queue) — look
 -- again with those; or {'ok', id, i, n, <n ids at the head after the take>..., <HGETALL of the
@@ -29,9 +31,10 @@ local function reply(tag, first)
   for k = first, math.min(#seen, first + want - 1) do out[#out + 1] = seen[k] end
   return out
 end
+local head_key = ARGV[5] .. head
 local i = 0
-for c = 1, (#ARGV - 4) / 2 do
-  if ARGV[3 + 2 * c] == head then i = c break end
+for c = 1, (#KEYS - 2) / 2 do
+  if KEYS[1 + 2 * c] == head_key then i = c break end
 end
 if i == 0 then return reply('raced', 1) end
 redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
@@ -43,7 +46,7 @@ if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then
 end
 redis.call('SET', KEYS[2 + 2 * i], ARGV[1], 'PX', ARGV[2])
 redis.call('HSET', KEYS[1 + 2 * i], 'status', 'processing', 'started_at', ARGV[3], 'holder', ARGV[1])
-if rec[2] then redis.call('PUBLISH', ARGV[4 + 2 * i], 'processing') end
+if rec[2] then redis.call('PUBLISH', ARGV[6] .. head .. ARGV[7], 'processing') end
 local out = {'ok', head, i, 0}
 for k = 2, math.min(#seen, want + 1) do out[#out + 1] = seen[k] end
 out[4] = #out - 4
