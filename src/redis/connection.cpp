@@ -54,6 +54,21 @@ std::vector<std::pair<std::string, std::string>> as_pairs(const redisReply* r, s
   return out;
 }
 
+std::vector<std::pair<std::string_view, std::string_view>> as_pair_views(const redisReply* r,
+                                                                         size_t first) {
+  auto view = [](const redisReply* e) {
+    if (e->type != REDIS_REPLY_STRING && e->type != REDIS_REPLY_STATUS)
+      throw ReplyError("redis: expected a string reply");
+    return std::string_view(e->str, e->len);
+  };
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements > first)
+    out.reserve((r->elements - first) / 2);
+  for (size_t i = first; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+    out.emplace_back(view(r->element[i]), view(r->element[i + 1]));
+  return out;
+}
+
 namespace {
 bool parse_uri_has_port(const std::string& url) {
   auto parsed = boost::urls::parse_uri(url);

@@ -68,6 +68,9 @@ std::optional<std::string> as_optional_string(const redisReply* r);
 std::vector<std::string> as_strings(const redisReply* r, size_t first = 0);
 // An array reply of field, value, ... from `first` on, as pairs (HGETALL, scripts' replies).
 std::vector<std::pair<std::string, std::string>> as_pairs(const redisReply* r, size_t first = 0);
+// The same as views into the reply (valid while it lives): a job record without copying it.
+std::vector<std::pair<std::string_view, std::string_view>> as_pair_views(const redisReply* r,
+                                                                         size_t first = 0);
 
 // redis[s]://[user:password@]host:port[/db]; a password in the URL may be overridden by config.
 struct Endpoint {

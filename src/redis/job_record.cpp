@@ -187,13 +187,31 @@ bool JobRecord::has_current_progress() const {
   return status != JobStatus::pending;
 }
 
-JobRecord JobRecord::from_fields(const Fields& fields) {
+JobRecord JobRecord::from_fields(const FieldViews& fields) {
   JobRecord r;
-  for (const auto& [k, v] : fields)
-    for_each_field(r, [&](std::string_view name, auto& member) {
-      if (name == k) decode(name, v, member);
-    });
+  if (fields.empty()) return r;
+  // Each field of the list looked up in the reply, from where the last one was found: a small
+  // hash (listpack) gives its fields in the order they were first written, to_fields' order but
+  // for the few a later step added, so the next one is nearly always the one after (a hash
+  // Redis turned into a table comes in any order: then a search, as it always was).
+  size_t at = 0;
+  for_each_field(r, [&](std::string_view name, auto& member) {
+    for (size_t n = 0; n < fields.size(); ++n) {
+      const size_t i = (at + n) % fields.size();
+      if (fields[i].first != name) continue;
+      decode(name, fields[i].second, member);
+      at = i + 1;
+      return;
+    }
+  });
   return r;
+}
+
+JobRecord JobRecord::from_fields(const Fields& fields) {
+  FieldViews views;
+  views.reserve(fields.size());
+  for (const auto& [k, v] : fields) views.emplace_back(k, v);
+  return from_fields(views);
 }
 
 }  // namespace relay

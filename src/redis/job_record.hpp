@@ -88,6 +88,8 @@ inline bool is_terminal(JobStatus s) {
 }
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
+// The same, viewing a reply's strings in place (valid as long as the reply).
+using FieldViews = std::vector<std::pair<std::string_view, std::string_view>>;
 using WallTime = std::chrono::system_clock::time_point;
 
 // A stored value that does not parse as its field's type: a record written by something other
@@ -142,6 +144,7 @@ struct JobRecord {
   // out: HSET never writes an empty value. input_size and attempts are always written.
   Fields to_fields() const;
   // Unknown fields are ignored; a value that does not parse throws RecordError.
+  static JobRecord from_fields(const FieldViews& fields);
   static JobRecord from_fields(const Fields& fields);
 };
 

@@ -125,7 +125,7 @@ std::optional<Taken> parse_take(const redisReply* r, TakeCandidates& candidates)
   if (r->elements < 4 + n) throw ReplyError("take: unexpected reply");
   candidates.ids.clear();
   for (size_t i = 0; i < n; ++i) candidates.ids.push_back(as_string(r->element[4 + i]));
-  return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pairs(r, 4 + n))};
+  return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pair_views(r, 4 + n))};
 }
 
 }  // namespace
@@ -160,7 +160,7 @@ BeginResult JobStore::begin(const std::string& model, const std::string& id,
   std::string tag = as_string(r->element[0]);
   if (tag == "missing") return {BeginOutcome::missing, {}};
   if (tag == "terminal") return {BeginOutcome::terminal, {}};
-  return {BeginOutcome::ok, JobRecord::from_fields(as_pairs(r.get(), 1))};
+  return {BeginOutcome::ok, JobRecord::from_fields(as_pair_views(r.get(), 1))};
 }
 
 HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string& id,
@@ -562,7 +562,7 @@ std::vector<std::string> JobStore::hash_keys(const std::string& key) {
 std::optional<JobRecord> JobStore::get(const std::string& model, const std::string& id) {
   auto r = conn_.command({"HGETALL", keys_.job(model, id)});
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return std::nullopt;
-  return JobRecord::from_fields(as_pairs(r.get()));
+  return JobRecord::from_fields(as_pair_views(r.get()));
 }
 
 }  // namespace relay::redis

@@ -36,7 +36,8 @@ std::optional<Delivery> Schedules::delivery(const std::string& model, const std:
       model, id, f["url"], f["job_key"], f["status"], to_ll(f["created_ms"]), to_ll(f["attempts"]),
       {}};
   out.event = f["event"].empty() ? "terminal" : f["event"];
-  out.job = JobRecord::from_fields(as_pairs(conn_.command({"HGETALL", out.job_key}).get()));
+  auto job = conn_.command({"HGETALL", out.job_key});
+  out.job = JobRecord::from_fields(as_pair_views(job.get()));
   return out;
 }
 
