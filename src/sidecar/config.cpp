@@ -41,6 +41,11 @@ config::Schema schema(Config& c) {
            "Directory for model answers over 1 MiB while they are uploaded (unnamed files, gone "
            "when the relay exits); empty = `$TMPDIR`, else `/tmp`. With a read-only root "
            "filesystem point it at a writable volume (the chart mounts an `emptyDir`).");
+  s.integer("relay.max_result_size", &c.max_result_size, 1LL << 30, 0, 1LL << 50,
+            "Largest model answer (bytes) a job may have; a larger one fails the job "
+            "`result_too_large` as soon as it is seen (its Content-Length, or when the bytes "
+            "pass it), instead of filling `relay.spool_dir` (in the chart an `emptyDir` whose "
+            "size limit evicts the pod). `0` = no limit.");
   s.string("relay.progress_listen", &c.progress_listen, "127.0.0.1:0",
            "Where the relay takes the model's progress reports (host:port; port 0: any free "
            "one); the model gets the URL in each request's `Relay-Progress-URL` header. Empty: "

@@ -29,9 +29,10 @@ struct Config {
   std::int64_t concurrency = 1;  // jobs in hand at once
   std::chrono::milliseconds health_timeout{};
   std::chrono::milliseconds health_interval{};
-  std::string pod_name;         // lease tokens start with it; default: the host name
-  std::string spool_dir;        // model answers over 1 MiB are kept here; default: $TMPDIR or /tmp
-  std::string progress_listen;  // the progress endpoint (empty: off)
+  std::string pod_name;   // lease tokens start with it; default: the host name
+  std::string spool_dir;  // model answers over 1 MiB are kept here; default: $TMPDIR or /tmp
+  std::int64_t max_result_size = 0;  // a larger answer fails its job (0: no limit)
+  std::string progress_listen;       // the progress endpoint (empty: off)
   std::chrono::milliseconds progress_interval{};
   std::chrono::milliseconds progress_webhook_interval{};
   bool input_urls_allow_private = false;  // inputs by reference: private addresses allowed

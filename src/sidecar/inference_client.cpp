@@ -294,8 +294,20 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   }
 
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  if (r.max_answer_size)
+    parser.body_limit(r.max_answer_size);
+  else
+    parser.body_limit(boost::none);
+  // Beast refuses a declared Content-Length over the limit with the header, and a chunked or
+  // unframed body as its bytes pass it: either way the rest is not read (the connection goes).
+  auto too_large = [&]() -> InferenceError {
+    drop();
+    return InferenceError("result_too_large", "the model's answer is larger than " +
+                                                  std::to_string(r.max_answer_size) +
+                                                  " bytes (relay.max_result_size)");
+  };
   http::read_header(sock, impl_->buffer, parser, ec);
+  if (ec == http::error::body_limit) throw too_large();
   if (ec) throw failed(ec, "waiting for the answer");
   char chunk[64 * 1024];
   while (!parser.is_done()) {
@@ -303,6 +315,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
     parser.get().body().size = sizeof chunk;
     http::read(sock, impl_->buffer, parser, ec);
     if (ec == http::error::need_buffer) ec = {};
+    if (ec == http::error::body_limit) throw too_large();
     if (ec) throw failed(ec, "reading the answer");
     out.body.write(chunk, sizeof chunk - parser.get().body().size);
   }

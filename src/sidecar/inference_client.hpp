@@ -8,6 +8,7 @@
 
 #include <boost/json/object.hpp>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <stop_token>
@@ -39,7 +40,8 @@ struct InferenceRequest {
   ByteSource* body = nullptr;
   // Form fields beside "file": each params member, its value as the client wrote it.
   std::vector<std::pair<std::string, std::string>> params;
-  std::chrono::milliseconds timeout{0};                      // 0 = none
+  std::chrono::milliseconds timeout{0};  // 0 = none
+  std::uint64_t max_answer_size = 0;     // a longer answer body: InferenceError result_too_large
   std::vector<std::pair<std::string, std::string>> headers;  // sent as they are
 };
 

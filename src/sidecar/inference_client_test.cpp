@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <functional>
 #include <thread>
 
@@ -182,6 +183,51 @@ TEST(InferenceClient, APostTimesOutByItsAlarmAndNoEarlierAlarmCutsALaterPost) {
     EXPECT_EQ(e.code(), "inference_timeout") << e.what();
   }
   done = true;
+}
+
+// relay.max_result_size: an answer over the limit fails as result_too_large however it is framed
+// (a declared length, chunks, or bytes until the connection closes), and one at the limit is
+// read whole.
+TEST(InferenceClient, AnAnswerOverTheSizeLimitIsRefusedHoweverItIsFramed) {
+  const std::string body(2000, 'x');
+  std::atomic<int> connection{0};
+  ScriptedServer server([&](int fd) {
+    switch (connection++) {
+      case 0:
+        send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + body);
+        break;
+      case 1:
+        send_all(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+        for (int i = 0; i < 4; ++i) send_all(fd, "1f4\r\n" + body.substr(0, 500) + "\r\n");
+        send_all(fd, "0\r\n\r\n");
+        break;
+      case 2:
+        send_all(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body);
+        break;
+      default:
+        send_all(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1000\r\n\r\n" +
+                         body.substr(0, 1000));
+    }
+  });
+  InferenceClient c(server.url());
+  auto post = [&] {
+    MemorySource input("input");
+    InferenceRequest r{.path = "/predict", .filename = "in.txt", .content_type = "text/plain"};
+    r.body = &input;
+    r.max_answer_size = 1000;
+    return c.post(r, {});
+  };
+  for (const char* framing : {"Content-Length", "chunked", "until close"}) {
+    try {
+      post();
+      ADD_FAILURE() << framing << ": an answer over the limit was read";
+    } catch (const InferenceError& e) {
+      EXPECT_EQ(e.code(), "result_too_large") << framing << ": " << e.what();
+    }
+  }
+  auto at_limit = post();
+  EXPECT_EQ(at_limit.status, 200);
+  EXPECT_EQ(at_limit.body.size(), 1000u);
 }
 
 TEST(Spool, SmallBodiesStayInMemoryLargeOnesSpillAndReadBackWhole) {

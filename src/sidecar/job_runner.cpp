@@ -176,6 +176,7 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     req.body = &timed;
     req.params = std::move(params);
     req.timeout = cfg.inference.timeout;
+    req.max_answer_size = static_cast<std::uint64_t>(cfg.max_result_size);
     if (!progress_url.empty()) req.headers.emplace_back("Relay-Progress-URL", progress_url);
     // The job's trace goes on to the model: the same trace, this request as its parent.
     if (auto trace = parse_traceparent(job.traceparent)) {

@@ -319,6 +319,32 @@ TEST_F(RelayTest, AnAnswerWithAnEndlessChunkLineFailsTheJobInBoundedMemory) {
   EXPECT_LT(relay->peak_rss_proc_kib(), 64 * 1024) << "KiB at peak";
 }
 
+// An answer larger than relay.max_result_size fails its job at once (result_too_large), before
+// it fills the spool directory (in the chart an emptyDir whose size limit evicts the pod);
+// nothing is stored, and the relay goes on to its next job.
+TEST_F(RelayTest, AnAnswerOverTheResultSizeLimitFailsTheJobAndStoresNothing) {
+  InferenceServer inference({.result_bytes = 3 << 20});
+  auto env = base_env(inference);
+  TempDir spool;
+  env["RELAY_RELAY_SPOOL_DIR"] = spool.path();
+  env["RELAY_RELAY_MAX_RESULT_SIZE"] = std::to_string(1 << 20);
+  env["RELAY_MAX_JOBS"] = "2";
+  auto st = storage_for(env);
+  auto first = submit(*st, "input");
+  auto second = submit(*st, "input");
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(60s), 0);
+  for (const auto& id : {first, second}) {
+    auto rec = record(id);
+    EXPECT_EQ(rec.status, JobStatus::failed);
+    EXPECT_EQ(rec.error_code, "result_too_large") << rec.error_message;
+    EXPECT_NE(rec.error_message.find("relay.max_result_size"), std::string::npos)
+        << rec.error_message;
+    EXPECT_TRUE(rec.result_key.empty());
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(spool.path()));
+}
+
 TEST_F(RelayTest, InferenceServerDyingMidJobFailsTheJob) {
   auto inference = std::make_unique<InferenceServer>(InferenceOptions{.delay_ms = 30'000});
   auto env = base_env(*inference);
