@@ -325,8 +325,8 @@ Reply Connection::eval(const Script& script, std::vector<std::string> keys,
     return command(script_argv(script, keys, args, /*whole=*/true));
   }
   // (Not pipeline({...}): an initializer list is copied, every argument with it.)
-  std::vector<Call> calls(1);
-  calls.front() = Call{&script, std::move(keys), std::move(args)};
+  std::vector<Call> calls;
+  calls.push_back(Call{&script, std::move(keys), std::move(args)});
   auto replies = pipeline(calls);  // (NOSCRIPT: sent again whole)
   return std::move(replies.front());
 }
