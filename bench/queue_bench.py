@@ -3,8 +3,12 @@
 (persistence off, flushed between runs).
 
 Throughput: N jobs with 1 KiB inputs end to end.
-  Relay:  wrk POSTs 1 KiB raw bodies (64 connections) to the gateway (tmpfs storage); 4 relays
-          (--max-jobs 0) and the no-op model run them; done when the events stream holds N.
+  Relay:  wrk POSTs 1 KiB raw bodies (64 connections) to the gateway (tmpfs storage); one relay
+          of concurrency 4 (--max-jobs 0) and the no-op model run them; done when the events
+          stream holds N. (Relay's best here: four relays of concurrency 1 — --relays=4
+          --concurrency=1 — cost ~6% more CPU per job and do ~5% fewer jobs/s, measured
+          2026-12-02 in three interleaved pairs: four processes wake and switch more than four
+          threads of one.)
   BullMQ: producer.js adds N jobs of 1 KiB (64 adds in flight), worker.js runs them with a no-op
           processor (concurrency 64); done when the worker has completed N.
   For each: jobs/s end to end; CPU-µs per job of the system (everything but the load generator,
@@ -16,8 +20,8 @@ Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completio
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq|oneshot] [--relays=4]
-                      [--concurrency=1]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq|bullmq_model|oneshot] [--relays=1]
+                      [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
 import os
@@ -37,9 +41,9 @@ JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
 # --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
 # and DIR/queue_bench.png (gnuplot).
-RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "4"))
+RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "1"))
 # --concurrency=C: each relay of the throughput run keeps C jobs in hand (relay.concurrency).
-CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "1"))
+CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "4"))
 RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=")), "")
 DELAY_JOBS = 2000  # the 20 ms case: 10 s at the ideal rate
 LATENCY_RATE, LATENCY_JOBS = 100, 1000
@@ -181,11 +185,12 @@ def watch_cpu(measure, ps, stop):
 
 
 class RelayStack:
-    """The gateway (tmpfs storage), the no-op model (answering after delay_ms) and 4 relays with
-    --max-jobs 0, on the given redis-server."""
+    """The gateway (tmpfs storage), the no-op model (answering after delay_ms) and the relays
+    (--relays, each of --concurrency) with --max-jobs 0, on the given redis-server."""
 
-    def __init__(self, redis_port, work, delay_ms=0, relays=None, concurrency=1):
+    def __init__(self, redis_port, work, delay_ms=0, relays=None, concurrency=None):
         relays = RELAYS if relays is None else relays
+        concurrency = CONCURRENCY if concurrency is None else concurrency
         self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir="/dev/shm")
         model_port, self.gw_port = free_port(), free_port()
         self.model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}",
@@ -222,7 +227,7 @@ def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0):
     jobs = jobs or JOBS
     # (The 20 ms case compares with 4 workers: always 4 relays.)
     stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None,
-                       concurrency=1 if delay_ms else CONCURRENCY)
+                       concurrency=1 if delay_ms else None)
     gw_port = stack.gw_port
     script = os.path.join(work, "post.lua")
     with open(script, "w") as f:
@@ -312,13 +317,23 @@ def bullmq_install():
                        check=True)
 
 
-def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=64):
+def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=64, model=False):
+    """BullMQ's producer and worker; with model, the worker POSTs each job to the no-op model
+    (whose CPU then counts in the system's, as Relay's does)."""
     jobs = jobs or JOBS
     bullmq_install()
-    worker = start(["node", "worker.js", str(jobs), str(concurrency), str(redis_port),
-                    str(delay_ms)], cwd=BULLMQ_DIR, stdout=subprocess.PIPE, text=True)
+    argv = ["node", "worker.js", str(jobs), str(concurrency), str(redis_port), str(delay_ms)]
+    system = []
+    if model:
+        model_port = free_port()
+        system.append(start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port(model_port)
+        argv.append(f"http://127.0.0.1:{model_port}")
+    worker = start(argv, cwd=BULLMQ_DIR, stdout=subprocess.PIPE, text=True)
     assert worker.stdout.readline().strip() == "ready"
-    measure = Measure(redis_port, redis_pid, [worker], [])
+    system.insert(0, worker)
+    measure = Measure(redis_port, redis_pid, system, [])
     measure.start()
     producer = start(["node", "producer.js", str(jobs), "64", str(redis_port)], cwd=BULLMQ_DIR,
                      stdout=subprocess.DEVNULL)
@@ -334,6 +349,9 @@ def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=
     t.join()
     producer.wait()
     worker.wait()
+    for p in system[1:]:
+        p.terminate()
+        p.wait()
     return result
 
 
@@ -410,12 +428,17 @@ def main():
         redis_cli(port, "CONFIG", "RESETSTAT")
 
     try:
-        for side in ("bullmq", "relay"):
+        for side in ("bullmq", "bullmq_model", "relay"):
             if ONLY == "oneshot":
                 break
             if ONLY and ONLY != side:
                 continue
             fresh()
+            if side == "bullmq_model":
+                # Not the goal's reference: what a queue library bolted onto a model server
+                # costs, beside it (the model's HTTP request is work Relay does per job too).
+                results["throughput"][side] = bullmq_side(port, redis.pid, work, model=True)
+                continue
             run = bullmq_side if side == "bullmq" else relay_side
             results["throughput"][side] = run(port, redis.pid, work)
             if ONLY:
@@ -447,7 +470,8 @@ def main():
         out(f"Relay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
             f"{o['median_ms']:.2f} ms (target <= 5), p99 {o['p99_ms']:.2f} ms")
         return
-    names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)", "relay": f"Relay ({RELAYS} relays" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + ", tmpfs)"}
+    names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
+             "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + ", tmpfs)"}
     out(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
     out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
           "| Redis reads/job | load generator CPU-µs/job |")
@@ -466,6 +490,9 @@ def main():
     out(f"\nRelay / BullMQ: throughput {t['relay']['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x "
           f"(goal >= 1.0), CPU per job "
           f"{t['relay']['cpu_us_per_job'] / t['bullmq']['cpu_us_per_job']:.2f}x (goal <= 1.0)")
+    out(f"Relay / BullMQ + the model over HTTP: throughput "
+        f"{t['relay']['jobs_per_s'] / t['bullmq_model']['jobs_per_s']:.2f}x, CPU per job "
+        f"{t['relay']['cpu_us_per_job'] / t['bullmq_model']['cpu_us_per_job']:.2f}x (for information)")
     out(f"\n{DELAY_JOBS} jobs of 20 ms \"inference\", 4 workers (ideal: 4 / 20 ms = 200 jobs/s)\n")
     out("| | jobs/s | of ideal | CPU-µs/job, system |")
     out("|---|---|---|---|")
