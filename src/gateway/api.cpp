@@ -44,10 +44,12 @@ void set_retry_after(Response& r, const std::string& seconds) {
 }
 }  // namespace
 
-Api::Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption)
+Api::Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption,
+         http::Resolver& resolver)
     : cfg_(config),
       storage_(storage),
       enc_(encryption),
+      resolver_(resolver),
       redis_(config.redis.endpoint()),
       keys_(config.redis.keys()) {
   if (config.redis.endpoint().cluster_seeds.empty() || config.redis.wait_replicas == 0)

@@ -19,6 +19,7 @@
 #include "gateway/config.hpp"
 #include "gateway/job_json.hpp"
 #include "gateway/submission.hpp"
+#include "http/resolver.hpp"
 #include "redis/batcher.hpp"
 #include "redis/connection_pool.hpp"
 #include "redis/job_record.hpp"
@@ -95,7 +96,10 @@ Response error_response(unsigned status, const std::string& code, const std::str
 
 class Api {
  public:
-  Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption);
+  // resolver: the callback and input URL hosts' lookups at submission (never on a request
+  // thread for longer than its timeout: see http/resolver.hpp).
+  Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption,
+      http::Resolver& resolver);
   // Blocking. `again` is true for a request the server asks about again after waiting: a
   // long-poll whose wait ended (answer whatever the state), an event stream's job that changed.
   Response handle(const Request& req, bool again = false);
@@ -138,6 +142,7 @@ class Api {
   const Config& cfg_;
   storage::Storage& storage_;
   const crypto::Encryption& enc_;
+  http::Resolver& resolver_;
   // Requests borrow a connection for their duration (one per busy pool thread at most).
   mutable redis::ConnectionPool redis_;
   // Submits from many requests share round trips (group commit); not in cluster mode with

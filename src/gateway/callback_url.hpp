@@ -6,10 +6,12 @@
 
 namespace relay::gateway {
 
-inline std::optional<std::string> check_callback_url(
-    const std::string& url, bool allow_private, std::vector<std::string>* addresses = nullptr) {
+inline std::optional<http::DestinationProblem> check_callback_url(
+    const std::string& url, bool allow_private, std::vector<std::string>* addresses = nullptr,
+    http::Resolver* resolver = nullptr) {
   return http::check_destination(
-      url, {{"http", "https"}, allow_private, "callback_url", "webhooks.allow_private"}, addresses);
+      url, {{"http", "https"}, allow_private, "callback_url", "webhooks.allow_private"}, addresses,
+      resolver);
 }
 using http::is_public_address;
 

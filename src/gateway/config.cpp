@@ -226,6 +226,16 @@ config::Schema schema(Config& c) {
             "Accept https:// inputs by reference whose host resolves to a private, loopback or "
             "link-local address (the relay has the same setting, and checks again when it "
             "fetches).");
+  s.duration("dns.timeout", &c.dns_timeout, "2s",
+             "How long a request waits for the lookup of a callback_url or input_url host it "
+             "names (checked at submission, and again at each webhook delivery). Past it the "
+             "submission is answered 503 (`callback_url_unresolved`, `input_url_unresolved`) and "
+             "a delivery is retried later; the lookup runs on, and the name is not waited on "
+             "again while it does. Answers are kept 30 s (5 s when the name does not resolve).");
+  s.integer("dns.lookups", &c.dns_lookups, 4, 1, 256,
+            "Host name lookups running at once, on threads of their own; beyond them a new name "
+            "is unavailable at once (503, a delivery retried). A name server that does not "
+            "answer holds these, never a request thread.");
   s.boolean("webhooks.allow_private", &c.webhook_allow_private, false,
             "Allow callback URLs that resolve to private, loopback or link-local addresses.");
   s.duration("webhooks.timeout", &c.webhook_timeout, "10s", "Timeout of one delivery attempt.");

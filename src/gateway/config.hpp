@@ -85,6 +85,8 @@ struct Config {
 
   std::string webhook_secret;  // whsec_...
   bool webhook_allow_private = false;
+  std::chrono::milliseconds dns_timeout{};
+  std::int64_t dns_lookups = 4;
   bool input_urls_allow_private = false;  // https inputs by reference to private addresses
   std::chrono::milliseconds webhook_timeout{}, webhook_max_age{}, webhook_initial_backoff{};
 

@@ -24,6 +24,7 @@
 #include "gateway/reaper.hpp"
 #include "gateway/webhook_sender.hpp"
 #include "gateway/webhook_signature.hpp"
+#include "http/resolver.hpp"
 #include "redis/job_store.hpp"
 
 using namespace relay;
@@ -107,16 +108,30 @@ int main(int argc, char** argv) {
     consumers.push_back(
         std::make_unique<gateway::CompletionConsumer>(gateway::CompletionConsumerParams{
             endpoint, keys, ms, cfg.consumer, cfg.claim_idle, cfg.job_retention, on_completion}));
-  gateway::WebhookSender webhooks({endpoint, keys, models, webhook_key, cfg.webhook_allow_private,
-                                   cfg.webhook_timeout, cfg.webhook_max_age,
-                                   cfg.webhook_initial_backoff, cfg.webhook_concurrency,
-                                   cfg.webhook_per_host});
+  // Host name lookups of callback and input URLs, for submissions and webhook deliveries.
+  http::Resolver resolver({.timeout = cfg.dns_timeout,
+                           .lookups = static_cast<std::size_t>(cfg.dns_lookups),
+                           // Half the request threads at most wait on lookups: a flood of
+                           // submissions naming slow hosts leaves the other half to everyone else.
+                           .max_waiting = static_cast<std::size_t>(
+                               std::max<std::int64_t>(1, cfg.blocking_threads / 2))});
+  gateway::WebhookSender webhooks({.endpoint = endpoint,
+                                   .keys = keys,
+                                   .models = models,
+                                   .key = webhook_key,
+                                   .allow_private = cfg.webhook_allow_private,
+                                   .timeout = cfg.webhook_timeout,
+                                   .max_age = cfg.webhook_max_age,
+                                   .initial_backoff = cfg.webhook_initial_backoff,
+                                   .concurrency = cfg.webhook_concurrency,
+                                   .per_host = cfg.webhook_per_host,
+                                   .resolver = &resolver});
   // Leftovers of crashed uploads: untouched for twice the longest an upload may stall.
   gateway::Gc gc({endpoint, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval,
                   std::chrono::duration_cast<std::chrono::seconds>(2 * cfg.body_idle_timeout)});
   // Outlives what it bounds (declared before): the server's pools, the loops below.
   ExitWatchdog watchdog;
-  gateway::Api api(cfg, *storage, encryption);
+  gateway::Api api(cfg, *storage, encryption, resolver);
   gateway::HttpServer server(cfg, api, notifier);
   try {
     server.listen();

@@ -102,7 +102,9 @@ std::optional<Refusal> check_input_url(const std::string& url, const SubmissionR
     return refuse("input_url_not_allowed", "input_url is not under a prefix service type '" +
                                                rules.service_type + "' allows");
   if (https && rules.check_input_host)
-    if (auto why = rules.check_input_host(url)) return refuse("input_url_not_allowed", *why);
+    if (auto why = rules.check_input_host(url))
+      return why->transient ? Refusal{503, "input_url_unresolved", why->reason}
+                            : refuse("input_url_not_allowed", why->reason);
   return std::nullopt;
 }
 
@@ -165,7 +167,8 @@ std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rule
       return Refusal{400, "invalid_callback_url", "callback_url is too long"};
     if (rules.check_callback)
       if (auto why = rules.check_callback(s.callback_url))
-        return Refusal{400, "invalid_callback_url", *why};
+        return why->transient ? Refusal{503, "callback_url_unresolved", why->reason}
+                              : Refusal{400, "invalid_callback_url", why->reason};
   }
   return std::nullopt;
 }

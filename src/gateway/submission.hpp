@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "http/destination.hpp"
+
 namespace relay::gateway {
 
 struct Submission {
@@ -41,12 +43,15 @@ struct SubmissionRules {
   std::string service_type;
   std::vector<std::string> operations;  // empty: any
   bool webhooks_configured = false;     // webhooks.secret is set
-  // Reasons a callback URL is refused (scheme, resolution to a private address); nullopt: fine.
-  std::function<std::optional<std::string>(const std::string& url)> check_callback;
-  // Inputs by reference: the URL prefixes the service type allows (none: not offered), and the
-  // reasons an https:// URL's host is refused (resolution to a private address).
+  // Why a callback URL is refused (scheme, resolution to a private address; 400), or cannot be
+  // checked now (its host does not resolve in time; 503); nullopt: fine.
+  using DestinationCheck =
+      std::function<std::optional<http::DestinationProblem>(const std::string& url)>;
+  DestinationCheck check_callback;
+  // Inputs by reference: the URL prefixes the service type allows (none: not offered), and why
+  // an https:// URL's host is refused (as check_callback).
   std::vector<std::string> input_urls;
-  std::function<std::optional<std::string>(const std::string& url)> check_input_host;
+  DestinationCheck check_input_host;
 };
 
 std::optional<Refusal> validate(const Submission& s, const SubmissionRules& rules);

@@ -10,8 +10,10 @@ SubmissionRules rules() {
   r.service_type = "asr";
   r.operations = {"transcribe", "translate"};
   r.webhooks_configured = true;
-  r.check_callback = [](const std::string& url) -> std::optional<std::string> {
-    if (url.find("10.0.0.1") != std::string::npos) return "private address";
+  r.check_callback = [](const std::string& url) -> std::optional<http::DestinationProblem> {
+    if (url.find("10.0.0.1") != std::string::npos) return http::DestinationProblem{"private"};
+    if (url.find("slow-dns") != std::string::npos)
+      return http::DestinationProblem{"did not resolve in time", /*transient=*/true};
     return std::nullopt;
   };
   return r;
@@ -70,6 +72,11 @@ TEST(Submission, EachRuleRefusesWithItsCode) {
   EXPECT_EQ(code_of(c), "invalid_callback_url");
   c.callback_url = "https://example.com/" + std::string(2100, 'a');
   EXPECT_EQ(code_of(c), "invalid_callback_url");
+  // A host that cannot be resolved now is not the client's fault, nor final: 503.
+  c.callback_url = "https://slow-dns.example.com/hook";
+  ASSERT_TRUE(validate(c, rules()));
+  EXPECT_EQ(validate(c, rules())->status, 503u);
+  EXPECT_EQ(code_of(c), "callback_url_unresolved");
   auto unsigned_rules = rules();
   unsigned_rules.webhooks_configured = false;
   c.callback_url = "https://example.com/hook";
@@ -126,8 +133,10 @@ TEST(Submission, WebhookEventsAreStoredInOneOrderWithoutTheDefault) {
 TEST(Submission, InputUrlsOnlyUnderTheServiceTypesPrefixes) {
   SubmissionRules r = rules();
   r.input_urls = {"s3://media/calls/", "https://cdn.example.com/public/"};
-  r.check_input_host = [](const std::string& url) -> std::optional<std::string> {
-    if (url.find("internal") != std::string::npos) return "private address";
+  r.check_input_host = [](const std::string& url) -> std::optional<http::DestinationProblem> {
+    if (url.find("internal") != std::string::npos) return http::DestinationProblem{"private"};
+    if (url.find("slow-dns") != std::string::npos)
+      return http::DestinationProblem{"did not resolve in time", /*transient=*/true};
     return std::nullopt;
   };
   Submission s;
@@ -150,6 +159,11 @@ TEST(Submission, InputUrlsOnlyUnderTheServiceTypesPrefixes) {
   r.input_urls.push_back("https://internal.example.com/");
   s.input_url = "https://internal.example.com/a";
   EXPECT_EQ(code_of(s, r), "input_url_not_allowed") << "the host check";
+  r.input_urls.push_back("https://slow-dns.example.com/");
+  s.input_url = "https://slow-dns.example.com/a";
+  ASSERT_TRUE(validate(s, r));
+  EXPECT_EQ(validate(s, r)->status, 503u);
+  EXPECT_EQ(code_of(s, r), "input_url_unresolved");
   s.input_url = "s3://media/calls/a.wav";
   EXPECT_EQ(code_of(s, rules()), "input_url_not_allowed") << "no prefixes: uploads only";
 }

@@ -374,13 +374,14 @@ SubmissionRules Api::rules_for(const std::string& svc) const {
   rules.service_type = svc;
   rules.operations = cfg_.service_types.at(svc).operations;
   rules.webhooks_configured = !cfg_.webhook_secret.empty();
-  rules.check_callback = [allow = cfg_.webhook_allow_private](const std::string& url) {
-    return check_callback_url(url, allow);
+  rules.check_callback = [this](const std::string& url) {
+    return check_callback_url(url, cfg_.webhook_allow_private, nullptr, &resolver_);
   };
   rules.input_urls = cfg_.service_types.at(svc).input_urls;
-  rules.check_input_host = [allow = cfg_.input_urls_allow_private](const std::string& url) {
-    return http::check_destination(url,
-                                   {{"https"}, allow, "input_url", "input_urls.allow_private"});
+  rules.check_input_host = [this](const std::string& url) {
+    return http::check_destination(
+        url, {{"https"}, cfg_.input_urls_allow_private, "input_url", "input_urls.allow_private"},
+        nullptr, &resolver_);
   };
   return rules;
 }

@@ -141,28 +141,36 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
   long long next_due = 0;
   boost::json::object last{{"at", format_rfc3339(wall_now())}, {"attempt", attempts}};
   std::vector<std::string> addresses;
-  if (auto why = check_callback_url(url, p_.allow_private, &addresses)) {
+  auto problem = check_callback_url(url, p_.allow_private, &addresses, p_.resolver);
+  if (problem && !problem->transient) {
     outcome = "refused";
-    last["error"] = *why;
+    last["error"] = problem->reason;
     metrics().webhook_attempts.add({"refused"});
   } else {
-    const long long ts = std::chrono::duration_cast<std::chrono::seconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-    std::vector<std::string> headers{"Content-Type: application/json", "User-Agent: relay-webhooks",
-                                     "webhook-id: " + id, "webhook-event: " + event,
-                                     "webhook-timestamp: " + std::to_string(ts)};
-    if (!p_.key.empty())
-      headers.push_back("webhook-signature: " + sign_webhook(p_.key, id, ts, body));
-    // The job's trace reaches the receiver: this delivery as its parent.
-    if (trace) {
-      headers.push_back("traceparent: " + child_of(*trace).header());
-      if (!job.tracestate.empty()) headers.push_back("tracestate: " + job.tracestate);
+    Attempt a;
+    double seconds = 0;
+    if (problem) {
+      // Its host could not be resolved now: an attempt that failed like one that could not
+      // connect, tried again later (refused for good only when the name does not exist).
+      a.error = problem->reason;
+    } else {
+      const long long ts = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+      std::vector<std::string> headers{
+          "Content-Type: application/json", "User-Agent: relay-webhooks", "webhook-id: " + id,
+          "webhook-event: " + event, "webhook-timestamp: " + std::to_string(ts)};
+      if (!p_.key.empty())
+        headers.push_back("webhook-signature: " + sign_webhook(p_.key, id, ts, body));
+      // The job's trace reaches the receiver: this delivery as its parent.
+      if (trace) {
+        headers.push_back("traceparent: " + child_of(*trace).header());
+        if (!job.tracestate.empty()) headers.push_back("tracestate: " + job.tracestate);
+      }
+      const auto started = std::chrono::steady_clock::now();
+      a = post(url, addresses, headers, body, p_.timeout, stop);
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     }
-    const auto started = std::chrono::steady_clock::now();
-    Attempt a = post(url, addresses, headers, body, p_.timeout, stop);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (a.status >= 200 && a.status < 300) {
       outcome = "delivered";
       last["status"] = a.status;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "http/resolver.hpp"
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"
 #include "redis/schedules.hpp"
@@ -31,6 +32,9 @@ struct WebhookSenderParams {
   std::int64_t concurrency = 16;  // deliveries in flight at once
   std::int64_t per_host = 2;      // ... to one destination (host:port)
   std::chrono::milliseconds poll_interval{200};
+  // The callback hosts' lookups (a deadline, a cache): a name server that does not answer costs
+  // a worker its timeout, not the system resolver's retries. Null: getaddrinfo on the worker.
+  http::Resolver* resolver = nullptr;
 };
 
 // Deliveries are claimed by one dispatcher thread and attempted by `concurrency` workers, at

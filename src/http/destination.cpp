@@ -1,7 +1,6 @@
 #include "http/destination.hpp"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 
 #include <algorithm>
 #include <boost/url/parse.hpp>
@@ -54,39 +53,33 @@ bool is_public_address(const std::string& ip) {
   return false;
 }
 
-std::optional<std::string> check_destination(const std::string& url, const Destination& rules,
-                                             std::vector<std::string>* addresses) {
+std::optional<DestinationProblem> check_destination(const std::string& url,
+                                                    const Destination& rules,
+                                                    std::vector<std::string>* addresses,
+                                                    Resolver* resolver) {
   auto u = boost::urls::parse_absolute_uri(url);
   const bool scheme_ok = u && std::find(rules.schemes.begin(), rules.schemes.end(), u->scheme()) !=
                                   rules.schemes.end();
   if (!scheme_ok || u->host().empty() || u->has_userinfo()) {
     std::string schemes;
     for (const auto& s : rules.schemes) schemes += (schemes.empty() ? "" : " or ") + s + "://";
-    return rules.what + " must be an absolute " + schemes + " URL without credentials";
+    return DestinationProblem{rules.what + " must be an absolute " + schemes +
+                              " URL without credentials"};
   }
   std::string host = u->host();
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
-    return rules.what + " host '" + host + "' does not resolve";
-  std::optional<std::string> problem;
-  for (addrinfo* p = res; p; p = p->ai_next) {
-    char ip[INET6_ADDRSTRLEN] = {};
-    if (p->ai_family == AF_INET)
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr, ip, sizeof ip);
-    else if (p->ai_family == AF_INET6)
-      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(p->ai_addr)->sin6_addr, ip, sizeof ip);
+  const Resolution r = resolver ? resolver->resolve(host) : Resolver::system_lookup(host);
+  if (r.outcome != Resolution::Outcome::ok)
+    return DestinationProblem{rules.what + " host '" + host + "' " + r.why,
+                              r.outcome == Resolution::Outcome::unavailable};
+  for (const auto& ip : r.addresses) {
     if (addresses) addresses->push_back(ip);
-    if (!rules.allow_private && !is_public_address(ip)) {
-      problem = rules.what + " resolves to a private, loopback or link-local address (" +
-                std::string(ip) + "); set " + rules.allow_setting + " to allow it";
-      break;
-    }
+    if (!rules.allow_private && !is_public_address(ip))
+      return DestinationProblem{rules.what +
+                                " resolves to a private, loopback or link-local address (" + ip +
+                                "); set " + rules.allow_setting + " to allow it"};
   }
-  ::freeaddrinfo(res);
-  return problem;
+  return std::nullopt;
 }
 
 }  // namespace relay::http

@@ -24,7 +24,8 @@ std::unique_ptr<http::PullSource> get(const InputUrlOptions& o, const std::strin
   std::vector<std::string> addresses;
   if (auto why = http::check_destination(
           url, {{"https"}, o.allow_private, "input_url", "input_urls.allow_private"}, &addresses))
-    throw StorageError(ErrorKind::invalid, *why);
+    // A host that cannot be resolved now may be later: the job's retry policy decides.
+    throw StorageError(why->transient ? ErrorKind::unavailable : ErrorKind::invalid, why->reason);
   auto u = boost::urls::parse_absolute_uri(url);
   std::string host = u->host();
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);

@@ -1,6 +1,7 @@
 // The gateway at the edge of the internet: HTTP framing, slow and hostile clients, connection
 // and file limits, shutdown with requests in flight (fixture: gateway_fixture.hpp).
 
+#include <fstream>
 #include <thread>
 
 #include "gateway_fixture.hpp"
@@ -165,6 +166,66 @@ TEST_F(GatewayTest, StalledUploadsHoldNoThread) {
   for (int fd : stalled) ::close(fd);
   ASSERT_TRUE(wait_until([&] { return temporaries() == 0; }, 10s)) << gateway_->log();
   EXPECT_EQ(list(keys_.pending("m1")).size(), 5u) << "the five answered submissions, no other";
+}
+
+// A submission naming a host whose name server does not answer holds no request thread past
+// dns.timeout (issue 10's class, found by trying: the client chooses the callback host, so it
+// chose how long getaddrinfo held a request thread — the system resolver's retries, 10 s and
+// more). With two request threads and four such submissions at once, a status read and another
+// submission are answered at once; the four are answered 503 callback_url_unresolved (one after
+// the timeout, the others at once: the lookups' waiters are bounded), long before their lookup
+// ends, and make no job; the same host again is answered at once. The name server is a
+// preloaded getaddrinfo that takes 20 s for names ending in ".slow.test".
+TEST_F(GatewayTest, ASlowNameServerHoldsNoRequestThread) {
+  const std::string lookups = logs_.path() + "/slow-dns.log";
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "2"},
+                 {"RELAY_WEBHOOKS_SECRET", WebhookReceiver::kSecret},
+                 {"RELAY_DNS_TIMEOUT", "1500ms"},
+                 {"LD_PRELOAD", RELAY_TEST_SLOW_DNS},
+                 {"RELAY_TEST_SLOW_DNS_MS", "20000"},
+                 {"RELAY_TEST_SLOW_DNS_LOG", lookups},
+                 // (A sanitized build's runtime would insist on being preloaded first.)
+                 {"ASAN_OPTIONS", std::string(asan ? asan : "") + ":verify_asan_link_order=0"}});
+  const std::string done_id = submit_id("before");
+  auto slow = [&](int i) {
+    return std::async(std::launch::async, [this, i] {
+      return http("POST",
+                  url("/jobs/echo?filename=s.txt&callback_url=http://host" + std::to_string(i) +
+                      ".slow.test/hook"),
+                  {"Content-Type: text/plain"}, "names a slow host", {}, 30'000);
+    });
+  };
+  std::vector<std::future<HttpResult>> slow_ones;
+  for (int i = 0; i < 4; ++i) slow_ones.push_back(slow(i));
+  auto lookups_started = [&] {
+    std::ifstream in(lookups);
+    return std::count(std::istreambuf_iterator<char>(in), {}, '\n');
+  };
+  ASSERT_TRUE(wait_until([&] { return lookups_started() >= 1; }, 10s)) << gateway_->log();
+  // Answered at once: a client timeout of 2 s, against the 20 s a lookup holds its thread.
+  constexpr long kPatience = 2000;
+  EXPECT_EQ(http("GET", url("/healthz"), {}, {}, {}, kPatience).status, 200);
+  EXPECT_EQ(http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, kPatience).status, 200);
+  auto other = http("POST", url("/jobs/echo?filename=n.txt"), {"Content-Type: text/plain"},
+                    "a job without a callback", {}, kPatience);
+  EXPECT_EQ(other.status, 202) << other.body;
+  for (auto& f : slow_ones) {
+    auto r = f.get();
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_EQ(error_code(r), "callback_url_unresolved") << r.body;
+    EXPECT_EQ(r.headers["retry-after"], "2");
+  }
+  EXPECT_LT(lookups_started(), 4) << "a refused waiter started no lookup";
+  std::string looked_up;  // the host whose lookup runs on
+  std::getline(std::ifstream(lookups), looked_up);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto again =
+      http("POST", url("/jobs/echo?filename=s.txt&callback_url=http://" + looked_up + "/x"),
+           {"Content-Type: text/plain"}, "the same slow host", {}, kPatience);
+  EXPECT_EQ(again.status, 503) << again.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms) << "waited on a host known slow";
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 2u) << "the two jobs without a slow callback";
 }
 
 // A submission whose job record is on its way to Redis holds no thread (issue 14): the record

@@ -1,0 +1,138 @@
+#include "http/resolver.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+namespace relay::http {
+namespace {
+
+using namespace std::chrono_literals;
+using Outcome = Resolution::Outcome;
+
+// A name server the test controls: names starting with "slow" are not answered until the gate
+// opens; others at once, with a public address. Counts lookups. Shared with the lookup threads
+// (they may outlive a Resolver), and opened when the test ends so that none stays blocked.
+struct NameServer {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  std::atomic<int> lookups{0}, slow_started{0};
+
+  Resolution answer(const std::string& host) {
+    ++lookups;
+    if (host.starts_with("slow")) {
+      ++slow_started;
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return open; });
+    }
+    if (host.starts_with("missing")) return {Outcome::not_found, {}, "does not resolve"};
+    return {Outcome::ok, {"93.184.216.34"}, {}};
+  }
+  void release() {
+    std::lock_guard lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+struct ResolverTest : ::testing::Test {
+  std::shared_ptr<NameServer> dns = std::make_shared<NameServer>();
+  Resolver::Lookup lookup() {
+    return [dns = dns](const std::string& host) { return dns->answer(host); };
+  }
+  template <typename F>
+  static bool wait_until(F f) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!f()) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  }
+  ~ResolverTest() override { dns->release(); }
+};
+
+TEST_F(ResolverTest, NumericAddressesNeedNoLookup) {
+  Resolver r({}, lookup());
+  for (const char* ip : {"127.0.0.1", "::1", "2606:4700:4700::1111"}) {
+    auto a = r.resolve(ip);
+    EXPECT_EQ(a.outcome, Outcome::ok) << ip;
+    EXPECT_EQ(a.addresses, std::vector<std::string>{ip});
+  }
+  EXPECT_EQ(dns->lookups, 0);
+}
+
+TEST_F(ResolverTest, AnswersAreKeptForTheirTtl) {
+  Resolver kept({.ttl = 1h, .negative_ttl = 1h}, lookup());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(kept.resolve("a.example").outcome, Outcome::ok);
+    EXPECT_EQ(kept.resolve("missing.example").outcome, Outcome::not_found);
+  }
+  EXPECT_EQ(dns->lookups, 2) << "one lookup per name";
+  Resolver fresh({.ttl = 0ms, .negative_ttl = 0ms}, lookup());
+  EXPECT_EQ(fresh.resolve("a.example").outcome, Outcome::ok);
+  EXPECT_EQ(fresh.resolve("a.example").outcome, Outcome::ok);
+  EXPECT_EQ(dns->lookups, 4) << "expired answers are looked up again";
+}
+
+// A name server that does not answer costs the caller the timeout, once: the next caller naming
+// the same host is answered at once while the lookup runs on, and the late answer is kept.
+TEST_F(ResolverTest, ASlowNameCostsOneTimeoutThenAnswersAtOnce) {
+  Resolver r({.timeout = 1s}, lookup());
+  auto first = r.resolve("slow.example");
+  EXPECT_EQ(first.outcome, Outcome::unavailable);
+  EXPECT_EQ(first.why, "did not resolve within 1s");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto again = r.resolve("slow.example");
+  EXPECT_EQ(again.outcome, Outcome::unavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms) << "waited on a name known slow";
+  EXPECT_EQ(dns->lookups, 1);
+  dns->release();
+  EXPECT_TRUE(wait_until([&] { return r.resolve("slow.example").outcome == Outcome::ok; }));
+  EXPECT_EQ(dns->lookups, 1) << "the late answer was kept, not looked up again";
+}
+
+// While one name hangs, other names are looked up on the other threads; with every thread
+// taken, a new name is unavailable at once rather than queued behind the hanging one.
+TEST_F(ResolverTest, AHangingNameHoldsOneLookupThreadOnly) {
+  Resolver r({.timeout = 10s, .lookups = 2}, lookup());
+  auto hanging = std::async(std::launch::async, [&] { return r.resolve("slow.example"); });
+  ASSERT_TRUE(wait_until([&] { return dns->slow_started == 1; }));
+  EXPECT_EQ(r.resolve("a.example").outcome, Outcome::ok);
+  auto second = std::async(std::launch::async, [&] { return r.resolve("slow2.example"); });
+  ASSERT_TRUE(wait_until([&] { return dns->slow_started == 2; }));
+  auto busy = r.resolve("b.example");
+  EXPECT_EQ(busy.outcome, Outcome::unavailable);
+  EXPECT_EQ(busy.why, "cannot be resolved now: too many names being looked up");
+  dns->release();
+  EXPECT_EQ(hanging.get().outcome, Outcome::ok);
+  EXPECT_EQ(second.get().outcome, Outcome::ok);
+  EXPECT_EQ(r.resolve("b.example").outcome, Outcome::ok) << "threads free again";
+}
+
+// Callers waiting on lookups are bounded: past max_waiting, one more is answered at once.
+TEST_F(ResolverTest, WaitingCallersAreBounded) {
+  Resolver r({.timeout = 10s, .lookups = 2, .max_waiting = 1}, lookup());
+  auto waiting = std::async(std::launch::async, [&] { return r.resolve("slow.example"); });
+  // (The lookup starts only once its caller waits: both happen under the resolver's lock.)
+  ASSERT_TRUE(wait_until([&] { return dns->slow_started == 1; }));
+  auto refused = r.resolve("slow.example");
+  EXPECT_EQ(refused.outcome, Outcome::unavailable);
+  EXPECT_EQ(refused.why, "cannot be resolved now: too many requests waiting for name lookups");
+  dns->release();
+  EXPECT_EQ(waiting.get().outcome, Outcome::ok);
+}
+
+TEST_F(ResolverTest, TheSystemResolverAnswersLocalhost) {
+  auto a = Resolver::system_lookup("localhost");
+  ASSERT_EQ(a.outcome, Outcome::ok) << a.why;
+  ASSERT_FALSE(a.addresses.empty());
+  for (const auto& ip : a.addresses) EXPECT_TRUE(ip == "127.0.0.1" || ip == "::1") << ip;
+}
+
+}  // namespace
+}  // namespace relay::http
