@@ -90,6 +90,17 @@ class GatewayTest : public ::testing::Test {
     for (auto& [k, v] : extra) env[k] = v;
     return env;
   }
+  // The gateway's getaddrinfo replaced (faults/slow_dns.cpp): names ending in ".slow.test" take
+  // ms to fail (0: resolve to 127.0.0.1 at once), each lookup logged to `lookups` if given.
+  static Env slow_dns_env(long ms, const std::string& lookups = "") {
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    Env env{{"LD_PRELOAD", RELAY_TEST_SLOW_DNS},
+            {"RELAY_TEST_SLOW_DNS_MS", std::to_string(ms)},
+            // (A sanitized build's runtime would insist on being preloaded first.)
+            {"ASAN_OPTIONS", std::string(asan ? asan : "") + ":verify_asan_link_order=0"}};
+    if (!lookups.empty()) env["RELAY_TEST_SLOW_DNS_LOG"] = lookups;
+    return env;
+  }
   void start_gateway(Env extra = {}) {
     gateway_ = std::make_unique<GatewayServer>(gateway_env(std::move(extra)));
   }

@@ -178,15 +178,11 @@ TEST_F(GatewayTest, StalledUploadsHoldNoThread) {
 // preloaded getaddrinfo that takes 20 s for names ending in ".slow.test".
 TEST_F(GatewayTest, ASlowNameServerHoldsNoRequestThread) {
   const std::string lookups = logs_.path() + "/slow-dns.log";
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "2"},
-                 {"RELAY_WEBHOOKS_SECRET", WebhookReceiver::kSecret},
-                 {"RELAY_DNS_TIMEOUT", "1500ms"},
-                 {"LD_PRELOAD", RELAY_TEST_SLOW_DNS},
-                 {"RELAY_TEST_SLOW_DNS_MS", "20000"},
-                 {"RELAY_TEST_SLOW_DNS_LOG", lookups},
-                 // (A sanitized build's runtime would insist on being preloaded first.)
-                 {"ASAN_OPTIONS", std::string(asan ? asan : "") + ":verify_asan_link_order=0"}});
+  Env env = slow_dns_env(20'000, lookups);
+  env.insert({{"RELAY_SERVER_BLOCKING_THREADS", "2"},
+              {"RELAY_WEBHOOKS_SECRET", WebhookReceiver::kSecret},
+              {"RELAY_DNS_TIMEOUT", "1500ms"}});
+  start_gateway(env);
   const std::string done_id = submit_id("before");
   auto slow = [&](int i) {
     return std::async(std::launch::async, [this, i] {

@@ -59,6 +59,41 @@ TEST_F(WebhookTest, DeliveredSignedAndVerifiedIndependently) {
   EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 1);
 }
 
+// A callback host whose name server does not answer at delivery: the attempt fails after
+// dns.timeout, not after getaddrinfo's retries, and is retried like one that could not connect
+// (it used to be refused for good: any failed lookup read as "does not resolve"); another job's
+// webhook meanwhile is delivered. The job is accepted by a first gateway whose name server
+// answers, and delivered by a second whose name server hangs (faults/slow_dns.cpp).
+TEST_F(WebhookTest, ACallbackHostThatDoesNotResolveInTimeIsRetried) {
+  WebhookReceiver receiver;
+  receiver.start();
+  const std::string port = receiver.url().substr(receiver.url().rfind(':'));  // ":<port>/..."
+  Env accepting = slow_dns_env(0);
+  accepting.merge(webhook_env());
+  start_gateway(accepting);
+  const std::string slow = submit_with_callback("http://hook.slow.test" + port);
+  const std::string healthy = submit_with_callback(receiver.url());
+  gateway_.reset();
+  Env hanging = slow_dns_env(20'000);
+  hanging.merge(webhook_env({{"RELAY_DNS_TIMEOUT", "300ms"},
+                             {"RELAY_WEBHOOKS_INITIAL_BACKOFF", "30s"},
+                             {"RELAY_WEBHOOKS_CONCURRENCY", "1"}}));
+  start_gateway(hanging);
+  InferenceServer inference;
+  ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "2"})->wait_exit(20s), 0);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(slow) == "retrying"; }, 10s))
+      << webhook_status(slow) << "\n"
+      << gateway_->log();
+  auto w = job(slow).at("webhook").as_object();
+  EXPECT_EQ(w.at("attempts").as_int64(), 1);
+  EXPECT_EQ(str(w.at("last_attempt").as_object(), "error"),
+            "callback_url host 'hook.slow.test' did not resolve within 300ms");
+  // With one worker, the healthy delivery waited for the slow lookup at most dns.timeout.
+  ASSERT_TRUE(wait_until([&] { return webhook_status(healthy) == "delivered"; }, 10s))
+      << gateway_->log();
+  EXPECT_EQ(receiver.lines().size(), 1u);
+}
+
 TEST_F(WebhookTest, FailingReceiverIsRetriedWithTheSameWebhookId) {
   WebhookReceiver receiver(/*fail_first=*/2);
   receiver.start();
