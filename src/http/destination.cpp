@@ -56,7 +56,7 @@ bool is_public_address(const std::string& ip) {
 std::optional<DestinationProblem> check_destination(const std::string& url,
                                                     const Destination& rules,
                                                     std::vector<std::string>* addresses,
-                                                    Resolver* resolver) {
+                                                    Resolver* resolver, std::stop_token stop) {
   auto u = boost::urls::parse_absolute_uri(url);
   const bool scheme_ok = u && std::find(rules.schemes.begin(), rules.schemes.end(), u->scheme()) !=
                                   rules.schemes.end();
@@ -68,7 +68,7 @@ std::optional<DestinationProblem> check_destination(const std::string& url,
   }
   std::string host = u->host();
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  const Resolution r = resolver ? resolver->resolve(host) : Resolver::system_lookup(host);
+  const Resolution r = resolver ? resolver->resolve(host, stop) : Resolver::system_lookup(host);
   if (r.outcome != Resolution::Outcome::ok)
     return DestinationProblem{rules.what + " host '" + host + "' " + r.why,
                               r.outcome == Resolution::Outcome::unavailable};

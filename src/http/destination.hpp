@@ -29,12 +29,13 @@ struct DestinationProblem {
 // Whether url may be called: one of the schemes, no credentials in it, and unless
 // allow_private, no host that is or resolves to a private, loopback, link-local or otherwise
 // non-public address. Returns why it may not, or nullopt. `addresses` receives what the host
-// resolved to (to pin them). Through `resolver` when given (a deadline, a cache; see
-// resolver.hpp), else getaddrinfo on the calling thread, for as long as it takes.
+// resolved to (to pin them). Through `resolver` when given (a deadline, a cache, the wait ended
+// by `stop`; see resolver.hpp), else getaddrinfo on the calling thread, for as long as it takes.
 std::optional<DestinationProblem> check_destination(const std::string& url,
                                                     const Destination& rules,
                                                     std::vector<std::string>* addresses = nullptr,
-                                                    Resolver* resolver = nullptr);
+                                                    Resolver* resolver = nullptr,
+                                                    std::stop_token stop = {});
 bool is_public_address(const std::string& ip);
 
 }  // namespace relay::http

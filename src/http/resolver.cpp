@@ -36,11 +36,13 @@ struct Resolver::State {
   Options options;
   Lookup lookup;
   std::mutex mu;
-  std::condition_variable work_cv, answer_cv;
+  std::condition_variable work_cv;
+  std::condition_variable_any answer_cv;  // (waits that a stop token may end)
   std::unordered_map<std::string, Entry> entries;
   std::deque<std::string> queue;
-  std::size_t pending = 0;  // names queued or being looked up
-  std::size_t waiting = 0;  // callers waiting for an answer
+  std::size_t pending = 0;            // names queued or being looked up
+  std::size_t waiting = 0;            // callers waiting for an answer
+  std::size_t threads = 0, idle = 0;  // lookup threads started (on demand), and waiting for work
   bool stopping = false;
 
   // One lookup thread. It holds the state, not the Resolver: a lookup outliving the Resolver
@@ -48,7 +50,9 @@ struct Resolver::State {
   static void run(std::shared_ptr<State> s) {
     std::unique_lock lock(s->mu);
     for (;;) {
+      ++s->idle;
       s->work_cv.wait(lock, [&] { return s->stopping || !s->queue.empty(); });
+      --s->idle;
       if (s->stopping) return;
       std::string host = std::move(s->queue.front());
       s->queue.pop_front();
@@ -84,9 +88,8 @@ struct Resolver::State {
 
 Resolver::Resolver(Options options, Lookup lookup) : state_(std::make_shared<State>()) {
   state_->options = options;
+  state_->options.lookups = std::max<std::size_t>(1, options.lookups);
   state_->lookup = std::move(lookup);
-  for (std::size_t i = 0; i < std::max<std::size_t>(1, options.lookups); ++i)
-    std::thread(&State::run, state_).detach();
 }
 
 Resolver::~Resolver() {
@@ -97,7 +100,7 @@ Resolver::~Resolver() {
   state_->work_cv.notify_all();
 }
 
-Resolution Resolver::resolve(const std::string& host) {
+Resolution Resolver::resolve(const std::string& host, std::stop_token stop) {
   unsigned char buf[16];
   if (::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1)
     return {Resolution::Outcome::ok, {host}, {}};
@@ -116,7 +119,7 @@ Resolution Resolver::resolve(const std::string& host) {
   if (known && it->second.outwaited)
     return unavailable("did not resolve within " + seconds(o.timeout) +
                        " (its lookup is still running)");
-  if (!known && (s.pending >= std::max<std::size_t>(1, o.lookups) || !s.make_room(now)))
+  if (!known && (s.pending >= o.lookups || !s.make_room(now)))
     return unavailable("cannot be resolved now: too many names being looked up");
   if (s.waiting >= o.max_waiting)
     return unavailable("cannot be resolved now: too many requests waiting for name lookups");
@@ -124,17 +127,25 @@ Resolution Resolver::resolve(const std::string& host) {
     s.entries.emplace(host, State::Entry{});
     s.queue.push_back(host);
     ++s.pending;
-    s.work_cv.notify_one();
+    // Threads start when first needed (a relay that never looks a name up starts none), up to
+    // one per lookup allowed at once; then they stay.
+    if (s.idle == 0 && s.threads < o.lookups) {
+      ++s.threads;
+      std::thread(&State::run, state_).detach();
+    } else {
+      s.work_cv.notify_one();
+    }
   }
   ++s.waiting;
   // (The entry stays while it is looked up: make_room drops only finished ones.)
-  const bool answered = s.answer_cv.wait_until(lock, now + o.timeout, [&] {
+  const bool answered = s.answer_cv.wait_until(lock, stop, now + o.timeout, [&] {
     auto e = s.entries.find(host);
     return e == s.entries.end() || e->second.done;
   });
   --s.waiting;
   auto e = s.entries.find(host);
   if (answered && e != s.entries.end()) return e->second.answer;
+  if (stop.stop_requested()) return unavailable("not resolved: the lookup was abandoned");
   if (e != s.entries.end()) e->second.outwaited = true;
   return unavailable("did not resolve within " + seconds(o.timeout));
 }

@@ -5,7 +5,8 @@
 // answer it returns after the system resolver's retries (10 s and more). Where a client names
 // the host — a callback_url, an input_url — it would choose how long a request thread waits,
 // and a few such requests at once would hold every request thread (issue 10's class). Here:
-// - lookups run on a few threads of their own (`lookups`), never on the caller's;
+// - lookups run on a few threads of their own (`lookups`), never on the caller's, and a
+//   caller's stop token ends its wait (a shutdown, a cancelled job);
 // - a caller waits at most `timeout`, then has its answer: `unavailable`;
 // - a name whose lookup outlived a caller's wait is not waited on again while it runs on, and
 //   answers are kept (`ttl`, `negative_ttl`), so a slow name costs one lookup, not one per
@@ -17,6 +18,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -37,8 +39,8 @@ class Resolver {
  public:
   struct Options {
     std::chrono::milliseconds timeout{2000};
-    std::size_t lookups = 4;                        // threads, so lookups running at once
-    std::size_t max_waiting = 8;                    // callers waiting at once
+    std::size_t lookups = 4;      // lookups running at once (a thread each, started on demand)
+    std::size_t max_waiting = 8;  // callers waiting at once
     std::chrono::milliseconds ttl{30'000};          // an answer with addresses is kept this long
     std::chrono::milliseconds negative_ttl{5'000};  // ... one without
     std::size_t max_entries = 4096;                 // names kept
@@ -53,8 +55,9 @@ class Resolver {
   Resolver(const Resolver&) = delete;
   Resolver& operator=(const Resolver&) = delete;
 
-  // A numeric address answers at once, without a lookup.
-  Resolution resolve(const std::string& host);
+  // A numeric address answers at once, without a lookup. A stop request ends the wait
+  // (`unavailable`).
+  Resolution resolve(const std::string& host, std::stop_token stop = {});
 
   // getaddrinfo, blocking, as long as the system resolver takes.
   static Resolution system_lookup(const std::string& host);

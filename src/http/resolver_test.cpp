@@ -127,6 +127,23 @@ TEST_F(ResolverTest, WaitingCallersAreBounded) {
   EXPECT_EQ(waiting.get().outcome, Outcome::ok);
 }
 
+// A caller's stop (a cancelled job, a shutdown) ends its wait at once; the name is not marked
+// slow by it, and its answer, when it comes, is kept.
+TEST_F(ResolverTest, AStopEndsTheWait) {
+  Resolver r({.timeout = 1h}, lookup());
+  std::stop_source stop;
+  auto waiting =
+      std::async(std::launch::async, [&] { return r.resolve("slow.example", stop.get_token()); });
+  ASSERT_TRUE(wait_until([&] { return dns->slow_started == 1; }));
+  stop.request_stop();
+  auto a = waiting.get();
+  EXPECT_EQ(a.outcome, Outcome::unavailable);
+  EXPECT_EQ(a.why, "not resolved: the lookup was abandoned");
+  dns->release();
+  EXPECT_EQ(r.resolve("slow.example").outcome, Outcome::ok);
+  EXPECT_EQ(dns->lookups, 1);
+}
+
 TEST_F(ResolverTest, TheSystemResolverAnswersLocalhost) {
   auto a = Resolver::system_lookup("localhost");
   ASSERT_EQ(a.outcome, Outcome::ok) << a.why;

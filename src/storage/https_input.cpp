@@ -2,6 +2,7 @@
 #include <boost/url/parse.hpp>
 #include <boost/url/url.hpp>
 
+#include "common/errors.hpp"
 #include "http/destination.hpp"
 #include "http/pull_source.hpp"
 #include "storage/input_url.hpp"
@@ -18,14 +19,25 @@ ErrorKind kind_for(long status) {
   return ErrorKind::other;
 }
 
+// Input hosts are looked up off the job's thread, the wait bounded by the transfer's stall
+// timeout and ended by the job's stop (a cancel, SIGTERM), neither of which getaddrinfo itself
+// heeds (behind a name server that does not answer it takes 10 s and more).
+http::Resolver& resolver(std::chrono::milliseconds timeout) {
+  static http::Resolver r({.timeout = timeout, .max_waiting = 1024});
+  return r;
+}
+
 // One hop: the URL checked, its addresses pinned for the connection.
 std::unique_ptr<http::PullSource> get(const InputUrlOptions& o, const std::string& url,
                                       std::stop_token stop) {
   std::vector<std::string> addresses;
   if (auto why = http::check_destination(
-          url, {{"https"}, o.allow_private, "input_url", "input_urls.allow_private"}, &addresses))
+          url, {{"https"}, o.allow_private, "input_url", "input_urls.allow_private"}, &addresses,
+          &resolver(o.timeout), stop)) {
+    if (stop.stop_requested()) throw Aborted();  // (the job's stop ended the lookup's wait)
     // A host that cannot be resolved now may be later: the job's retry policy decides.
     throw StorageError(why->transient ? ErrorKind::unavailable : ErrorKind::invalid, why->reason);
+  }
   auto u = boost::urls::parse_absolute_uri(url);
   std::string host = u->host();
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);

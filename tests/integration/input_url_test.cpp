@@ -120,6 +120,38 @@ TEST_F(InputUrlTest, S3AndHttpsInputsReachTheModelAndNothingIsStored) {
   EXPECT_EQ(str(job(ids[4]).at("input").as_object(), "filename"), "a.bin");
 }
 
+// An input host whose name server does not answer holds the relay only until the job's stop:
+// a cancel ends the job at once, and SIGTERM gives the next one back and exits, where
+// getaddrinfo would have held the job's thread for its retries (20 s here). The gateway's name
+// server answers (127.0.0.1), the relay's hangs (faults/slow_dns.cpp).
+TEST_F(InputUrlTest, AHangingNameServerHoldsNeitherACancelNorASigterm) {
+  Env accepting = slow_dns_env(0);
+  start("https://in.slow.test/", accepting);
+  const std::string first = field(submit_url("https://in.slow.test/a.bin"), "id");
+  const std::string second = field(submit_url("https://in.slow.test/b.bin"), "id");
+  ASSERT_FALSE(first.empty());
+  ASSERT_FALSE(second.empty());
+  const std::string lookups = logs_.path() + "/relay-dns.log";
+  Env hanging = slow_dns_env(20'000, lookups);
+  hanging["RELAY_INPUT_URLS_ALLOW_PRIVATE"] = "true";
+  InferenceServer inference;
+  auto relay = start_relay(inference, hanging, {"--max-jobs", "0"});
+  auto looked_up = [&] {
+    std::ifstream in(lookups);
+    return std::count(std::istreambuf_iterator<char>(in), {}, '\n');
+  };
+  ASSERT_TRUE(wait_until([&] { return looked_up() >= 1; }, 10s)) << relay->log();
+  EXPECT_EQ(http("DELETE", url("/jobs/echo/" + first)).status, 202);
+  ASSERT_TRUE(wait_until([&] { return str(job(first), "status") == "cancelled"; }, 5s))
+      << job(first) << relay->log();
+  ASSERT_TRUE(wait_until([&] { return str(job(second), "status") == "processing"; }, 5s))
+      << job(second) << relay->log();
+  relay->signal(SIGTERM);
+  EXPECT_EQ(relay->wait_exit(5s), 0) << relay->log();
+  EXPECT_EQ(str(job(second), "status"), "pending") << "given back";
+  EXPECT_FALSE(inference.saw("request /predict")) << "no input ever reached the model";
+}
+
 TEST_F(InputUrlTest, TheGatewayRefusesWhatTheServiceTypeDoesNotAllow) {
   HttpsOrigin origin;
   start(origin.url("/files/"));
