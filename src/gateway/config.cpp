@@ -233,9 +233,9 @@ config::Schema schema(Config& c) {
              "a delivery is retried later; the lookup runs on, and the name is not waited on "
              "again while it does. Answers are kept 30 s (5 s when the name does not resolve).");
   s.integer("dns.lookups", &c.dns_lookups, 4, 1, 256,
-            "Host name lookups running at once, on threads of their own; beyond them a new name "
-            "is unavailable at once (503, a delivery retried). A name server that does not "
-            "answer holds these, never a request thread.");
+            "Host name lookups running at once, on threads of their own (more wait their turn, "
+            "within `dns.timeout`). A name server that does not answer holds these, never a "
+            "request thread or a webhook worker.");
   s.boolean("webhooks.allow_private", &c.webhook_allow_private, false,
             "Allow callback URLs that resolve to private, loopback or link-local addresses.");
   s.duration("webhooks.timeout", &c.webhook_timeout, "10s", "Timeout of one delivery attempt.");

@@ -108,13 +108,15 @@ int main(int argc, char** argv) {
     consumers.push_back(
         std::make_unique<gateway::CompletionConsumer>(gateway::CompletionConsumerParams{
             endpoint, keys, ms, cfg.consumer, cfg.claim_idle, cfg.job_retention, on_completion}));
-  // Host name lookups of callback and input URLs, for submissions and webhook deliveries.
-  http::Resolver resolver({.timeout = cfg.dns_timeout,
-                           .lookups = static_cast<std::size_t>(cfg.dns_lookups),
-                           // Half the request threads at most wait on lookups: a flood of
-                           // submissions naming slow hosts leaves the other half to everyone else.
-                           .max_waiting = static_cast<std::size_t>(
-                               std::max<std::int64_t>(1, cfg.blocking_threads / 2))});
+  // Host name lookups of callback and input URLs: one resolver for submissions, whose waits are
+  // bounded to half the request threads (a flood of submissions naming slow hosts leaves the
+  // other half to everyone else), one for webhook deliveries (bounded by their workers).
+  http::Resolver::Options dns{.timeout = cfg.dns_timeout,
+                              .lookups = static_cast<std::size_t>(cfg.dns_lookups)};
+  dns.max_waiting = static_cast<std::size_t>(std::max<std::int64_t>(1, cfg.blocking_threads / 2));
+  http::Resolver submissions_dns(dns);
+  dns.max_waiting = static_cast<std::size_t>(cfg.webhook_concurrency);
+  http::Resolver webhooks_dns(dns);
   gateway::WebhookSender webhooks({.endpoint = endpoint,
                                    .keys = keys,
                                    .models = models,
@@ -125,13 +127,13 @@ int main(int argc, char** argv) {
                                    .initial_backoff = cfg.webhook_initial_backoff,
                                    .concurrency = cfg.webhook_concurrency,
                                    .per_host = cfg.webhook_per_host,
-                                   .resolver = &resolver});
+                                   .resolver = &webhooks_dns});
   // Leftovers of crashed uploads: untouched for twice the longest an upload may stall.
   gateway::Gc gc({endpoint, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval,
                   std::chrono::duration_cast<std::chrono::seconds>(2 * cfg.body_idle_timeout)});
   // Outlives what it bounds (declared before): the server's pools, the loops below.
   ExitWatchdog watchdog;
-  gateway::Api api(cfg, *storage, encryption, resolver);
+  gateway::Api api(cfg, *storage, encryption, submissions_dns);
   gateway::HttpServer server(cfg, api, notifier);
   try {
     server.listen();

@@ -27,8 +27,10 @@ std::string seconds(std::chrono::milliseconds d) {
 
 struct Resolver::State {
   struct Entry {
-    bool done = false;
-    bool outwaited = false;  // a caller gave up on it: later callers do not wait again
+    bool started = false;    // a lookup thread took it
+    bool done = false;       // answered
+    bool outwaited = false;  // a caller's wait ran out while it was looked up: it is slow
+    std::size_t waiters = 0;
     Resolution answer;
     Clock::time_point expires;
   };
@@ -39,8 +41,7 @@ struct Resolver::State {
   std::condition_variable work_cv;
   std::condition_variable_any answer_cv;  // (waits that a stop token may end)
   std::unordered_map<std::string, Entry> entries;
-  std::deque<std::string> queue;
-  std::size_t pending = 0;            // names queued or being looked up
+  std::deque<std::string> queue;      // names waiting for a lookup thread
   std::size_t waiting = 0;            // callers waiting for an answer
   std::size_t threads = 0, idle = 0;  // lookup threads started (on demand), and waiting for work
   bool stopping = false;
@@ -56,6 +57,16 @@ struct Resolver::State {
       if (s->stopping) return;
       std::string host = std::move(s->queue.front());
       s->queue.pop_front();
+      auto it = s->entries.find(host);
+      // (A name queued twice — dropped from its first turn, then asked again — is taken once.)
+      if (it == s->entries.end() || it->second.started) continue;
+      if (it->second.waiters == 0) {
+        // Queued behind slow lookups until everyone asking gave up: not looked up, so that
+        // abandoned names do not take the threads after them.
+        s->entries.erase(it);
+        continue;
+      }
+      it->second.started = true;
       lock.unlock();
       Resolution answer;
       try {
@@ -64,9 +75,8 @@ struct Resolver::State {
         answer = unavailable(e.what());
       }
       lock.lock();
-      --s->pending;
       auto& e = s->entries[host];
-      e.done = true;
+      e.started = e.done = true;
       e.expires =
           Clock::now() +
           (answer.outcome == Resolution::Outcome::ok ? s->options.ttl : s->options.negative_ttl);
@@ -114,21 +124,18 @@ Resolution Resolver::resolve(const std::string& host, std::stop_token stop) {
     s.entries.erase(it);
     it = s.entries.end();
   }
-  const bool known = it != s.entries.end();
-  if (known && it->second.done) return it->second.answer;
-  if (known && it->second.outwaited)
+  if (it != s.entries.end() && it->second.done) return it->second.answer;
+  if (it != s.entries.end() && it->second.outwaited)
     return unavailable("did not resolve within " + seconds(o.timeout) +
                        " (its lookup is still running)");
-  if (!known && (s.pending >= o.lookups || !s.make_room(now)))
-    return unavailable("cannot be resolved now: too many names being looked up");
   if (s.waiting >= o.max_waiting)
     return unavailable("cannot be resolved now: too many requests waiting for name lookups");
-  if (!known) {
-    s.entries.emplace(host, State::Entry{});
+  if (it == s.entries.end()) {
+    if (!s.make_room(now)) return unavailable("cannot be resolved now: too many names");
+    it = s.entries.emplace(host, State::Entry{}).first;
     s.queue.push_back(host);
-    ++s.pending;
     // Threads start when first needed (a relay that never looks a name up starts none), up to
-    // one per lookup allowed at once; then they stay.
+    // `lookups`; then they stay. Beyond them names queue, each wait still bounded by timeout.
     if (s.idle == 0 && s.threads < o.lookups) {
       ++s.threads;
       std::thread(&State::run, state_).detach();
@@ -137,16 +144,20 @@ Resolution Resolver::resolve(const std::string& host, std::stop_token stop) {
     }
   }
   ++s.waiting;
-  // (The entry stays while it is looked up: make_room drops only finished ones.)
+  ++it->second.waiters;
+  // (Entries with waiters stay: make_room drops only answered ones, a thread only unwanted ones.)
   const bool answered = s.answer_cv.wait_until(lock, stop, now + o.timeout, [&] {
     auto e = s.entries.find(host);
     return e == s.entries.end() || e->second.done;
   });
   --s.waiting;
   auto e = s.entries.find(host);
-  if (answered && e != s.entries.end()) return e->second.answer;
+  if (e == s.entries.end()) return unavailable("not resolved: the lookup was abandoned");
+  --e->second.waiters;
+  if (answered) return e->second.answer;
   if (stop.stop_requested()) return unavailable("not resolved: the lookup was abandoned");
-  if (e != s.entries.end()) e->second.outwaited = true;
+  // Slow only if it was being looked up: one queued behind slow names is not marked.
+  if (e->second.started) e->second.outwaited = true;
   return unavailable("did not resolve within " + seconds(o.timeout));
 }
 

@@ -5,15 +5,16 @@
 // answer it returns after the system resolver's retries (10 s and more). Where a client names
 // the host — a callback_url, an input_url — it would choose how long a request thread waits,
 // and a few such requests at once would hold every request thread (issue 10's class). Here:
-// - lookups run on a few threads of their own (`lookups`), never on the caller's, and a
-//   caller's stop token ends its wait (a shutdown, a cancelled job);
-// - a caller waits at most `timeout`, then has its answer: `unavailable`;
+// - lookups run on a few threads of their own (`lookups`; more names queue), never on the
+//   caller's, and a caller's stop token ends its wait (a shutdown, a cancelled job);
+// - a caller waits at most `timeout`, then has its answer: `unavailable`; a queued name nobody
+//   waits for any more is dropped, not looked up;
 // - a name whose lookup outlived a caller's wait is not waited on again while it runs on, and
 //   answers are kept (`ttl`, `negative_ttl`), so a slow name costs one lookup, not one per
 //   request;
-// - with every lookup thread busy, or `max_waiting` callers waiting already, a new name is
-//   `unavailable` at once.
-// So only requests naming slow hosts are slowed, by at most `timeout` each.
+// - with `max_waiting` callers waiting already, one more is `unavailable` at once.
+// So a caller waits at most `timeout`, and only callers needing a name not yet known can be
+// slowed by slow names (a burst of new names queues briefly behind the lookup threads).
 #include <chrono>
 #include <cstddef>
 #include <functional>
