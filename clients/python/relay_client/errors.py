@@ -41,7 +41,9 @@ class QuotaExceeded(RelayError):
 
 
 class Unavailable(RelayError):
-    """503: Redis or storage unavailable on the gateway's side; retry after retry_after."""
+    """503: Redis or storage unavailable on the gateway's side, or a callback_url / input_url host
+    whose name could not be resolved in time (callback_url_unresolved, input_url_unresolved);
+    retry after retry_after."""
 
 
 class TransportError(RelayError):
