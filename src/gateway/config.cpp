@@ -73,7 +73,8 @@ config::Schema schema(Config& c) {
             "16 KiB per upload piece (an upload holds two pieces: one being stored while the "
             "next is read; up to 1 MiB each while this has room). Past it uploads go on in "
             "16 KiB pieces (more hand-offs to the upload pool per byte), so memory does not grow "
-            "with the number of fast uploads.");
+            "with the number of fast uploads. Result downloads draw on it too: a chunk of up to "
+            "64 KiB each while it has room, 16 KiB past it.");
   config::bind_redis(s, c.redis);
   s.duration("redis.retry_timeout", &c.redis_retry_timeout, "10s",
              "How long a request waits for a Redis that is restarting, loading, busy or failing "

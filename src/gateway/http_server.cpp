@@ -68,7 +68,8 @@ constexpr std::size_t kPrefetch = 64 * 1024;
 // pieces); and below what size a piece waits (up to kHold) for more before it is handed on.
 constexpr std::size_t kPiece = 1024 * 1024;
 constexpr std::size_t kSmallPiece = 16 * 1024;
-constexpr std::size_t kRead = 256 * 1024;  // Beast's read buffer for a chunked body
+constexpr std::size_t kDownloadChunk = 64 * 1024;  // a stored object's piece on its way out
+constexpr std::size_t kRead = 256 * 1024;          // Beast's read buffer for a chunked body
 constexpr auto kHold = std::chrono::seconds(1);
 
 // Threads a pool wakes for short work (WorkPool's `eager`): one per core.
@@ -87,9 +88,10 @@ struct Malformed {
   std::string reason;
 };
 
-// Upload bytes held in pieces over all requests (server.upload_buffer_memory). A piece holds up
-// to kSmallPiece on its own; beyond that it grows only with room taken from here, given back
-// when the piece is freed or its upload slows to small pieces. Without room an upload goes on
+// Upload bytes held in pieces over all requests (server.upload_buffer_memory), and the chunks of
+// stored objects being downloaded (kDownloadChunk at most, while the budget has room). A piece
+// holds up to kSmallPiece on its own; beyond that it grows only with room taken from here, given
+// back when the piece is freed or its upload slows to small pieces. Without room an upload goes on
 // in small pieces — more hand-offs to the upload pool, the same bytes — so the gateway's memory
 // does not grow with the number of fast uploads (200 at once held 450 MiB before).
 class PieceBudget {
@@ -814,11 +816,15 @@ struct HttpServer::Impl {
     out.body().more = true;
     http::response_serializer<http::buffer_body> sr{out};
     co_await http::async_write_header(stream, sr, asio::use_awaitable);
-    std::vector<char> chunk(64 * 1024);
     for (;;) {
-      size_t n = co_await run_blocking(
-          pool, [&] { return resp.stream->read(std::span<char>(chunk.data(), chunk.size())); });
-      out.body().data = n ? chunk.data() : nullptr;
+      // Each chunk is a piece of the upload pieces' budget (server.upload_buffer_memory), up to
+      // 64 KiB while it has room, 16 KiB past it, and given back once written: a reader that
+      // stalls holds its chunk meanwhile, and many of them (a chunk of 64 KiB each: 2,000
+      // stalled downloads took 127 MiB) must not grow the gateway without bound.
+      Piece chunk(piece_budget);
+      const auto room = chunk.room(kDownloadChunk, kDownloadChunk);
+      size_t n = co_await run_blocking(pool, [&] { return resp.stream->read(room); });
+      out.body().data = n ? room.data() : nullptr;
       out.body().size = n;
       out.body().more = n > 0;
       // No total deadline: each chunk may take its share at server.min_download_rate.
