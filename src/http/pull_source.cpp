@@ -1,5 +1,7 @@
 #include "http/pull_source.hpp"
 
+#include <cstring>
+
 namespace relay::http {
 
 PullSource::PullSource(Easy easy, std::unique_ptr<Headers> headers, std::stop_token stop,
@@ -10,23 +12,35 @@ PullSource::PullSource(Easy easy, std::unique_ptr<Headers> headers, std::stop_to
   curl_easy_setopt(easy_.get(), CURLOPT_HEADERFUNCTION, &collect_headers);
   curl_easy_setopt(easy_.get(), CURLOPT_HEADERDATA, &response_headers_);
   transfer_ = std::make_unique<Transfer>(easy_.get(), std::move(stop));
-  finish_if_done(transfer_->run_until([this] { return !buf_.empty() || status_ != 0; }));
+  // (The first bytes pause the transfer here: there is no room yet. They are handed over by the
+  // first read.)
+  finish_if_done(transfer_->run_until([this] { return paused_ || status_ != 0; }));
 }
 
 size_t PullSource::read(std::span<char> out) {
-  while (pos_ == buf_.size() && !done_) {
-    buf_.clear();
-    pos_ = 0;
+  if (out.empty()) return 0;
+  if (pos_ < buf_.size()) {  // left by the last callback
+    const size_t n = std::min(out.size(), buf_.size() - pos_);
+    std::copy_n(buf_.data() + pos_, n, out.data());
+    pos_ += n;
+    if (pos_ == buf_.size()) {
+      buf_.clear();
+      pos_ = 0;
+    }
+    return n;
+  }
+  out_ = out;
+  got_ = 0;
+  while (got_ == 0 && !done_) {
     if (paused_) {
       paused_ = false;
-      curl_easy_pause(easy_.get(), CURLPAUSE_CONT);
+      curl_easy_pause(easy_.get(), CURLPAUSE_CONT);  // (may deliver what was held, at once)
     }
-    finish_if_done(transfer_->run_until([this] { return !buf_.empty() || paused_; }));
+    if (got_ == 0 && !done_)
+      finish_if_done(transfer_->run_until([this] { return got_ > 0 || paused_; }));
   }
-  size_t n = std::min(out.size(), buf_.size() - pos_);
-  std::copy_n(buf_.data() + pos_, n, out.data());
-  pos_ += n;
-  return n;
+  out_ = {};
+  return got_;
 }
 
 std::optional<std::uint64_t> PullSource::size() const {
@@ -48,11 +62,15 @@ size_t PullSource::on_data(char* data, size_t size, size_t n, void* user) {
     if (self->error_body_.size() < 65536) self->error_body_.append(data, bytes);
     return bytes;
   }
-  if (self->buf_.size() - self->pos_ >= kHighWater) {
+  const size_t room = self->out_.size() - self->got_;
+  if (room == 0) {  // no room (yet): libcurl keeps these bytes until the transfer resumes
     self->paused_ = true;
     return CURL_WRITEFUNC_PAUSE;
   }
-  self->buf_.append(data, bytes);
+  const size_t take = std::min(room, bytes);
+  std::memcpy(self->out_.data() + self->got_, data, take);
+  self->got_ += take;
+  if (take < bytes) self->buf_.assign(data + take, bytes - take);  // (empty: read() drained it)
   return bytes;
 }
 

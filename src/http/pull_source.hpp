@@ -1,7 +1,10 @@
 #pragma once
-// A download as a ByteSource: the transfer runs only inside read(), its write callback filling a
-// bounded buffer and pausing the transfer when the buffer is full. One buffer's worth of memory
-// (kHighWater), whatever the size of the body. S3 GETs and inputs by URL are read this way.
+// A download as a ByteSource: the transfer runs only inside read(), its write callback copying
+// straight into the caller's buffer and pausing the transfer once that is full (libcurl keeps
+// what it had not handed over). What a callback brings beyond the caller's room waits here for
+// the next read: at most one callback's worth (16 KiB), whatever the size of the body and however
+// slowly it is read — a gateway serving many stalled downloads from S3 held up to 1 MiB each.
+// S3 GETs and inputs by URL are read this way.
 
 #include <functional>
 #include <memory>
@@ -15,7 +18,6 @@ namespace relay::http {
 
 class PullSource final : public ByteSource {
  public:
-  static constexpr size_t kHighWater = 1 << 20;
   // How the transfer ended, when it did not end well: a CURLcode other than CURLE_OK, or an HTTP
   // status of 300 or more with the start of its body (an error document). It throws what the
   // caller wants thrown, or returns to let the caller look at status() (a redirect).
@@ -40,7 +42,9 @@ class PullSource final : public ByteSource {
   OnFailure on_failure_;
   HeaderMap response_headers_;
   std::unique_ptr<Transfer> transfer_;
-  std::string buf_;
+  std::span<char> out_;  // the caller's room, during read()
+  size_t got_ = 0;       // ... filled so far
+  std::string buf_;      // a callback's bytes beyond that room
   size_t pos_ = 0;
   long status_ = 0;
   bool paused_ = false;
