@@ -31,14 +31,6 @@ std::optional<Millis> parse_duration(std::string_view text) {
   return Millis(static_cast<long long>(std::llround(ms)));
 }
 
-std::string format_duration(Millis d) {
-  auto ms = d.count();
-  if (ms % 3'600'000 == 0 && ms != 0) return std::to_string(ms / 3'600'000) + "h";
-  if (ms % 60'000 == 0 && ms != 0) return std::to_string(ms / 60'000) + "m";
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  return std::to_string(ms) + "ms";
-}
-
 namespace {
 
 // Exactly n decimal digits at text[at]: their value, or -1.

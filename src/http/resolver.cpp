@@ -9,6 +9,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/time.hpp"
+
 namespace relay::http {
 namespace {
 
@@ -16,11 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 Resolution unavailable(std::string why) {
   return {Resolution::Outcome::unavailable, {}, std::move(why)};
-}
-
-std::string seconds(std::chrono::milliseconds d) {
-  const auto ms = d.count();
-  return ms % 1000 == 0 ? std::to_string(ms / 1000) + "s" : std::to_string(ms) + "ms";
 }
 
 }  // namespace
@@ -126,7 +123,7 @@ Resolution Resolver::resolve(const std::string& host, std::stop_token stop) {
   }
   if (it != s.entries.end() && it->second.done) return it->second.answer;
   if (it != s.entries.end() && it->second.outwaited)
-    return unavailable("did not resolve within " + seconds(o.timeout) +
+    return unavailable("did not resolve within " + format_duration(o.timeout) +
                        " (its lookup is still running)");
   if (s.waiting >= o.max_waiting)
     return unavailable("cannot be resolved now: too many requests waiting for name lookups");
@@ -158,7 +155,7 @@ Resolution Resolver::resolve(const std::string& host, std::stop_token stop) {
   if (stop.stop_requested()) return unavailable("not resolved: the lookup was abandoned");
   // Slow only if it was being looked up: one queued behind slow names is not marked.
   if (e->second.started) e->second.outwaited = true;
-  return unavailable("did not resolve within " + seconds(o.timeout));
+  return unavailable("did not resolve within " + format_duration(o.timeout));
 }
 
 Resolution Resolver::system_lookup(const std::string& host) {

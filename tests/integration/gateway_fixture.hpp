@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,15 +47,28 @@ inline std::string str(const json::object& o, const char* key) {
   return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
 }
 
-inline int raw_connect(const std::string& gateway_url) {
+// receive_buffer: SO_RCVBUF set before connecting (a small one: a reader whose kernel buffers
+// fill at once), or 0 for the default.
+inline int raw_connect(const std::string& gateway_url, int receive_buffer = 0) {
   auto port = std::stoi(gateway_url.substr(gateway_url.rfind(':') + 1));
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (receive_buffer > 0)
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
   return fd;
+}
+
+// Room for this process to hold n more descriptors (its soft limit raised towards the hard one).
+inline void allow_open_files(rlim_t n) {
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  if (files.rlim_cur >= n + 100) return;
+  files.rlim_cur = std::min<rlim_t>(files.rlim_max, n + 100);
+  ::setrlimit(RLIMIT_NOFILE, &files);
 }
 
 inline std::string error_code(const HttpResult& r) {

@@ -1,8 +1,6 @@
 // The gateway at the edge of the internet: HTTP framing, slow and hostile clients, connection
 // and file limits, shutdown with requests in flight (fixture: gateway_fixture.hpp).
 
-#include <sys/resource.h>
-
 #include <fstream>
 #include <thread>
 
@@ -602,13 +600,8 @@ TEST_F(GatewayTest, ManyFastUploadsHoldBoundedMemory) {
 // chart's limit is 1 GiB; the default connection limit is the open-file limit).
 TEST_F(GatewayTest, AnswersBeforeTheBodyHoldNoBufferPerConnection) {
   start_gateway();
-  rlimit files{};
-  ::getrlimit(RLIMIT_NOFILE, &files);
   constexpr rlim_t kConnections = 800;
-  if (files.rlim_cur < kConnections + 100) {
-    files.rlim_cur = std::min<rlim_t>(files.rlim_max, kConnections + 100);
-    ::setrlimit(RLIMIT_NOFILE, &files);
-  }
+  allow_open_files(kConnections);
   const long before = status_kib(gateway_->pid(), "VmRSS");
   std::vector<int> held;
   for (rlim_t i = 0; i < kConnections; ++i) {
@@ -638,25 +631,15 @@ TEST_F(GatewayTest, StalledDownloadsHoldBoundedMemory) {
   auto id = submit_id("big result");
   ASSERT_EQ(start_relay(inference)->wait_exit(30s), 0);
   ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
-  rlimit files{};
-  ::getrlimit(RLIMIT_NOFILE, &files);
   constexpr rlim_t kReaders = 800;
-  if (files.rlim_cur < kReaders + 100) {
-    files.rlim_cur = std::min<rlim_t>(files.rlim_max, kReaders + 100);
-    ::setrlimit(RLIMIT_NOFILE, &files);
-  }
+  allow_open_files(kReaders);
   const std::string request = "GET /jobs/echo/" + id + "/result HTTP/1.1\r\nHost: x\r\n\r\n";
   const long before = status_kib(gateway_->pid(), "VmRSS");
   std::vector<int> stalled;
   for (rlim_t i = 0; i < kReaders; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    int small = 4096;  // the kernel's buffers full at once: the gateway is left holding its chunk
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(std::stoi(gateway_->url().substr(17))));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    // A 4 KiB receive buffer: the kernel's buffers full at once, the gateway left holding a chunk.
+    int fd = raw_connect(gateway_->url(), 4096);
+    ASSERT_GE(fd, 0);
     ASSERT_GT(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), 0);
     ASSERT_TRUE(recv_some(fd, 10).starts_with("HTTP/1.1 200")) << i;
     stalled.push_back(fd);
