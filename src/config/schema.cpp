@@ -71,13 +71,19 @@ void Schema::string(std::string key, std::string* out, std::string def, std::str
 }
 
 void Schema::duration(std::string key, std::chrono::milliseconds* out, std::string def,
-                      std::string doc) {
+                      std::string doc, std::chrono::milliseconds min) {
   auto parsed = parse_duration(def);
-  if (!parsed) throw std::logic_error("bad default for " + key);
+  if (!parsed || *parsed < min) throw std::logic_error("bad default for " + key);
+  if (min > kPositive) doc += " At least `" + format_duration(min) + "`.";
   entries_.push_back({key, def, std::move(doc), false, [out, d = *parsed] { *out = d; },
-                      [out, key](const std::string& v) {
+                      [out, key, min](const std::string& v) {
                         auto d = parse_duration(v);
                         if (!d) bad(key, v, "expected a duration such as 250ms, 60s, 5m, 1h");
+                        if (*d < min)
+                          bad(key, v,
+                              min == std::chrono::milliseconds(1)
+                                  ? std::string("must be positive")
+                                  : "must be at least " + format_duration(min));
                         *out = *d;
                       },
                       nullptr});

@@ -33,10 +33,17 @@ EnvLookup process_env();
 // "a.b_c" -> "RELAY_A_B_C"
 std::string env_name(const std::string& key);
 
+// The usual minimums of Schema::duration.
+inline constexpr std::chrono::milliseconds kZeroAllowed{0};
+inline constexpr std::chrono::milliseconds kPositive{1};
+
 class Schema {
  public:
   void string(std::string key, std::string* out, std::string def, std::string doc);
-  void duration(std::string key, std::chrono::milliseconds* out, std::string def, std::string doc);
+  // Values below `min` are refused. Most durations need one: a zero here is a timeout that
+  // fires at once, an expiry Redis refuses, or a loop that never sleeps.
+  void duration(std::string key, std::chrono::milliseconds* out, std::string def, std::string doc,
+                std::chrono::milliseconds min);
   void integer(std::string key, std::int64_t* out, std::int64_t def, std::int64_t min,
                std::int64_t max, std::string doc);
   void boolean(std::string key, bool* out, bool def, std::string doc);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gateway/config.hpp"
 #include "sidecar/config.hpp"
 
 namespace relay::config {
@@ -105,11 +106,71 @@ TEST(RelayConfig, BadValuesNameTheirKey) {
   }
 }
 
+// A zero (or a few milliseconds) in most durations is no setting at all but a breakage: a
+// timeout that fires at once or never (libcurl reads 0 as none), an expiry Redis refuses, a
+// loop that never sleeps, events claimed from live replicas. The schema refuses them.
+TEST(Durations, ThoseThatCannotBeZeroAreRefusedNamingTheirKey) {
+  const std::vector<std::string> gateway_keys = {
+      "server.body_idle_timeout", "gc.reap_interval",      "gc.expire_interval",
+      "idempotency.reservation",  "gc.job_retention",      "gc.interval",
+      "events.claim_idle",        "dns.timeout",           "webhooks.timeout",
+      "webhooks.initial_backoff", "redis.connect_timeout", "storage.s3_timeout"};
+  const std::vector<std::string> relay_keys = {"lease_ttl",
+                                               "queue_pop_timeout",
+                                               "relay.health_interval",
+                                               "relay.progress_interval",
+                                               "relay.progress_webhook_interval",
+                                               "redis.connect_timeout",
+                                               "storage.s3_timeout"};
+  auto refused = [](auto schema, const std::string& key, const std::string& value) {
+    try {
+      schema.load_string("", env_of({{env_name(key), value}}));
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + key + "'"), std::string::npos) << e.what();
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const auto& key : gateway_keys) {
+    gateway::Config c;
+    EXPECT_NE(refused(gateway::schema(c), key, "0s"), "") << key << ": 0s accepted";
+    EXPECT_NE(refused(gateway::schema(c), key, "0.4ms"), "") << key << ": 0.4ms (0) accepted";
+  }
+  for (const auto& key : relay_keys) {
+    sidecar::Config c;
+    EXPECT_NE(refused(sidecar::schema(c), key, "0s"), "") << key << ": 0s accepted";
+  }
+  sidecar::Config r;
+  EXPECT_NE(refused(sidecar::schema(r), "lease_ttl", "299ms").find("must be at least 300ms"),
+            std::string::npos);
+  EXPECT_EQ(refused(sidecar::schema(r), "lease_ttl", "300ms"), "");
+  gateway::Config g;
+  EXPECT_NE(refused(gateway::schema(g), "dns.timeout", "0s").find("must be positive"),
+            std::string::npos);
+  EXPECT_EQ(refused(gateway::schema(g), "dns.timeout", "1ms"), "");
+}
+
+TEST(Durations, ZeroKeepsItsDocumentedMeaningWhereItHasOne) {
+  sidecar::Config r;
+  sidecar::schema(r).load_string(
+      "", env_of({{"RELAY_INFERENCE_TIMEOUT", "0s"}, {"RELAY_RELAY_HEALTH_TIMEOUT", "0s"}}));
+  EXPECT_EQ(r.inference.timeout.count(), 0) << "0s = no limit on one inference request";
+  gateway::Config g;
+  gateway::schema(g).load_string("", env_of({{"RELAY_SERVER_SHUTDOWN_TIMEOUT", "0s"},
+                                             {"RELAY_SERVER_MAX_WAIT", "0s"},
+                                             {"RELAY_WEBHOOKS_MAX_AGE", "0s"},
+                                             {"RELAY_GC_REAP_GRACE", "0s"}}));
+  EXPECT_EQ(g.shutdown_timeout.count(), 0);
+  EXPECT_EQ(g.max_wait.count(), 0);
+}
+
 TEST(RelayConfig, ReferenceListsEveryKeyWithItsVariable) {
   sidecar::Config c;
   auto ref = sidecar::schema(c).reference_markdown();
   EXPECT_NE(ref.find("`lease_ttl` | `RELAY_LEASE_TTL` | `60s`"), std::string::npos) << ref;
   EXPECT_NE(ref.find("`queue_pop_timeout` | `RELAY_QUEUE_POP_TIMEOUT` | `5m`"), std::string::npos);
+  EXPECT_NE(ref.find("not the job length. At least `300ms`. |"), std::string::npos)
+      << "a duration's minimum is in the reference";
 }
 
 }  // namespace

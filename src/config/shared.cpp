@@ -18,7 +18,7 @@ void bind_redis(Schema& s, RedisConfig& c) {
             "Wrap the model in `{}` in keys so each model's keys share a Redis Cluster slot "
             "(always on in cluster mode).");
   s.duration("redis.connect_timeout", &c.connect_timeout, "5s",
-             "Timeout of one connection attempt.");
+             "Timeout of one connection attempt.", config::kPositive);
   s.string("redis.tls_ca_file", &c.tls_ca_file, "",
            "TLS (`rediss://`): CA certificates (PEM) that signed Redis's certificate; empty = the "
            "system's CAs (managed services).");
@@ -58,7 +58,8 @@ void bind_storage(Schema& s, storage::Config& c) {
             "Multipart part size in bytes (for bodies of unknown length or over 5 GiB; known "
             "lengths go in one streamed PUT).");
   s.duration("storage.s3_timeout", &c.s3_timeout, "30s",
-             "Connect timeout, and how long a transfer may stall before it fails.");
+             "Connect timeout, and how long a transfer may stall before it fails.",
+             config::kPositive);
   s.boolean("storage.fsync", &c.fsync, false,
             "Filesystem backend: fsync each object before it is renamed into place.");
 }

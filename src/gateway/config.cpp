@@ -41,13 +41,16 @@ config::Schema schema(Config& c) {
             "Largest accepted input, bytes (413 beyond).");
   s.integer("server.max_header_size", &c.max_header_size, 16384, 1024, 1 << 20,
             "Largest accepted request header, bytes.");
-  s.duration("server.max_wait", &c.max_wait, "60s", "Upper bound on `?wait=` long-polls.");
+  s.duration("server.max_wait", &c.max_wait, "60s", "Upper bound on `?wait=` long-polls.",
+             config::kZeroAllowed);
   s.duration("server.shutdown_timeout", &c.shutdown_timeout, "30s",
              "On SIGTERM, how long in-flight requests (uploads, downloads) may take to finish "
              "before their connections are cut. Keep Kubernetes' "
-             "`terminationGracePeriodSeconds` above it (the chart does).");
+             "`terminationGracePeriodSeconds` above it (the chart does).",
+             config::kZeroAllowed);
   s.duration("server.body_idle_timeout", &c.body_idle_timeout, "60s",
-             "An upload or a download that moves no byte for this long is cut.");
+             "An upload or a download that moves no byte for this long is cut.",
+             std::chrono::milliseconds(100));
   s.integer("server.min_upload_rate", &c.min_upload_rate, 1024, 0, 1LL << 40,
             "An upload slower than this many bytes/s, measured over half of "
             "`body_idle_timeout` of waiting on the client (time the gateway spends storing "
@@ -78,7 +81,8 @@ config::Schema schema(Config& c) {
   config::bind_redis(s, c.redis);
   s.duration("redis.retry_timeout", &c.redis_retry_timeout, "10s",
              "How long a request waits for a Redis that is restarting, loading, busy or failing "
-             "over (retried with jittered backoff) before it is answered 503 with `Retry-After`.");
+             "over (retried with jittered backoff) before it is answered 503 with `Retry-After`.",
+             config::kZeroAllowed);
   config::bind_storage(s, c.storage);
   config::bind_encryption(s, c.encryption);
   s.section(
@@ -197,28 +201,34 @@ config::Schema schema(Config& c) {
                "Per-tenant overrides: tenant → `max_pending=N,submits_per_minute=N,"
                "submit_burst=N` (any of them; the rest from quotas.*).");
   s.duration("gc.reap_interval", &c.reap_interval, "5s",
-             "How often the reaper looks for jobs whose relay died.");
+             "How often the reaper looks for jobs whose relay died.", config::kPositive);
   s.duration("gc.reap_grace", &c.reap_grace, "5s",
              "A job is reaped only when seen lease-less on two passes at least this far apart "
-             "(covers the dequeue-to-lease window).");
+             "(covers the dequeue-to-lease window).",
+             config::kZeroAllowed);
   s.integer("gc.max_reap_attempts", &c.max_reap_attempts, 3, 1, 1000,
             "After this many crashed runs a job is dead-lettered (`failed`, `dead_lettered`).");
   s.duration("gc.expire_interval", &c.expire_interval, "1s",
              "How often the due sweep runs: jobs whose ttl passed in pending fail `expired` and "
              "leave the queue (a relay that takes one first fails it itself, without calling the "
-             "model); failed jobs whose retry is due go back to pending.");
+             "model); failed jobs whose retry is due go back to pending.",
+             config::kPositive);
   s.duration("idempotency.reservation", &c.idempotency_reservation, "2m",
              "How long an `Idempotency-Key` stays reserved for a submission whose upload has not "
              "finished: renewed while the upload progresses, so a gateway that crashes mid-upload "
-             "frees the key within this time (a retry meanwhile gets 409).");
+             "frees the key within this time (a retry meanwhile gets 409).",
+             std::chrono::seconds(1));
   s.duration("gc.job_retention", &c.job_retention, "168h",
-             "Terminal job records expire this long after they finish.");
-  s.duration("gc.interval", &c.gc_interval, "60s", "How often expired jobs' objects are deleted.");
+             "Terminal job records expire this long after they finish.",
+             std::chrono::milliseconds(100));
+  s.duration("gc.interval", &c.gc_interval, "60s", "How often expired jobs' objects are deleted.",
+             std::chrono::milliseconds(10));
   s.boolean("gc.keep_objects", &c.keep_objects, false,
             "Keep inputs and results in storage when records expire.");
   s.duration(
       "events.claim_idle", &c.claim_idle, "30s",
-      "Completion events left unacknowledged this long by a dead replica are claimed by another.");
+      "Completion events left unacknowledged this long by a dead replica are claimed by another.",
+      std::chrono::seconds(1));
   s.string("events.consumer", &c.consumer, "",
            "This replica's consumer name in the events group; default: the host name.");
   s.string("webhooks.secret", &c.webhook_secret, "",
@@ -232,23 +242,26 @@ config::Schema schema(Config& c) {
              "names (checked at submission, and again at each webhook delivery). Past it the "
              "submission is answered 503 (`callback_url_unresolved`, `input_url_unresolved`) and "
              "a delivery is retried later; the lookup runs on, and the name is not waited on "
-             "again while it does. Answers are kept 30 s (5 s when the name does not resolve).");
+             "again while it does. Answers are kept 30 s (5 s when the name does not resolve).",
+             config::kPositive);
   s.integer("dns.lookups", &c.dns_lookups, 4, 1, 256,
             "Host name lookups running at once, on threads of their own (more wait their turn, "
             "within `dns.timeout`). A name server that does not answer holds these, never a "
             "request thread or a webhook worker.");
   s.boolean("webhooks.allow_private", &c.webhook_allow_private, false,
             "Allow callback URLs that resolve to private, loopback or link-local addresses.");
-  s.duration("webhooks.timeout", &c.webhook_timeout, "10s", "Timeout of one delivery attempt.");
+  s.duration("webhooks.timeout", &c.webhook_timeout, "10s", "Timeout of one delivery attempt.",
+             config::kPositive);
   s.integer("webhooks.concurrency", &c.webhook_concurrency, 16, 1, 1024,
             "Delivery attempts in flight at once, per gateway replica.");
   s.integer("webhooks.per_host_concurrency", &c.webhook_per_host, 2, 1, 1024,
             "Of those, at most this many to one destination (host and port): a slow or hanging "
             "receiver delays only its own webhooks.");
   s.duration("webhooks.max_age", &c.webhook_max_age, "24h",
-             "Retry failed deliveries (exponential backoff, jitter) for this long.");
+             "Retry failed deliveries (exponential backoff, jitter) for this long.",
+             config::kZeroAllowed);
   s.duration("webhooks.initial_backoff", &c.webhook_initial_backoff, "5s",
-             "Delay before the first retry; doubles each attempt.");
+             "Delay before the first retry; doubles each attempt.", std::chrono::milliseconds(10));
   config::bind_log(s, c.log);
   return s;
 }
@@ -319,8 +332,6 @@ void validate(const Config& c) {
   }
   if (!c.webhook_secret.empty() && !decode_webhook_secret(c.webhook_secret))
     bad("webhooks.secret", "expected whsec_<base64 of the key>");
-  if (c.reap_interval.count() <= 0) bad("gc.reap_interval", "must be positive");
-  if (c.expire_interval.count() <= 0) bad("gc.expire_interval", "must be positive");
 }
 
 Config load(const std::string& path, const config::EnvLookup& env) {

@@ -21,20 +21,24 @@ config::Schema schema(Config& c) {
                "Operation → path on the inference server. A job without an operation uses "
                "`default`; an unknown operation fails the job.");
   s.duration("inference.timeout", &c.inference.timeout, "0s",
-             "Limit on one inference request; `0s` = none (long jobs are normal).");
+             "Limit on one inference request; `0s` = none (long jobs are normal).",
+             config::kZeroAllowed);
   s.duration("lease_ttl", &c.lease_ttl, "60s",
              "Processing lease TTL; refreshed every lease_ttl/3, so it bounds how fast a dead pod "
-             "is noticed, not the job length.");
+             "is noticed, not the job length.",
+             std::chrono::milliseconds(300));
   s.duration("queue_pop_timeout", &c.queue_pop_timeout, "5m",
-             "How long BLMOVE waits for a job; on timeout the relay exits 0.");
+             "How long BLMOVE waits for a job; on timeout the relay exits 0.", config::kPositive);
   s.integer("max_jobs", &c.max_jobs, 1, 0, 1LL << 40,
             "Jobs to process before exiting; `0` = no limit.");
   s.integer("relay.concurrency", &c.concurrency, 1, 1, 256,
             "Jobs in hand at once, each its own request to the model (for a model server that "
             "batches or serves requests in parallel); `max_jobs` counts them all.");
   s.duration("relay.health_timeout", &c.health_timeout, "5m",
-             "How long to wait at start for the inference server (and Redis); then exit 1.");
-  s.duration("relay.health_interval", &c.health_interval, "500ms", "Pause between health checks.");
+             "How long to wait at start for the inference server (and Redis); then exit 1.",
+             config::kZeroAllowed);
+  s.duration("relay.health_interval", &c.health_interval, "500ms", "Pause between health checks.",
+             std::chrono::milliseconds(10));
   s.string("relay.pod_name", &c.pod_name, "",
            "Name in lease tokens and logs; default: the host name (the pod name in Kubernetes).");
   s.string("relay.spool_dir", &c.spool_dir, "",
@@ -52,10 +56,12 @@ config::Schema schema(Config& c) {
            "no progress reporting (the header is not sent).");
   s.duration("relay.progress_interval", &c.progress_interval, "1s",
              "At most one progress write to Redis per job per interval; the latest report wins "
-             "and one held back is written when its turn comes.");
+             "and one held back is written when its turn comes.",
+             std::chrono::milliseconds(10));
   s.duration("relay.progress_webhook_interval", &c.progress_webhook_interval, "10s",
              "For jobs whose `webhook_events` include `progress`: at most one progress webhook "
-             "per interval.");
+             "per interval.",
+             std::chrono::seconds(1));
   s.boolean("input_urls.allow_private", &c.input_urls_allow_private, false,
             "Let https:// inputs by reference reach private, loopback and link-local addresses "
             "(off: such a host is refused, at every redirect too, as for webhooks).");
@@ -80,13 +86,6 @@ void validate(const Config& c) {
     bad("inference.health_path", "must start with '/'");
   for (const auto& [op, path] : c.inference.routes)
     if (path.empty() || path.front() != '/') bad("inference.routes." + op, "must start with '/'");
-  if (c.lease_ttl < std::chrono::milliseconds(300)) bad("lease_ttl", "must be at least 300ms");
-  if (c.queue_pop_timeout < std::chrono::milliseconds(1))
-    bad("queue_pop_timeout", "must be positive");
-  if (c.progress_interval < std::chrono::milliseconds(10))
-    bad("relay.progress_interval", "must be at least 10ms");
-  if (c.progress_webhook_interval < std::chrono::seconds(1))
-    bad("relay.progress_webhook_interval", "must be at least 1s");
   config::validate_log(c.log);
   try {
     Spool::check_dir(c.spool_dir);
