@@ -59,9 +59,17 @@ config::Schema schema(Config& c) {
             "A result download may take as long as it needs while it moves at least this many "
             "bytes/s (each 64 KiB chunk gets its share of time, at least `body_idle_timeout`).");
   s.integer("server.max_connections", &c.max_connections, 0, 0, 1 << 24,
-            "Open connections beyond this are refused. `0` = as many as the open-file limit "
-            "allows (raised to its hard limit at start) less a reserve for storage, Redis and "
-            "webhooks; a larger value is lowered to that, with a warning.");
+            "Open connections beyond this are refused. `0` = the lower of what the open-file "
+            "limit allows (raised to its hard limit at start) less a reserve for storage, Redis "
+            "and webhooks, and `server.connection_memory` over what one connection may hold. A "
+            "value set here stands, unless the open files cannot hold it: then it is lowered, "
+            "with a warning.");
+  s.integer("server.connection_memory", &c.connection_memory, 0, 0, 1LL << 50,
+            "Bytes that open connections may take, for the default `max_connections`: each "
+            "counts as `max_header_size` + 16 KiB (a request header held while it arrives). "
+            "`0` = half of the memory limit (the cgroup's in a container, else the machine's): "
+            "with the chart's 1 GiB, 16,384 connections. Beyond the limit connections are "
+            "refused, rather than a flood of slow headers growing the gateway until it is killed.");
   s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024,
             "Threads that answer requests (Redis, storage reads), at most: one per core runs "
             "quick work, the rest join in while requests wait a millisecond for those (slow "

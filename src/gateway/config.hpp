@@ -39,6 +39,7 @@ struct Config {
   std::chrono::milliseconds shutdown_timeout{};     // drain deadline after SIGTERM
   std::chrono::milliseconds redis_retry_timeout{};  // per Redis step of a request
   std::int64_t max_connections = 0;
+  std::int64_t connection_memory = 0;  // 0: half the memory limit
   std::chrono::milliseconds body_idle_timeout{};
   std::chrono::milliseconds idempotency_reservation{};
   std::int64_t min_upload_rate = 0, min_download_rate = 0;  // bytes/s

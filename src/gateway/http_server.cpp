@@ -286,22 +286,6 @@ class BodyReader {
 
 }  // namespace
 
-std::pair<long, long> connection_budget(long configured, long pool_threads) {
-  rlimit rl{};
-  ::getrlimit(RLIMIT_NOFILE, &rl);
-  if (rl.rlim_cur != rl.rlim_max) {
-    rlimit raised = rl;
-    raised.rlim_cur = rl.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
-  }
-  const long limit = rl.rlim_cur == RLIM_INFINITY
-                         ? (1L << 20)
-                         : static_cast<long>(std::min<rlim_t>(rl.rlim_cur, 1L << 30));
-  const long reserve = 64 + 8 * pool_threads;
-  const long fit = std::max(1L, limit - reserve);
-  return {configured > 0 ? std::min(configured, fit) : fit, limit};
-}
-
 struct HttpServer::Impl {
   const Config& cfg;
   Api& api;
@@ -327,6 +311,7 @@ struct HttpServer::Impl {
   // are thrown away, and a buffer per connection let a client holding many such connections
   // open cost the gateway 64 KiB each (5,000 of them: 400 MiB).
   std::array<char, 64 * 1024> drain_sink;
+  ConnectionBudget budget;
   long max_connections = 0;
 
   Impl(const Config& c, Api& a, Notifier& n)
@@ -336,13 +321,20 @@ struct HttpServer::Impl {
         pool(static_cast<std::size_t>(c.blocking_threads), cores()),
         uploads(static_cast<std::size_t>(c.upload_threads), cores()),
         piece_budget(static_cast<std::size_t>(c.upload_buffer_memory)) {
-    auto [budget, limit] =
-        connection_budget(c.max_connections, c.blocking_threads + c.upload_threads);
-    max_connections = budget;
-    if (c.max_connections > budget)
-      log::warn(
-          "server.max_connections lowered to fit the open-file limit",
-          {{"configured", c.max_connections}, {"max_connections", budget}, {"open_files", limit}});
+    const auto memory = c.connection_memory > 0 ? static_cast<std::uint64_t>(c.connection_memory)
+                                                : memory_limit() / 2;
+    budget = gateway::connection_budget(
+        {.configured = c.max_connections,
+         .open_files = raise_open_file_limit(),
+         .pool_threads = c.blocking_threads + c.upload_threads,
+         .memory = memory,
+         .per_connection = connection_cost(static_cast<std::uint64_t>(c.max_header_size))});
+    max_connections = budget.max_connections;
+    if (c.max_connections > budget.max_connections)
+      log::warn("server.max_connections lowered to fit the open-file limit",
+                {{"configured", c.max_connections},
+                 {"max_connections", budget.max_connections},
+                 {"open_files", budget.open_files}});
   }
 
   void drain(Clock::time_point deadline) {
@@ -898,8 +890,8 @@ bool HttpServer::run() {
   return !impl_->failed;
 }
 
-long HttpServer::max_connections() const {
-  return impl_->max_connections;
+const ConnectionBudget& HttpServer::connection_budget() const {
+  return impl_->budget;
 }
 
 void HttpServer::stop() {

@@ -9,15 +9,10 @@
 
 #include "gateway/api.hpp"
 #include "gateway/config.hpp"
+#include "gateway/connection_budget.hpp"
 #include "gateway/notifier.hpp"
 
 namespace relay::gateway {
-
-// The open-file limit is raised to its hard limit; connections get what it leaves after a reserve
-// for the rest of the process: per pool thread a Redis connection (one per master in cluster
-// mode) and a storage file or socket, plus the background loops and webhook deliveries.
-// `configured` (server.max_connections, 0 = fit) is lowered to that. Returns {budget, limit}.
-std::pair<long, long> connection_budget(long configured, long pool_threads);
 
 class HttpServer {
  public:
@@ -29,9 +24,8 @@ class HttpServer {
   // true then, false if serving failed (the accept loop ended on its own: the process should
   // exit non-zero).
   bool run();
-  // Connections this server accepts at most: server.max_connections, or what the open-file
-  // limit leaves (see connection_budget).
-  long max_connections() const;
+  // Connections this server accepts at most, and what bounds them (connection_budget.hpp).
+  const ConnectionBudget& connection_budget() const;
   // Thread-safe: stop accepting, wake long-polls so they answer now, finish in-flight requests.
   void stop();
 

@@ -161,7 +161,8 @@ int main(int argc, char** argv) {
     }
   });
   log::info("gateway listening", {{"listen", cfg.listen},
-                                  {"max_connections", server.max_connections()},
+                                  {"max_connections", server.connection_budget().max_connections},
+                                  {"max_connections_bound", server.connection_budget().bound},
                                   {"models", boost::json::array(models.begin(), models.end())},
                                   {"auth", cfg.auth_enabled}});
   const bool served = server.run();

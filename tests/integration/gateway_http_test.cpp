@@ -1,6 +1,8 @@
 // The gateway at the edge of the internet: HTTP framing, slow and hostile clients, connection
 // and file limits, shutdown with requests in flight (fixture: gateway_fixture.hpp).
 
+#include <poll.h>
+
 #include <fstream>
 #include <thread>
 
@@ -663,6 +665,50 @@ TEST_F(GatewayTest, StalledDownloadsHoldBoundedMemory) {
   std::cerr << "gateway grew by " << grew_kib << " KiB for " << kReaders << " stalled downloads\n";
   EXPECT_LT(grew_kib, 22 * 1024) << "the gateway grew by " << grew_kib << " KiB for " << kReaders
                                  << " stalled downloads";
+}
+
+// A flood of connections whose request headers arrive slowly (each holds up to
+// server.max_header_size for up to a minute) is refused beyond what the memory limit allows,
+// instead of growing the gateway until it is killed. Found by trying: in a 128 MiB cgroup, as a
+// container's limit, 8,000 such connections had the kernel OOM-kill the gateway (exit 137): the
+// default connection limit was the open-file limit alone — in a container often a million.
+TEST_F(GatewayTest, AFloodOfSlowHeadersIsRefusedWithinTheMemoryLimit) {
+  MemoryCgroup cgroup(128 << 20);
+  cgroup.enter();  // the gateway starts inside, as in a container
+  start_gateway({{"RELAY_LOG_LEVEL", "info"}});
+  cgroup.leave();
+  // Half of the 128 MiB for connections of 16 KiB of header and 16 KiB besides.
+  ASSERT_NE(gateway_->log().find(R"("max_connections":2048,"max_connections_bound":"memory")"),
+            std::string::npos)
+      << gateway_->log();
+  constexpr int kConnections = 8000;
+  allow_open_files(kConnections);
+  const std::string head = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(15000, 'a');
+  std::vector<int> fds;
+  for (int i = 0; i < kConnections; ++i) {
+    int fd = raw_connect(gateway_->url());
+    if (fd < 0) continue;  // (the listen backlog full for a moment: a refusal too)
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);  // (fails once the gateway closed it)
+    fds.push_back(fd);
+  }
+  // Those beyond the limit are closed by the gateway as it accepts them.
+  auto closed_by_gateway = [&] {
+    int closed = kConnections - static_cast<int>(fds.size());
+    for (int fd : fds) {
+      pollfd p{fd, POLLIN, 0};
+      char c;
+      if (::poll(&p, 1, 0) == 1 && ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) <= 0) ++closed;
+    }
+    return closed;
+  };
+  EXPECT_TRUE(wait_until([&] { return closed_by_gateway() >= kConnections - 2048; }, 30s))
+      << closed_by_gateway() << " of " << kConnections << " closed";
+  const long rss_kib = status_kib(gateway_->pid(), "VmRSS");
+  EXPECT_GT(rss_kib, 0) << "the gateway was killed (the cgroup's OOM killer)";
+  EXPECT_LT(rss_kib, 128 * 1024);
+  for (int fd : fds) ::close(fd);
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200) << "serving again once the flood ends";
+  EXPECT_EQ(gateway_->stop(), 0);
 }
 
 // A chunked body in chunks of every size down to one byte, with extensions, pipelined with

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -82,6 +83,72 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+}
+
+namespace {
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+  f.flush();
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+// This process's path in a cgroup hierarchy: controllers "memory" (v1) or "" (v2).
+std::string own_cgroup(const std::string& controllers) {
+  std::ifstream f("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(f, line)) {
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (b != std::string::npos && line.substr(a + 1, b - a - 1) == controllers)
+      return line.substr(b + 1);
+  }
+  return "/";
+}
+
+}  // namespace
+
+MemoryCgroup::MemoryCgroup(std::uint64_t limit_bytes) {
+  namespace fs = std::filesystem;
+  static std::atomic<int> n{0};
+  const std::string name = "/relay-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+  std::string limit_file;
+  if (fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
+    root_ = "/sys/fs/cgroup/memory";
+    home_ = own_cgroup("memory");
+    limit_file = "memory.limit_in_bytes";
+  } else if (fs::exists("/sys/fs/cgroup/cgroup.controllers")) {
+    root_ = "/sys/fs/cgroup";
+    home_ = own_cgroup("");
+    write_file(root_ + "/cgroup.subtree_control", "+memory");
+    limit_file = "memory.max";
+  } else {
+    throw std::runtime_error("no cgroup memory controller mounted under /sys/fs/cgroup");
+  }
+  path_ = root_ + name;
+  std::error_code ec;
+  if (!fs::create_directory(path_, ec))
+    throw std::runtime_error("cannot create " + path_ + ": " + ec.message() + " (root needed)");
+  write_file(path_ + "/" + limit_file, std::to_string(limit_bytes));
+}
+
+MemoryCgroup::~MemoryCgroup() {
+  try {
+    leave();
+  } catch (...) {
+  }
+  ::rmdir(path_.c_str());
+}
+
+void MemoryCgroup::enter() {
+  write_file(path_ + "/cgroup.procs", std::to_string(::getpid()));
+  inside_ = true;
+}
+
+void MemoryCgroup::leave() {
+  if (!inside_) return;
+  write_file(root_ + (home_ == "/" ? "" : home_) + "/cgroup.procs", std::to_string(::getpid()));
+  inside_ = false;
 }
 
 Process::Process(std::vector<std::string> argv, const Env& env, std::string log_path)

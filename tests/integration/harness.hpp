@@ -61,6 +61,24 @@ class TempDir {
   std::string path_;
 };
 
+// A memory cgroup of its own with a limit, as a container has: processes started between
+// enter() and leave() (this process in the cgroup meanwhile) run under it. cgroup v1's memory
+// hierarchy where it is mounted, else v2's; needs root. Removed when destroyed (its processes
+// must have exited by then).
+class MemoryCgroup {
+ public:
+  explicit MemoryCgroup(std::uint64_t limit_bytes);  // throws std::runtime_error saying why not
+  ~MemoryCgroup();
+  MemoryCgroup(const MemoryCgroup&) = delete;
+  MemoryCgroup& operator=(const MemoryCgroup&) = delete;
+  void enter();
+  void leave();
+
+ private:
+  std::string root_, path_, home_;  // the hierarchy, this cgroup, the one this process came from
+  bool inside_ = false;
+};
+
 class Process {
  public:
   Process(std::vector<std::string> argv, const Env& env, std::string log_path);
