@@ -122,10 +122,11 @@ std::optional<Taken> parse_take(const redisReply* r, TakeCandidates& candidates)
   if (r->elements < 4) throw ReplyError("take: unexpected reply");
   candidates.found_at(as_integer(r->element[2]));
   const auto n = static_cast<size_t>(as_integer(r->element[3]));
-  if (r->elements < 4 + n) throw ReplyError("take: unexpected reply");
+  if (r->elements != 5 + n || r->element[4 + n]->type != REDIS_REPLY_ARRAY)
+    throw ReplyError("take: unexpected reply");
   candidates.ids.clear();
   for (size_t i = 0; i < n; ++i) candidates.ids.push_back(as_string(r->element[4 + i]));
-  return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pair_views(r, 4 + n))};
+  return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pair_views(r->element[4 + n]))};
 }
 
 }  // namespace
@@ -160,7 +161,9 @@ BeginResult JobStore::begin(const std::string& model, const std::string& id,
   std::string tag = as_string(r->element[0]);
   if (tag == "missing") return {BeginOutcome::missing, {}};
   if (tag == "terminal") return {BeginOutcome::terminal, {}};
-  return {BeginOutcome::ok, JobRecord::from_fields(as_pair_views(r.get(), 1))};
+  if (r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY)
+    throw ReplyError("begin: unexpected reply");
+  return {BeginOutcome::ok, JobRecord::from_fields(as_pair_views(r->element[1]))};
 }
 
 HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string& id,

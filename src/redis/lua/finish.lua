@@ -18,9 +18,7 @@ local st = rec[1]
 if not st then return {'missing'} end
 if st == 'completed' or st == 'failed' or st == 'cancelled' then return {'terminal'} end
 if redis.call('GET', KEYS[2]) ~= ARGV[2] then return {'lease_lost'} end
-local fields = {'status', ARGV[3]}
-for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HSET', KEYS[1], 'status', ARGV[3], unpack(ARGV, 8))
 local timings = ''
 for i = 8, #ARGV - 1, 2 do
   if ARGV[i] == 'timings' then timings = ARGV[i + 1] end

@@ -5,9 +5,8 @@
 -- ms since the epoch ("" when the job has no ttl), ARGV[4..] field, value pairs
 -- Returns 1, or 0 when a record with this id exists already (nothing is written then).
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call('HSET', KEYS[1], unpack(fields))
+-- (unpack from 4 rather than a copy of the pairs: every value copied in Lua cost Redis ~0.1 µs)
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
 if redis.call('EXISTS', KEYS[4]) == 1 then
   if ARGV[2] == 'L' then redis.call('LPUSH', KEYS[5], ARGV[1]) else redis.call('RPUSH', KEYS[5], ARGV[1]) end
 elseif ARGV[2] == 'L' then

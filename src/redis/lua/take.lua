@@ -17,8 +17,8 @@
 -- keys alone: every argument costs Redis a conversion, and a take names up to 64 candidates.
 -- Returns {'empty'}; {'raced', <ids at the head now>...} (the head is not a candidate) or
 -- {'stale', <ids>...} (the head's record is gone or terminal: dropped from the queue) — look
--- again with those; or {'ok', id, i, n, <n ids at the head after the take>..., <HGETALL of the
--- record>...}, i being the candidate the head was (how far the head moved since the relay
+-- again with those; or {'ok', id, i, n, <n ids at the head after the take>..., {<HGETALL of the
+-- record>}}, i being the candidate the head was (how far the head moved since the relay
 -- looked: the relay asks for as many candidates as it needs by it).
 -- One LRANGE is the look: the head, and behind it the ids returned as the next candidates.
 local want = tonumber(ARGV[4])
@@ -50,5 +50,7 @@ if rec[2] then redis.call('PUBLISH', ARGV[6] .. head .. ARGV[7], 'processing') e
 local out = {'ok', head, i, 0}
 for k = 2, math.min(#seen, want + 1) do out[#out + 1] = seen[k] end
 out[4] = #out - 4
-for _, v in ipairs(redis.call('HGETALL', KEYS[1 + 2 * i])) do out[#out + 1] = v end
+-- The record as one nested array: appending its fields one by one to out cost Redis a quarter
+-- of this script's time.
+out[#out + 1] = redis.call('HGETALL', KEYS[1 + 2 * i])
 return out
