@@ -16,7 +16,8 @@ int Gc::pass() {
   int n = 0;
   for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
     for (const auto& item : schedules.gc_due(model, now, kBatch)) {
-      if (!p_.keep_objects) {
+      // (An upload's input goes whatever gc.keep_objects says: it belongs to no job.)
+      if (!p_.keep_objects || item.upload) {
         try {
           p_.storage->remove(input_object_key(item.service_type, item.job_id));
           p_.storage->remove(result_object_key(item.service_type, item.job_id));
@@ -26,6 +27,9 @@ int Gc::pass() {
           continue;  // stays due
         }
       }
+      if (item.upload)
+        log::info("gc: removed the input of an upload whose gateway died before creating its job",
+                  {{"job_id", item.job_id}, {"service_type", item.service_type}});
       schedules.gc_done(item);
       ++n;
     }

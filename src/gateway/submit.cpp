@@ -19,6 +19,7 @@
 #include "gateway/submission.hpp"
 #include "http/destination.hpp"
 #include "multipart/parser.hpp"
+#include "redis/schedules.hpp"
 #include "storage/object_keys.hpp"
 
 namespace relay::gateway {
@@ -67,13 +68,16 @@ class Api::Upload final : public Intake, private multipart::Handler {
     } catch (const std::exception& e) {
       log::warn("cannot delete the input of a refused submission",
                 {{"key", input_key_}, {"error", e.what()}});
+      held_ = false;  // (the hold stays: GC deletes it later)
     }
-    if (!idem_key_.empty() || admitted_) {
+    if (!idem_key_.empty() || admitted_ || held_) {
       try {
         auto conn = api_.redis_.borrow();
         redis::JobStore store(conn->get(), api_.keys_);
         if (!idem_key_.empty()) store.release_idempotency(idem_key_);
         if (admitted_) store.release(tenant_, st_.model, job_id_);
+        if (held_)
+          redis::Schedules(conn->get(), api_.keys_).release_upload(st_.model, svc_, job_id_);
       } catch (...) {  // best effort: the reservation expires, the reaper sweeps the admission
       }
     }
@@ -122,8 +126,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
       // with other requests' while no thread waits for it (the server sends it; see Intake).
       if (api_.submits_ && idem_key_.empty()) {
         Response r;
-        r.commit =
-            redis::JobStore::submit_calls(api_.keys_, record(), priority_, api_.cfg_.job_retention);
+        r.commit = redis::JobStore::submit_calls(api_.keys_, record(), priority_,
+                                                 api_.cfg_.job_retention, held_);
         return r;
       }
       return create_job(/*maybe_ran=*/false);
@@ -174,19 +178,31 @@ class Api::Upload final : public Intake, private multipart::Handler {
       object_->write(bytes);
   }
 
-  // An Idempotency-Key reservation lives as long as its upload makes progress, no longer: a
-  // crashed gateway's key frees itself within idempotency.reservation.
-  // While the upload progresses: its Idempotency-Key stays reserved and its quota admission
-  // is not taken for one a crashed gateway left.
+  // What an upload holds lives as long as it makes progress, no longer, so that a crashed
+  // gateway's leftovers free themselves within idempotency.reservation: its Idempotency-Key
+  // stays reserved, its quota admission is not taken for one a crashed gateway left, and past
+  // kHoldAfter bytes its input is held for deletion (Schedules::hold_upload) until the job
+  // exists. (Smaller inputs are stored and recorded within moments; a crash in between leaves
+  // at most that much.)
+  static constexpr std::uint64_t kHoldAfter = 1 << 20;
   void renew_reservation() {
-    if (idem_key_.empty() && !admitted_) return;
+    const bool hold = size_ > kHoldAfter;
+    if (idem_key_.empty() && !admitted_ && !hold) return;
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_renewal_ < api_.cfg_.idempotency_reservation / 3) return;
+    if (now - last_renewal_ < api_.cfg_.idempotency_reservation / 3 && (held_ || !hold)) return;
     auto conn = api_.redis_.borrow();
     redis::JobStore store(conn->get(), api_.keys_);
     if (!idem_key_.empty())
       store.renew_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
     if (admitted_) store.renew(tenant_, st_.model, job_id_);
+    if (hold) {
+      const auto due = wall_now() + api_.cfg_.idempotency_reservation;
+      redis::Schedules(conn->get(), api_.keys_)
+          .hold_upload(st_.model, svc_, job_id_,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(due.time_since_epoch())
+                           .count());
+      held_ = true;
+    }
     last_renewal_ = now;
   }
 
@@ -310,9 +326,9 @@ class Api::Upload final : public Intake, private multipart::Handler {
           // a failover must not drop it. Too few acks is an unknown outcome, retried (on the
           // new master once the sentinels say so).
           if (api_.submits_)  // with the other requests' submits; its batch ends with the WAIT
-            return redis::JobStore::submitted(
-                api_.submits_->pipeline(store.submit_calls(r, priority_, api_.cfg_.job_retention)));
-          bool ok = store.submit(r, priority_, api_.cfg_.job_retention);
+            return redis::JobStore::submitted(api_.submits_->pipeline(
+                store.submit_calls(r, priority_, api_.cfg_.job_retention, held_)));
+          bool ok = store.submit(r, priority_, api_.cfg_.job_retention, held_);
           store.require_replicas(api_.cfg_.redis.wait_replicas);
           return ok;
         },
@@ -366,6 +382,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
   std::unique_ptr<crypto::EncryptingWriter> sealer_;  // in front of object_ when encrypting
   std::uint64_t size_ = 0;                            // plaintext bytes of the input
   bool committed_ = false, done_ = false, admitted_ = false;
+  bool held_ = false;  // the input held for deletion until the job exists (renew_reservation)
   std::chrono::steady_clock::time_point last_renewal_ = std::chrono::steady_clock::now();
 };
 

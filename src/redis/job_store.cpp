@@ -5,6 +5,7 @@
 
 #include "common/time.hpp"
 #include "redis/lua_scripts.hpp"
+#include "redis/schedules.hpp"
 
 namespace relay::redis {
 
@@ -24,7 +25,7 @@ std::string_view to_string(FinishOutcome o) {
 
 std::vector<Connection::Call> JobStore::submit_calls(
     const Keys& keys, const JobRecord& record, bool priority,
-    std::optional<std::chrono::milliseconds> listed_for) {
+    std::optional<std::chrono::milliseconds> listed_for, bool upload_held) {
   std::string expiry;
   if (record.expires_at)
     expiry = std::to_string(
@@ -33,8 +34,10 @@ std::vector<Connection::Call> JobStore::submit_calls(
   std::vector<Connection::Call> calls{
       {&lua::submit,
        {keys.job(record.model, record.id), keys.pending(record.model), keys.expiries(record.model),
-        keys.paused(record.model), keys.held(record.model)},
-       {record.id, priority ? "L" : "R", expiry}}};
+        keys.paused(record.model), keys.held(record.model), keys.gc_due(record.model)},
+       {record.id, priority ? "L" : "R", expiry,
+        upload_held ? Schedules::upload_member(record.model, record.service_type, record.id)
+                    : std::string()}}};
   for (auto& [k, v] : record.to_fields()) {
     calls[0].args.push_back(k);
     calls[0].args.push_back(v);
@@ -61,8 +64,8 @@ bool JobStore::submitted(const std::vector<Reply>& replies) {
 }
 
 bool JobStore::submit(const JobRecord& record, bool priority,
-                      std::optional<std::chrono::milliseconds> listed_for) {
-  return submitted(conn_.pipeline(submit_calls(record, priority, listed_for)));
+                      std::optional<std::chrono::milliseconds> listed_for, bool upload_held) {
+  return submitted(conn_.pipeline(submit_calls(record, priority, listed_for, upload_held)));
 }
 
 std::optional<std::string> JobStore::pop(const std::string& model,

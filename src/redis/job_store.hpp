@@ -87,18 +87,20 @@ class JobStore {
 
   // Record + enqueue, atomically. Returns false if the id exists already. With listed_for (the
   // records' retention), the job enters its tenant's listing index in the same round trip (a
-  // retry that finds the id taken indexes it again: harmless).
+  // retry that finds the id taken indexes it again: harmless). upload_held: the upload held its
+  // input with Schedules::hold_upload(), released in the same step.
   bool submit(const JobRecord& record, bool priority,
-              std::optional<std::chrono::milliseconds> listed_for = std::nullopt);
+              std::optional<std::chrono::milliseconds> listed_for = std::nullopt,
+              bool upload_held = false);
   // submit() in parts, for a caller that sends the calls another way (redis/batcher.hpp).
-  std::vector<Connection::Call> submit_calls(
-      const JobRecord& record, bool priority,
-      std::optional<std::chrono::milliseconds> listed_for) const {
-    return submit_calls(keys_, record, priority, listed_for);
+  std::vector<Connection::Call> submit_calls(const JobRecord& record, bool priority,
+                                             std::optional<std::chrono::milliseconds> listed_for,
+                                             bool upload_held = false) const {
+    return submit_calls(keys_, record, priority, listed_for, upload_held);
   }
   static std::vector<Connection::Call> submit_calls(
       const Keys& keys, const JobRecord& record, bool priority,
-      std::optional<std::chrono::milliseconds> listed_for);
+      std::optional<std::chrono::milliseconds> listed_for, bool upload_held = false);
   static bool submitted(const std::vector<Reply>& replies);
 
   // BLMOVE pending -> processing LEFT RIGHT; nullopt on timeout or when unblocked by

@@ -9,6 +9,8 @@
 namespace relay::redis {
 namespace {
 
+constexpr std::string_view kUploadPrefix = "upload:";
+
 long long to_ll(const std::string& s) {
   long long v = 0;
   std::from_chars(s.data(), s.data() + s.size(), v);
@@ -59,16 +61,38 @@ std::vector<GcItem> Schedules::gc_due(const std::string& model, long long now_ms
   auto due = conn_.command({"ZRANGEBYSCORE", due_key, "-inf", std::to_string(now_ms), "LIMIT", "0",
                             std::to_string(limit)});
   std::vector<GcItem> out;
-  for (const auto& member : as_strings(due.get())) {  // "<model>/<service_type>/<id>"
-    auto a = member.find('/'), b = member.rfind('/');
+  // "<model>/<service_type>/<id>", or with "upload:" before it (hold_upload)
+  for (const auto& member : as_strings(due.get())) {
+    const bool upload = member.starts_with(kUploadPrefix);
+    const std::string_view item =
+        std::string_view(member).substr(upload ? kUploadPrefix.size() : 0);
+    auto a = item.find('/'), b = item.rfind('/');
     if (a == std::string::npos || a == b) {
       conn_.command({"ZREM", due_key, member});
       continue;
     }
-    out.push_back(
-        {member.substr(0, a), member.substr(a + 1, b - a - 1), member.substr(b + 1), member});
+    out.push_back({std::string(item.substr(0, a)), std::string(item.substr(a + 1, b - a - 1)),
+                   std::string(item.substr(b + 1)), member, upload});
   }
   return out;
+}
+
+std::string Schedules::upload_member(std::string_view model, std::string_view service_type,
+                                     std::string_view job_id) {
+  std::string m(kUploadPrefix);
+  m.append(model).append("/").append(service_type).append("/").append(job_id);
+  return m;
+}
+
+void Schedules::hold_upload(const std::string& model, const std::string& service_type,
+                            const std::string& job_id, long long due_ms) {
+  conn_.command({"ZADD", keys_.gc_due(model), std::to_string(due_ms),
+                 upload_member(model, service_type, job_id)});
+}
+
+void Schedules::release_upload(const std::string& model, const std::string& service_type,
+                               const std::string& job_id) {
+  conn_.command({"ZREM", keys_.gc_due(model), upload_member(model, service_type, job_id)});
 }
 
 void Schedules::gc_done(const GcItem& item) {

@@ -24,6 +24,7 @@ struct Delivery {
 
 struct GcItem {
   std::string model, service_type, job_id, member;
+  bool upload = false;  // held by an upload (hold_upload) whose job was never created
 };
 
 class Schedules {
@@ -49,6 +50,18 @@ class Schedules {
   std::vector<GcItem> gc_due(const std::string& model, long long now_ms, int limit);
   // The job's objects are gone: forget it and its webhook delivery.
   void gc_done(const GcItem& item);
+
+  // A large upload in progress holds its input for deletion at due_ms, renewed while it
+  // progresses; creating the job (submit.lua) releases it. A gateway that dies between storing
+  // the input and creating the job (a crash, a kill, a lost node) would otherwise leave the
+  // input in storage for ever, with no record to say whose it is. Its member:
+  static std::string upload_member(std::string_view model, std::string_view service_type,
+                                   std::string_view job_id);
+  void hold_upload(const std::string& model, const std::string& service_type,
+                   const std::string& job_id, long long due_ms);
+  // The submission was refused and its input deleted.
+  void release_upload(const std::string& model, const std::string& service_type,
+                      const std::string& job_id);
 
  private:
   Connection& conn_;

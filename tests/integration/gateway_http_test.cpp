@@ -446,6 +446,73 @@ TEST_F(GatewayTest, ACrashMidUploadFreesItsIdempotencyKeyAndLeavesNothing) {
   EXPECT_TRUE(wait_until([&] { return temporaries().empty(); }, 10s)) << gateway_->log();
 }
 
+// A gateway that dies between storing an input and creating its job (here: killed while Redis
+// holds its writes) left the input in storage for ever, with no record to say whose it was —
+// up to server.max_body_size each. Past 1 MiB an upload holds its input for deletion while it
+// progresses (within idempotency.reservation); creating the job releases the hold, and a
+// refused upload releases it once its input is deleted; the hold of a dead gateway's upload
+// falls due, and GC deletes the input.
+TEST_F(GatewayTest, AGatewayKilledBetweenStoringAnInputAndCreatingItsJobLeavesNothing) {
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE is per node";
+  start_gateway({{"RELAY_IDEMPOTENCY_RESERVATION", "3s"},
+                 {"RELAY_GC_INTERVAL", "100ms"},
+                 {"RELAY_SERVER_MAX_BODY_SIZE", std::to_string(6 << 20)}});
+  auto holds = [&] {
+    auto members =
+        redis::as_strings(conn_.command({"ZRANGE", keys_.gc_due("m1"), "0", "-1"}).get());
+    return std::count_if(members.begin(), members.end(),
+                         [](const std::string& m) { return m.starts_with("upload:"); });
+  };
+  const std::string chunk(512 * 1024, 'x');
+  auto upload_head = [&](int fd, const std::string& framing) {
+    const std::string head =
+        "POST /jobs/echo?filename=big.bin HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: application/octet-stream\r\n" +
+        framing + "\r\n";
+    ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  };
+  // A job made from a large upload: its hold is released with its creation.
+  auto made = http("POST", url("/jobs/echo?filename=big.bin"),
+                   {"Content-Type: application/octet-stream"}, std::string(3 << 20, 'y'));
+  ASSERT_EQ(made.status, 202) << made.body;
+  EXPECT_EQ(holds(), 0);
+  // A large upload refused mid-way (over server.max_body_size): deleted, its hold released.
+  {
+    int fd = raw_connect(gateway_->url());
+    upload_head(fd, "Transfer-Encoding: chunked\r\n");
+    char size_line[32];
+    std::snprintf(size_line, sizeof size_line, "%zx\r\n", chunk.size());
+    for (int i = 0; i < 14; ++i) {
+      const std::string piece = size_line + chunk + "\r\n";
+      if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
+    }
+    ::send(fd, "0\r\n\r\n", 5, MSG_NOSIGNAL);
+    const std::string answer = recv_some(fd, 10);
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << answer;
+    ::close(fd);
+    EXPECT_TRUE(wait_until([&] { return holds() == 0 && temporaries() == 0; }, 10s));
+  }
+  // The crash: the body whole and stored, the job's creation held up by Redis, then SIGKILL.
+  const size_t before = stored_files();
+  int fd = raw_connect(gateway_->url());
+  upload_head(fd, "Content-Length: " + std::to_string(4 * chunk.size()) + "\r\n");
+  for (int i = 0; i < 3; ++i) ASSERT_GT(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(wait_until([&] { return holds() == 1; }, 10s)) << "held past 1 MiB";
+  conn_.command({"CLIENT", "PAUSE", "20000", "WRITE"});
+  ASSERT_GT(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(wait_until([&] { return stored_files() == before + 1 && temporaries() == 0; }, 10s))
+      << "the input stored, its job not yet created";
+  gateway_->kill();
+  ::close(fd);
+  conn_.command({"CLIENT", "UNPAUSE"});
+  ASSERT_EQ(holds(), 1);
+  gateway_->start();
+  EXPECT_TRUE(wait_until([&] { return stored_files() == before; }, 15s))
+      << "the input of the job never created is deleted once its hold falls due";
+  EXPECT_EQ(holds(), 0);
+  EXPECT_EQ(str(job(str(parse(made), "id")), "status"), "pending") << "the real job untouched";
+}
+
 // Expect: 100-continue gets "100 Continue" once the request is acceptable (then the body is
 // read), and the final answer at once when it is not (no body needed).
 TEST_F(GatewayTest, ExpectContinueIsAnsweredWhenTheRequestIsAcceptable) {

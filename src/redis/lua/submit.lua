@@ -1,12 +1,16 @@
 -- Submit: the record and the queue entry appear together or not at all (SPEC §4.1).
 -- KEYS[1] job record, KEYS[2] pending list, KEYS[3] expiries (sorted set), KEYS[4] the model's
--- paused flag, KEYS[5] its held list (while paused, the queue is the held list; see pause.lua)
+-- paused flag, KEYS[5] its held list (while paused, the queue is the held list; see pause.lua),
+-- KEYS[6] the objects due for deletion (sorted set)
 -- ARGV[1] job id, ARGV[2] "L" (priority: LPUSH) or "R" (RPUSH), ARGV[3] the queue deadline in
--- ms since the epoch ("" when the job has no ttl), ARGV[4..] field, value pairs
+-- ms since the epoch ("" when the job has no ttl), ARGV[4] the member by which a large upload
+-- held its input for deletion should its gateway die before this step ("" when none: see
+-- Schedules::hold_upload), released here with the job's creation, ARGV[5..] field, value pairs
 -- Returns 1, or 0 when a record with this id exists already (nothing is written then).
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
--- (unpack from 4 rather than a copy of the pairs: every value copied in Lua cost Redis ~0.1 µs)
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+-- (unpack from 5 rather than a copy of the pairs: every value copied in Lua cost Redis ~0.1 µs)
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+if ARGV[4] ~= '' then redis.call('ZREM', KEYS[6], ARGV[4]) end
 if redis.call('EXISTS', KEYS[4]) == 1 then
   if ARGV[2] == 'L' then redis.call('LPUSH', KEYS[5], ARGV[1]) else redis.call('RPUSH', KEYS[5], ARGV[1]) end
 elseif ARGV[2] == 'L' then
