@@ -193,6 +193,15 @@ class BodyReader {
   bool done() const { return remaining_ ? *remaining_ == 0 : parser_.is_done(); }
   std::uint64_t received() const { return pace_ ? pace_->bytes() : 0; }
 
+  // The body is refused: a read under way ends now (its socket operation cancelled; the socket
+  // stays open for the answer), and one about to start does not.
+  void abandon() {
+    abandoned_ = true;
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
+  }
+  struct Abandoned {};
+
   // Appends to out what arrives, at least one read's worth: then more while more is already
   // there, until `max` bytes, or the end. With hold_small, a piece under kSmallPiece also waits
   // for more for up to a second, so that a trickle is handed on in pieces, not byte by byte.
@@ -203,6 +212,7 @@ class BodyReader {
     // already there, or are the short hold of a small piece), not one per read.
     stream_.expires_after(cfg_.body_idle_timeout);
     while (!done() && out.size() < max) {
+      if (abandoned_) throw Abandoned{};
       beast::error_code aec;
       const std::size_t ready =
           buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
@@ -214,6 +224,7 @@ class BodyReader {
       if (room.empty()) break;  // full, and the budget has no more room for it
       const auto t0 = Clock::now();
       const std::size_t got = co_await read_some(room);
+      if (abandoned_) throw Abandoned{};  // (what the cancelled read got is not wanted)
       out.grew(got);
       if (!pace_) pace_.emplace(cfg_.body_idle_timeout / 2, cfg_.min_upload_rate);
       if (!pace_->record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
@@ -282,6 +293,7 @@ class BodyReader {
   const Config& cfg_;
   std::optional<std::uint64_t> remaining_;  // of a body of declared length, read directly
   std::optional<UploadPace> pace_;          // from the first read: most requests have no body
+  bool abandoned_ = false;
 };
 
 }  // namespace
@@ -565,17 +577,27 @@ struct HttpServer::Impl {
     }
     // The next piece is read while the last one is stored: the client and storage move at once.
     Piece piece(piece_budget), next(piece_budget);
-    auto store = [&]() -> asio::awaitable<std::optional<Response>> {
-      if (piece.empty()) co_return std::nullopt;
-      co_return co_await run_blocking(uploads, [&] { return intake.write(piece.view()); });
+    std::optional<Response> refused;
+    auto store = [&]() -> asio::awaitable<void> {
+      if (piece.empty()) co_return;
+      refused = co_await run_blocking(uploads, [&] { return intake.write(piece.view()); });
+      // Refused (too large, a bad form): answered now, not once the read under way ends — which
+      // a client that stopped sending would make wait for body_idle_timeout, then lose the
+      // answer to the cut.
+      if (refused) body.abandon();
     };
     while (!body.done()) {
       next.clear();
-      auto refused = co_await (store() && body.read(next, kPiece, true));
+      try {
+        co_await (store() && body.read(next, kPiece, true));
+      } catch (...) {
+        if (!refused) throw;  // (with a refusal: the abandoned read's end)
+      }
       if (refused) co_return std::move(*refused);
       std::swap(piece, next);
     }
-    if (auto refused = co_await store()) co_return std::move(*refused);
+    co_await store();
+    if (refused) co_return std::move(*refused);
     Handled h = co_await handle_and_commit(uploads, [&] { return intake.finish(); });
     if (!h.sent) co_return std::move(h.resp);
     co_return co_await answer_commit(intake, std::move(*h.sent));

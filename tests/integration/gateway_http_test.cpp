@@ -513,6 +513,30 @@ TEST_F(GatewayTest, AGatewayKilledBetweenStoringAnInputAndCreatingItsJobLeavesNo
   EXPECT_EQ(str(job(str(parse(made), "id")), "status"), "pending") << "the real job untouched";
 }
 
+// A body refused while it is stored (here past server.max_body_size, which a chunked body
+// does not declare) is answered at once, even if the client then stops sending without ending
+// it: the answer used to wait for the read under way, so such a client waited for
+// body_idle_timeout (60 s) and then lost the 413 to the cut.
+TEST_F(GatewayTest, ABodyRefusedMidwayIsAnsweredEvenIfTheClientStopsSending) {
+  start_gateway({{"RELAY_SERVER_MAX_BODY_SIZE", std::to_string(6 << 20)}});
+  int fd = raw_connect(gateway_->url());
+  const std::string head =
+      "POST /jobs/echo?filename=big.bin HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  const std::string chunk(512 * 1024, 'x');
+  char size_line[32];
+  std::snprintf(size_line, sizeof size_line, "%zx\r\n", chunk.size());
+  for (int i = 0; i < 14; ++i) {  // 7 MiB, and no last chunk: the client waits
+    const std::string piece = size_line + chunk + "\r\n";
+    if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
+  }
+  const std::string answer = recv_some(fd, 10);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << "within 10 s: " << answer;
+  ::close(fd);
+  EXPECT_TRUE(wait_until([&] { return temporaries() == 0 && stored_files() == 0; }, 10s));
+}
+
 // Expect: 100-continue gets "100 Continue" once the request is acceptable (then the body is
 // read), and the final answer at once when it is not (no body needed).
 TEST_F(GatewayTest, ExpectContinueIsAnsweredWhenTheRequestIsAcceptable) {
@@ -744,6 +768,9 @@ TEST_F(GatewayTest, AFloodOfSlowHeadersIsRefusedWithinTheMemoryLimit) {
   cgroup.enter();  // the gateway starts inside, as in a container
   start_gateway({{"RELAY_LOG_LEVEL", "info"}});
   cgroup.leave();
+  // (Its port opens a moment before its start line is written.)
+  ASSERT_TRUE(wait_until(
+      [&] { return gateway_->log().find("gateway listening") != std::string::npos; }, 10s));
   // Half of the 128 MiB for connections of 16 KiB of header and 16 KiB besides.
   ASSERT_NE(gateway_->log().find(R"("max_connections":2048,"max_connections_bound":"memory")"),
             std::string::npos)
