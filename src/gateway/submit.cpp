@@ -93,11 +93,11 @@ class Api::Upload final : public Intake, private multipart::Handler {
   std::optional<Response> write(std::string_view bytes) override {
     try {
       if (!parser_ && !sub_.input_url.empty() && !bytes.empty()) throw BothInputs{};
-      renew_reservation();
       if (parser_)
         parser_->feed(bytes);
       else
         input(bytes);
+      renew_reservation();  // (after: the bytes that take an input past kHoldAfter count)
       return std::nullopt;
     } catch (...) {
       return refusal(std::current_exception());
@@ -190,20 +190,31 @@ class Api::Upload final : public Intake, private multipart::Handler {
     if (idem_key_.empty() && !admitted_ && !hold) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_renewal_ < api_.cfg_.idempotency_reservation / 3 && (held_ || !hold)) return;
-    auto conn = api_.redis_.borrow();
-    redis::JobStore store(conn->get(), api_.keys_);
-    if (!idem_key_.empty())
-      store.renew_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
-    if (admitted_) store.renew(tenant_, st_.model, job_id_);
-    if (hold) {
-      const auto due = wall_now() + api_.cfg_.idempotency_reservation;
-      redis::Schedules(conn->get(), api_.keys_)
-          .hold_upload(st_.model, svc_, job_id_,
-                       std::chrono::duration_cast<std::chrono::milliseconds>(due.time_since_epoch())
-                           .count());
-      held_ = true;
-    }
     last_renewal_ = now;
+    if (!idem_key_.empty() || admitted_) {
+      auto conn = api_.redis_.borrow();
+      redis::JobStore store(conn->get(), api_.keys_);
+      if (!idem_key_.empty())
+        store.renew_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
+      if (admitted_) store.renew(tenant_, st_.model, job_id_);
+    }
+    if (hold) {
+      // Best effort: a Redis that fails over mid-upload must not fail the upload (creating the
+      // job retries); without the hold only a crash before the job exists would leave the input.
+      held_ = true;  // (may exist: released with the job, or when refused; either is harmless)
+      try {
+        const auto due = wall_now() + api_.cfg_.idempotency_reservation;
+        auto conn = api_.redis_.borrow();
+        redis::Schedules(conn->get(), api_.keys_)
+            .hold_upload(
+                st_.model, svc_, job_id_,
+                std::chrono::duration_cast<std::chrono::milliseconds>(due.time_since_epoch())
+                    .count());
+      } catch (const std::exception& e) {
+        log::warn("cannot hold a large upload's input for deletion; going on",
+                  {{"job_id", job_id_}, {"error", e.what()}});
+      }
+    }
   }
 
   void on_part(const multipart::PartInfo& part) override {

@@ -62,6 +62,15 @@ inline int raw_connect(const std::string& gateway_url, int receive_buffer = 0) {
   return fd;
 }
 
+// What one recv brings within timeout_s seconds; empty on timeout or close.
+inline std::string recv_some(int fd, int timeout_s) {
+  char buf[4096];
+  timeval tv{timeout_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
 // Room for this process to hold n more descriptors (its soft limit raised towards the hard one).
 inline void allow_open_files(rlim_t n) {
   rlimit files{};

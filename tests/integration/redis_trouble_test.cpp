@@ -26,6 +26,35 @@ TEST_F(GatewayTest, RedisOutageIs503ThenRecovery) {
   EXPECT_EQ(submit("after the outage").status, 202);
 }
 
+// A large upload holds its input for deletion once past 1 MiB (see
+// AGatewayKilledBetweenStoringAnInputAndCreatingItsJobLeavesNothing); with Redis away at that
+// moment the upload goes on without the hold, and its job is created once Redis is back.
+TEST_F(GatewayTest, ALargeUploadOutlivesARedisOutageMidBody) {
+  start_gateway();
+  int fd = raw_connect(gateway_->url());
+  const std::string chunk(512 * 1024, 'x');
+  const std::string head =
+      "POST /jobs/echo?filename=big.bin HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/octet-stream\r\nContent-Length: " +
+      std::to_string(6 * chunk.size()) + "\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  ASSERT_GT(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(wait_until([&] { return temporaries() == 1; }, 10s)) << "under way";
+  redis_.stop();
+  for (int i = 0; i < 4; ++i) ASSERT_GT(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return gateway_->log().find("cannot hold a large upload's input") != std::string::npos;
+      },
+      30s))
+      << "past 1 MiB with Redis away";
+  redis_.start();
+  ASSERT_GT(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL), 0);
+  const std::string answer = recv_some(fd, 30);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 202")) << answer;
+  ::close(fd);
+}
+
 // Redis restarting, loading, busy, or losing a reply: nothing is lost, no request is answered 4xx
 // for it, no relay exits non-zero.
 class RedisTroubleTest : public GatewayTest {
