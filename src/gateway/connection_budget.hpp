@@ -8,9 +8,7 @@
 // serving the ones it holds.
 
 #include <cstdint>
-#include <optional>
 #include <string>
-#include <string_view>
 
 namespace relay::gateway {
 
@@ -41,11 +39,5 @@ std::uint64_t connection_cost(std::uint64_t max_header_size);
 
 // Raises the soft open-file limit to the hard one; returns the soft limit then in force.
 long raise_open_file_limit();
-
-// The memory this process may use: its cgroup's limit when it has one (v2 memory.max, v1
-// memory.limit_in_bytes), else the machine's.
-std::uint64_t memory_limit();
-// A cgroup memory limit file's text: "max", or a byte count (v1 writes a huge number for none).
-std::optional<std::uint64_t> parse_cgroup_memory_limit(std::string_view text);
 
 }  // namespace relay::gateway

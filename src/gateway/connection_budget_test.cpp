@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/cgroup.hpp"
+
 namespace relay::gateway {
 namespace {
 

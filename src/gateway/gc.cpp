@@ -28,7 +28,7 @@ int Gc::pass() {
         }
       }
       if (item.upload)
-        log::info("gc: removed the input of an upload whose gateway died before creating its job",
+        log::info("gc: removed the input of an upload whose job was never created",
                   {{"job_id", item.job_id}, {"service_type", item.service_type}});
       schedules.gc_done(item);
       ++n;

@@ -20,7 +20,6 @@
 // to Api::handle, which finishes its Intake at once: one trip to the request pool.)
 #include "gateway/http_server.hpp"
 
-#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -44,6 +43,7 @@
 #include <thread>
 #include <variant>
 
+#include "common/cgroup.hpp"
 #include "common/log.hpp"
 #include "common/work_pool.hpp"
 #include "gateway/metrics.hpp"
@@ -324,7 +324,6 @@ struct HttpServer::Impl {
   // open cost the gateway 64 KiB each (5,000 of them: 400 MiB).
   std::array<char, 64 * 1024> drain_sink;
   ConnectionBudget budget;
-  long max_connections = 0;
 
   Impl(const Config& c, Api& a, Notifier& n)
       : cfg(c),
@@ -341,7 +340,6 @@ struct HttpServer::Impl {
          .pool_threads = c.blocking_threads + c.upload_threads,
          .memory = memory,
          .per_connection = connection_cost(static_cast<std::uint64_t>(c.max_header_size))});
-    max_connections = budget.max_connections;
     if (c.max_connections > budget.max_connections)
       log::warn("server.max_connections lowered to fit the open-file limit",
                 {{"configured", c.max_connections},
@@ -378,16 +376,17 @@ struct HttpServer::Impl {
         // Out of descriptors (EMFILE, ENFILE) or kernel memory: new connections wait in the
         // listen backlog while this pauses; closing connections make room. Never fatal.
         if (Clock::now() - last_warning > std::chrono::seconds(10)) {
-          log::warn("cannot accept connections; pausing", {{"error", ec.message()},
-                                                           {"connections", connections.load()},
-                                                           {"max_connections", max_connections}});
+          log::warn("cannot accept connections; pausing",
+                    {{"error", ec.message()},
+                     {"connections", connections.load()},
+                     {"max_connections", budget.max_connections}});
           last_warning = Clock::now();
         }
         pause.expires_after(std::chrono::milliseconds(100));
         co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         continue;
       }
-      if (connections.load() >= max_connections) {
+      if (connections.load() >= budget.max_connections) {
         beast::error_code ec;
         sock.close(ec);  // over the limit: refuse at once rather than queue
         continue;

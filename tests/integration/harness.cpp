@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/cgroup.hpp"
 #include "common/exec_args.hpp"
 #include "redis/slot.hpp"
 
@@ -94,18 +95,6 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
-// This process's path in a cgroup hierarchy: controllers "memory" (v1) or "" (v2).
-std::string own_cgroup(const std::string& controllers) {
-  std::ifstream f("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(f, line)) {
-    const auto a = line.find(':'), b = line.find(':', a + 1);
-    if (b != std::string::npos && line.substr(a + 1, b - a - 1) == controllers)
-      return line.substr(b + 1);
-  }
-  return "/";
-}
-
 }  // namespace
 
 MemoryCgroup::MemoryCgroup(std::uint64_t limit_bytes) {
@@ -115,11 +104,11 @@ MemoryCgroup::MemoryCgroup(std::uint64_t limit_bytes) {
   std::string limit_file;
   if (fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
     root_ = "/sys/fs/cgroup/memory";
-    home_ = own_cgroup("memory");
+    home_ = cgroup_path("memory");
     limit_file = "memory.limit_in_bytes";
   } else if (fs::exists("/sys/fs/cgroup/cgroup.controllers")) {
     root_ = "/sys/fs/cgroup";
-    home_ = own_cgroup("");
+    home_ = cgroup_path("");
     write_file(root_ + "/cgroup.subtree_control", "+memory");
     limit_file = "memory.max";
   } else {
@@ -135,9 +124,17 @@ MemoryCgroup::MemoryCgroup(std::uint64_t limit_bytes) {
 MemoryCgroup::~MemoryCgroup() {
   try {
     leave();
+    // A process still inside (a test that ended early, its gateway still running) would keep
+    // the cgroup from being removed: it moves back to this process's cgroup.
+    std::ifstream procs(path_ + "/cgroup.procs");
+    for (std::string pid; std::getline(procs, pid);) write_file(home_procs(), pid);
   } catch (...) {
   }
   ::rmdir(path_.c_str());
+}
+
+std::string MemoryCgroup::home_procs() const {
+  return root_ + (home_ == "/" ? "" : home_) + "/cgroup.procs";
 }
 
 void MemoryCgroup::enter() {
@@ -147,7 +144,7 @@ void MemoryCgroup::enter() {
 
 void MemoryCgroup::leave() {
   if (!inside_) return;
-  write_file(root_ + (home_ == "/" ? "" : home_) + "/cgroup.procs", std::to_string(::getpid()));
+  write_file(home_procs(), std::to_string(::getpid()));
   inside_ = false;
 }
 

@@ -63,8 +63,8 @@ class TempDir {
 
 // A memory cgroup of its own with a limit, as a container has: processes started between
 // enter() and leave() (this process in the cgroup meanwhile) run under it. cgroup v1's memory
-// hierarchy where it is mounted, else v2's; needs root. Removed when destroyed (its processes
-// must have exited by then).
+// hierarchy where it is mounted, else v2's; needs root. Removed when destroyed (processes still
+// in it moved back to this process's cgroup first).
 class MemoryCgroup {
  public:
   explicit MemoryCgroup(std::uint64_t limit_bytes);  // throws std::runtime_error saying why not
@@ -76,6 +76,7 @@ class MemoryCgroup {
 
  private:
   std::string root_, path_, home_;  // the hierarchy, this cgroup, the one this process came from
+  std::string home_procs() const;   // where processes go back to
   bool inside_ = false;
 };
 
