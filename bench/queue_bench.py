@@ -11,6 +11,11 @@ Throughput: N jobs with 1 KiB inputs end to end.
           threads of one.)
   BullMQ: producer.js adds N jobs of 1 KiB (64 adds in flight), worker.js runs them with a no-op
           processor (concurrency 64); done when the worker has completed N.
+  Two more references, for information (not the goal's): BullMQ's worker POSTing each job to the
+  no-op model (a queue library bolted onto a model server), and BullMQ doing Relay's work
+  (bench/bullmq/api.js: an HTTP API storing each input as a file on tmpfs and queuing its job,
+  under the same wrk load; the worker reads the input, POSTs it to the model and stores the
+  answer as a file) — as lean as such a service gets: no auth, no folder per job, no rename.
   For each: jobs/s end to end; CPU-µs per job of the system (everything but the load generator,
   Redis included), by process, and of Redis alone, and of the load generator apart; Redis
   commands and reads (round trips) per job from INFO commandstats and total_reads_processed.
@@ -20,7 +25,7 @@ Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completio
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq|bullmq_model|oneshot] [--relays=1]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|oneshot] [--relays=1]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -30,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -132,6 +138,22 @@ class Measure:
         self.cs0[self.redis_pid] = switches(self.redis_pid)
         self.calls0, self.reads0 = redis_counters(self.port)
 
+    def until(self, load, watched, finished, jobs):
+        """With the load generator just started: its CPU counted from 0, the last readings of
+        `watched` kept (processes that may exit before the end), until finished() returns; then
+        the measure stops."""
+        self.load = [load]
+        self.cpu0[load.pid] = 0.0
+        done = [False]
+        t = threading.Thread(target=watch_cpu, args=(self, watched, lambda: done[0]))
+        t.start()
+        try:
+            finished()
+            return self.stop(jobs)
+        finally:
+            done[0] = True
+            t.join()
+
     def stop(self, jobs):
         elapsed = time.monotonic() - self.t0
         def spent(ps):
@@ -223,12 +245,8 @@ class RelayStack:
         shutil.rmtree(self.storage, ignore_errors=True)
 
 
-def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0):
-    jobs = jobs or JOBS
-    # (The 20 ms case compares with 4 workers: always 4 relays.)
-    stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None,
-                       concurrency=1 if delay_ms else None)
-    gw_port = stack.gw_port
+def wrk_script(work, jobs):
+    """wrk's script for the throughput runs: 1 KiB raw bodies POSTed to /jobs/echo, N in all."""
     script = os.path.join(work, "post.lua")
     with open(script, "w") as f:
         f.write(f"""
@@ -237,40 +255,47 @@ wrk.path = "/jobs/echo?filename=in.bin"
 wrk.body = string.rep("x", 1024)
 wrk.headers["Content-Type"] = "application/octet-stream"
 -- Each of the 2 threads submits its half; the connections' requests in flight when it stops
--- (at most 64 in all) make a few jobs more, which only count against Relay.
+-- (at most 64 in all) make a few jobs more, which only count against the side measured.
 local answered, limit = 0, {jobs // 2}
 function response(status, headers, body)
   answered = answered + 1
   if answered >= limit then wrk.thread:stop() end
 end
 """)
+    return script
+
+
+def wrk_load(script, port):
+    return start(["wrk", "-t2", "-c64", "-d600s", "-s", script, f"http://127.0.0.1:{port}"],
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0):
+    jobs = jobs or JOBS
+    # (The 20 ms case compares with 4 workers: always 4 relays.)
+    stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None,
+                       concurrency=1 if delay_ms else None)
+    script = wrk_script(work, jobs)
     measure = Measure(redis_port, redis_pid, stack.processes(), [])
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
         redis_cli(redis_port, "CONFIG", "SET", "slowlog-log-slower-than", "0")
         redis_cli(redis_port, "CONFIG", "SET", "slowlog-max-len", "5000")
     measure.start()
-    load = start(["wrk", "-t2", "-c64", "-d600s", "-s", script, f"http://127.0.0.1:{gw_port}"],
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    measure.load = [load]
-    measure.cpu0[load.pid] = 0.0
-    import threading
-    done = [False]
-    t = threading.Thread(target=watch_cpu, args=(measure, [load], lambda: done[0]))
-    t.start()
+    load = wrk_load(script, stack.gw_port)
     poll = RedisSocket(redis_port)
     # Entries ever added, not XLEN: the stream is capped (XADD MAXLEN), a long run outgrows it.
     added = ("if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end "
              "local i = redis.call('XINFO', 'STREAM', KEYS[1]) "
              "for k = 1, #i, 2 do if i[k] == 'entries-added' then return i[k + 1] end end")
-    while poll.integer("EVAL", added, "1", "jobs:m1:events") < jobs:
-        time.sleep(0.02)
-    result = measure.stop(jobs)
+
+    def finished():
+        while poll.integer("EVAL", added, "1", "jobs:m1:events") < jobs:
+            time.sleep(0.02)
+    result = measure.until(load, [load], finished, jobs)
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
         print(redis_cli(redis_port, "SLOWLOG", "GET", "5000"), file=open("/tmp/slowlog.txt", "w"))
     if os.environ.get("RELAY_BENCH_COMMANDSTATS"):
         print(redis_cli(redis_port, "INFO", "commandstats"), file=sys.stderr)
-    done[0] = True
-    t.join()
     # Its threads stopped at their share; wrk itself would sleep out -d.
     load.terminate()
     load.wait()
@@ -317,6 +342,11 @@ def bullmq_install():
                        check=True)
 
 
+def worker_done(worker):
+    """Waits for the BullMQ worker's "done" line (all its jobs completed)."""
+    assert worker.stdout.readline().startswith("done"), "the BullMQ worker ended early"
+
+
 def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=64, model=False):
     """BullMQ's producer and worker; with model, the worker POSTs each job to the no-op model
     (whose CPU then counts in the system's, as Relay's does)."""
@@ -337,21 +367,48 @@ def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=
     measure.start()
     producer = start(["node", "producer.js", str(jobs), "64", str(redis_port)], cwd=BULLMQ_DIR,
                      stdout=subprocess.DEVNULL)
-    measure.load = [producer]
-    measure.cpu0[producer.pid] = 0.0
-    import threading
-    done = [False]
-    t = threading.Thread(target=watch_cpu, args=(measure, [producer, worker], lambda: done[0]))
-    t.start()
-    assert worker.stdout.readline().startswith("done")
-    result = measure.stop(jobs)
-    done[0] = True
-    t.join()
+    result = measure.until(producer, [producer, worker],
+                           lambda: worker_done(worker), jobs)
     producer.wait()
     worker.wait()
     for p in system[1:]:
         p.terminate()
         p.wait()
+    return result
+
+
+def bullmq_work_side(redis_port, redis_pid, work, jobs=None):
+    """BullMQ doing Relay's work: api.js (an HTTP API storing each input as a file on tmpfs and
+    queuing its job), the worker (concurrency 64) reading the input, POSTing it to the no-op
+    model and storing its answer as a file; the same wrk load as Relay's. Its system: api.js,
+    the worker, the model and Redis."""
+    jobs = jobs or JOBS
+    bullmq_install()
+    folder = tempfile.mkdtemp(prefix="bullmq-queue-bench-", dir="/dev/shm")
+    model_port, api_port = free_port(), free_port()
+    model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}"],
+                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(model_port)
+    worker = start(["node", "worker.js", str(jobs), "64", str(redis_port), "0",
+                    f"http://127.0.0.1:{model_port}", folder], cwd=BULLMQ_DIR,
+                   stdout=subprocess.PIPE, text=True)
+    assert worker.stdout.readline().strip() == "ready"
+    api = start(["node", "api.js", str(api_port), str(redis_port), folder], cwd=BULLMQ_DIR,
+                stdout=subprocess.PIPE, text=True)
+    assert api.stdout.readline().strip() == "ready"
+    script = wrk_script(work, jobs)
+    measure = Measure(redis_port, redis_pid, [api, worker, model], [])
+    measure.start()
+    load = wrk_load(script, api_port)
+    result = measure.until(load, [load],
+                           lambda: worker_done(worker), jobs)
+    load.terminate()
+    load.wait()
+    worker.wait()
+    for p in (api, model):
+        p.terminate()
+        p.wait()
+    shutil.rmtree(folder, ignore_errors=True)
     return result
 
 
@@ -389,13 +446,18 @@ def chart(results, path):
     data = os.path.join(os.path.dirname(path), "queue_bench.dat")
     t, d = results["throughput"], results["delay"]
     lat = results["latency"]
+    # The middle series, BullMQ doing Relay's work, is measured for throughput and CPU only
+    # ("?": gnuplot's missing value).
+    work = t.get("bullmq_work", {})
+    rows = [("throughput", t, "jobs_per_s", "{:.0f}"), ("cpu", t, "cpu_us_per_job", "{:.0f}"),
+            ("delay", d, "jobs_per_s", "{:.1f}"), ("p50", lat, "p50_ms", "{:.2f}"),
+            ("p99", lat, "p99_ms", "{:.2f}")]
     with open(data, "w") as f:
-        f.write("# panel BullMQ Relay\n")
-        f.write(f"throughput {t['bullmq']['jobs_per_s']:.0f} {t['relay']['jobs_per_s']:.0f}\n")
-        f.write(f"cpu {t['bullmq']['cpu_us_per_job']:.0f} {t['relay']['cpu_us_per_job']:.0f}\n")
-        f.write(f"delay {d['bullmq']['jobs_per_s']:.1f} {d['relay']['jobs_per_s']:.1f}\n")
-        f.write(f"p50 {lat['bullmq']['p50_ms']:.2f} {lat['relay']['p50_ms']:.2f}\n")
-        f.write(f"p99 {lat['bullmq']['p99_ms']:.2f} {lat['relay']['p99_ms']:.2f}\n")
+        f.write("# panel BullMQ BullMQ-doing-Relay's-work Relay\n")
+        for name, src, key, fmt in rows:
+            mid = fmt.format(work[key]) if src is t and key in work else "?"
+            f.write(f"{name} {fmt.format(src['bullmq'][key])} {mid} "
+                    f"{fmt.format(src['relay'][key])}\n")
     plots = [("throughput", "1 KiB jobs/s end to end (higher is better)"),
              ("cpu", "CPU-µs per job, all processes (lower is better)"),
              ("delay", "jobs/s, 4 workers x 20 ms (ideal 200)"),
@@ -404,14 +466,18 @@ def chart(results, path):
     script = [f'set terminal pngcairo size 1500,380 font ",10"', f'set output "{path}"',
               "set style data histograms", "set style histogram clustered gap 1",
               "set style fill solid 0.8 border -1", "set key outside bottom center horizontal",
-              "set yrange [0:*]",
+              "set yrange [0:*]", 'set datafile missing "?"',
               "unset xtics", "set grid ytics", f"set multiplot layout 1,{len(plots)}"]
     for row, title in plots:
         script += [f'set title "{title}"',
                    f'plot "< grep ^{row} {data}" using 2 title "BullMQ 5.81.5" lc rgb "#9e9e9e", '
-                   f'"" using 3 title "Relay" lc rgb "#1565c0"']
+                   f'"" using 3 title "BullMQ doing Relay\'s work" lc rgb "#e0a040", '
+                   f'"" using 4 title "Relay" lc rgb "#1565c0"']
     script.append("unset multiplot")
-    subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
+    # (Its warnings about the middle series' missing values are expected: shown only on failure.)
+    plot = subprocess.run(["gnuplot"], input="\n".join(script), text=True, capture_output=True)
+    if plot.returncode != 0:
+        sys.exit(f"gnuplot failed: {plot.stderr}")
     os.remove(data)
 
 
@@ -428,7 +494,7 @@ def main():
         redis_cli(port, "CONFIG", "RESETSTAT")
 
     try:
-        for side in ("bullmq", "bullmq_model", "relay"):
+        for side in ("bullmq", "bullmq_model", "bullmq_work", "relay"):
             if ONLY == "oneshot":
                 break
             if ONLY and ONLY != side:
@@ -438,6 +504,11 @@ def main():
                 # Not the goal's reference: what a queue library bolted onto a model server
                 # costs, beside it (the model's HTTP request is work Relay does per job too).
                 results["throughput"][side] = bullmq_side(port, redis.pid, work, model=True)
+                continue
+            if side == "bullmq_work":
+                # Nor this: BullMQ doing the work Relay does per job (an HTTP API, the input and
+                # the result stored as files, the model over HTTP), as a team would bolt it on.
+                results["throughput"][side] = bullmq_work_side(port, redis.pid, work)
                 continue
             run = bullmq_side if side == "bullmq" else relay_side
             results["throughput"][side] = run(port, redis.pid, work)
@@ -471,7 +542,8 @@ def main():
             f"{o['median_ms']:.2f} ms (target <= 5), p99 {o['p99_ms']:.2f} ms")
         return
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
-             "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + ", tmpfs)"}
+             "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
+             "bullmq_work": "BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + ", tmpfs)"}
     out(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
     out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
           "| Redis reads/job | load generator CPU-µs/job |")
@@ -493,6 +565,9 @@ def main():
     out(f"Relay / BullMQ + the model over HTTP: throughput "
         f"{t['relay']['jobs_per_s'] / t['bullmq_model']['jobs_per_s']:.2f}x, CPU per job "
         f"{t['relay']['cpu_us_per_job'] / t['bullmq_model']['cpu_us_per_job']:.2f}x (for information)")
+    out(f"Relay / BullMQ doing Relay's work: throughput "
+        f"{t['relay']['jobs_per_s'] / t['bullmq_work']['jobs_per_s']:.2f}x, CPU per job "
+        f"{t['relay']['cpu_us_per_job'] / t['bullmq_work']['cpu_us_per_job']:.2f}x (for information)")
     out(f"\n{DELAY_JOBS} jobs of 20 ms \"inference\", 4 workers (ideal: 4 / 20 ms = 200 jobs/s)\n")
     out("| | jobs/s | of ideal | CPU-µs/job, system |")
     out("|---|---|---|---|")
