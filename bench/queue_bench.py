@@ -25,7 +25,7 @@ Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completio
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|oneshot] [--relays=1]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--storage=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|oneshot] [--relays=1]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -51,6 +51,10 @@ RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relay
 # --concurrency=C: each relay of the throughput run keeps C jobs in hand (relay.concurrency).
 CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "4"))
 RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=")), "")
+# --storage=DIR: where Relay's objects and BullMQ-doing-Relay's-work's files go (tmpfs by
+# default; a folder on a disk measures what the filesystem costs, as a node's local disk would).
+STORAGE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--storage=")), "/dev/shm")
+STORAGE_NAME = "tmpfs" if STORAGE == "/dev/shm" else f"storage in {STORAGE}"
 DELAY_JOBS = 2000  # the 20 ms case: 10 s at the ideal rate
 LATENCY_RATE, LATENCY_JOBS = 100, 1000
 ONESHOT_JOBS = 200
@@ -213,7 +217,7 @@ class RelayStack:
     def __init__(self, redis_port, work, delay_ms=0, relays=None, concurrency=None):
         relays = RELAYS if relays is None else relays
         concurrency = CONCURRENCY if concurrency is None else concurrency
-        self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir="/dev/shm")
+        self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir=STORAGE)
         model_port, self.gw_port = free_port(), free_port()
         self.model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}",
                             "--delay-ms", str(delay_ms)],
@@ -384,7 +388,7 @@ def bullmq_work_side(redis_port, redis_pid, work, jobs=None):
     the worker, the model and Redis."""
     jobs = jobs or JOBS
     bullmq_install()
-    folder = tempfile.mkdtemp(prefix="bullmq-queue-bench-", dir="/dev/shm")
+    folder = tempfile.mkdtemp(prefix="bullmq-queue-bench-", dir=STORAGE)
     model_port, api_port = free_port(), free_port()
     model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}"],
                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -543,7 +547,7 @@ def main():
         return
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
              "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
-             "bullmq_work": "BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + ", tmpfs)"}
+             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
     out(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
     out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
           "| Redis reads/job | load generator CPU-µs/job |")
