@@ -1,7 +1,10 @@
 #include "gateway/completion_consumer.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "common/backoff.hpp"
 #include "common/log.hpp"
@@ -14,39 +17,59 @@ void CompletionConsumer::ensure_groups(redis::EventLog& log) {
   groups_ready_ = true;
 }
 
-int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
-                               const std::vector<redis::Event>& batch) {
-  int handled = 0;
-  // One settle per model: a read over several streams returns each stream's entries together.
+namespace {
+
+// A read over several streams returns each stream's entries together: one settle per model.
+std::vector<std::vector<redis::Event>> by_model(const std::vector<redis::Event>& batch) {
+  std::vector<std::vector<redis::Event>> runs;
   for (auto from = batch.begin(); from != batch.end();) {
     auto to =
         std::find_if(from, batch.end(), [&](const auto& e) { return e.model != from->model; });
-    const std::vector<redis::Event> run(from, to);
+    runs.emplace_back(from, to);
     from = to;
+  }
+  return runs;
+}
+
+}  // namespace
+
+void CompletionConsumer::follow_up(redis::Connection& c, const std::vector<redis::Event>& run,
+                                   const std::vector<std::string>& tenants) {
+  for (size_t i = 0; i < run.size(); ++i) {
+    const auto& ev = run[i];
+    if (ev.job_id.empty()) continue;
+    try {
+      p_.settled(c, CompletionEvent{ev.model, ev.job_id, ev.status, ev.timings, ev.traceparent,
+                                    tenants[i]});
+    } catch (const std::exception& e) {
+      // (A Redis failure here fails the next round trip too, which resets the connection.)
+      log::error("completion follow-up failed", {{"job_id", ev.job_id}, {"error", e.what()}});
+    }
+  }
+}
+
+void CompletionConsumer::settle_failed(const std::vector<redis::Event>& run,
+                                       const std::exception& e) {
+  // Left pending: claimed again after claim_idle. Logged, never fatal.
+  log::error("completion handling failed",
+             {{"model", run.front().model}, {"entries", run.size()}, {"error", e.what()}});
+}
+
+int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
+                               const std::vector<redis::Event>& batch) {
+  int handled = 0;
+  for (const auto& run : by_model(batch)) {
     std::vector<std::string> tenants;
     try {
       tenants = events.settle(run.front().model, run, p_.job_retention);
     } catch (const redis::IoError&) {
       throw;
     } catch (const std::exception& e) {
-      // Left pending: claimed again after claim_idle. Logged, never fatal.
-      log::error("completion handling failed",
-                 {{"model", run.front().model}, {"entries", run.size()}, {"error", e.what()}});
+      settle_failed(run, e);
       continue;
     }
     handled += static_cast<int>(run.size());
-    for (size_t i = 0; i < run.size(); ++i) {
-      const auto& ev = run[i];
-      if (ev.job_id.empty()) continue;
-      try {
-        p_.settled(c, CompletionEvent{ev.model, ev.job_id, ev.status, ev.timings, ev.traceparent,
-                                      tenants[i]});
-      } catch (const redis::IoError&) {
-        throw;
-      } catch (const std::exception& e) {
-        log::error("completion follow-up failed", {{"job_id", ev.job_id}, {"error", e.what()}});
-      }
-    }
+    follow_up(c, run, tenants);
   }
   return handled;
 }
@@ -65,7 +88,45 @@ int CompletionConsumer::pass(std::chrono::milliseconds block) {
     for (const auto& model : p_.models)
       handled += handle(c, events, events.claim_idle(model, p_.consumer, p_.claim_idle, 100));
   }
-  return handled + handle(c, events, events.read(p_.models, p_.consumer, 100, block));
+
+  // The batch the last pass read is settled in the round trip that waits for the next one.
+  // Redis runs the settle at once (long-polls woken, webhooks scheduled, entries acknowledged);
+  // only its follow-up here waits for the read's reply, so the read waits at most
+  // kFollowUpWait while one is due.
+  const auto runs = by_model(unsettled_);
+  std::vector<redis::Connection::Call> calls;
+  calls.reserve(runs.size() + 1);
+  for (const auto& run : runs)
+    calls.push_back(events.settle_call(run.front().model, run, p_.job_retention));
+  const auto wait = unsettled_.empty() ? block : std::min(block, kFollowUpWait);
+  calls.push_back(events.read_call(p_.models, p_.consumer, 100, wait));
+  std::vector<redis::Reply> replies;
+  {
+    // (An I/O failure throws here: unsettled_ is settled again by the next pass, at no cost.)
+    std::optional<redis::BlockingRead> blocking;
+    if (wait.count() > 0) blocking.emplace(c, wait);
+    replies = c.pipeline(calls, /*checked=*/false);
+  }
+  std::vector<redis::Event> again;  // refused for a passing state (LOADING, BUSY...): retried
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::vector<std::string> tenants;
+    try {
+      tenants = redis::EventLog::parse_settle(replies[i].get(), runs[i].size());
+    } catch (const redis::IoError&) {
+      again.insert(again.end(), runs[i].begin(), runs[i].end());
+      continue;
+    } catch (const std::exception& e) {
+      settle_failed(runs[i], e);
+      continue;
+    }
+    handled += static_cast<int>(runs[i].size());
+    follow_up(c, runs[i], tenants);
+  }
+  unsettled_ = std::move(again);
+  auto read = events.parse_read(p_.models, replies.back().get());  // (an error reply throws)
+  unsettled_.insert(unsettled_.end(), std::make_move_iterator(read.begin()),
+                    std::make_move_iterator(read.end()));
+  return handled;
 }
 
 void CompletionConsumer::run(std::stop_token stop) {
@@ -93,6 +154,23 @@ void CompletionConsumer::run(std::stop_token stop) {
       }
       if (!sleep_unless_stopped(backoff.next(), stop)) break;
     }
+  }
+  if (unsettled_.empty()) return;
+  const auto last = std::exchange(unsettled_, {});
+  // Stopping with a batch read: the stop interrupted the round trip that settled it (or would
+  // have), so it is settled here once more (at no cost if it was) and followed up, on a fresh
+  // connection. With Redis away it stays pending for another replica (after claim_idle).
+  try {
+    redis::Connection& c = [this]() -> redis::Connection& {
+      std::lock_guard lock(conn_mu_);
+      conn_.reset();
+      return conn_.get();
+    }();
+    redis::EventLog events(c, p_.keys, kEventsGroup);
+    handle(c, events, last);
+  } catch (const std::exception& e) {
+    log::warn("completion consumer: the last batch read is left to another replica",
+              {{"entries", last.size()}, {"error", e.what()}});
   }
 }
 

@@ -14,7 +14,7 @@ void parse_entries(const std::string& model, const redisReply* entries, std::vec
   for (size_t i = 0; entries && entries->type == REDIS_REPLY_ARRAY && i < entries->elements; ++i) {
     const redisReply* entry = entries->element[i];
     if (entry->type != REDIS_REPLY_ARRAY || entry->elements != 2) continue;
-    Event ev{model, as_string(entry->element[0]), {}, {}};
+    Event ev{model, as_string(entry->element[0]), {}, {}, {}, {}};
     for (auto& [k, v] : as_pairs(entry->element[1])) {
       if (k == "job_id")
         ev.job_id = std::move(v);
@@ -39,11 +39,12 @@ void EventLog::ensure_group(const std::string& model) {
   }
 }
 
-std::vector<Event> EventLog::read(const std::vector<std::string>& models,
-                                  const std::string& consumer, int count,
-                                  std::chrono::milliseconds block) {
-  std::vector<std::string> argv{"XREADGROUP", "GROUP", group_,
-                                consumer,     "COUNT", std::to_string(count)};
+Connection::Call EventLog::read_call(const std::vector<std::string>& models,
+                                     const std::string& consumer, int count,
+                                     std::chrono::milliseconds block) const {
+  Connection::Call call{
+      nullptr, {}, {"XREADGROUP", "GROUP", group_, consumer, "COUNT", std::to_string(count)}};
+  auto& argv = call.args;
   if (block.count() > 0) {
     argv.push_back("BLOCK");
     argv.push_back(std::to_string(block.count()));
@@ -51,12 +52,12 @@ std::vector<Event> EventLog::read(const std::vector<std::string>& models,
   argv.push_back("STREAMS");
   for (const auto& m : models) argv.push_back(keys_.events(m));
   for (size_t i = 0; i < models.size(); ++i) argv.push_back(">");
-  Reply r;
-  {
-    std::optional<BlockingRead> blocking;
-    if (block.count() > 0) blocking.emplace(conn_, block);
-    r = conn_.command(argv);
-  }
+  return call;
+}
+
+std::vector<Event> EventLog::parse_read(const std::vector<std::string>& models,
+                                        const redisReply* r) const {
+  throw_if_error(r);
   std::vector<Event> out;
   if (r->type != REDIS_REPLY_ARRAY) return out;  // nil: nothing new
   for (size_t s = 0; s < r->elements; ++s) {
@@ -69,6 +70,19 @@ std::vector<Event> EventLog::read(const std::vector<std::string>& models,
   return out;
 }
 
+std::vector<Event> EventLog::read(const std::vector<std::string>& models,
+                                  const std::string& consumer, int count,
+                                  std::chrono::milliseconds block) {
+  auto call = read_call(models, consumer, count, block);
+  Reply r;
+  {
+    std::optional<BlockingRead> blocking;
+    if (block.count() > 0) blocking.emplace(conn_, block);
+    r = conn_.command(call.args);
+  }
+  return parse_read(models, r.get());
+}
+
 std::vector<Event> EventLog::claim_idle(const std::string& model, const std::string& consumer,
                                         std::chrono::milliseconds idle, int count) {
   auto r = conn_.command({"XAUTOCLAIM", keys_.events(model), group_, consumer,
@@ -78,27 +92,38 @@ std::vector<Event> EventLog::claim_idle(const std::string& model, const std::str
   return out;
 }
 
-std::vector<std::string> EventLog::settle(const std::string& model, const std::vector<Event>& batch,
-                                          std::chrono::milliseconds retention) {
+Connection::Call EventLog::settle_call(const std::string& model, const std::vector<Event>& batch,
+                                       std::chrono::milliseconds retention) const {
   const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::system_clock::now().time_since_epoch());
-  std::vector<std::string> keys{keys_.events(model), keys_.webhooks_due(model),
-                                keys_.gc_due(model)};
-  std::vector<std::string> args{group_, std::to_string(now.count()),
-                                std::to_string(retention.count()), model};
-  keys.reserve(keys.size() + 2 * batch.size());
-  args.reserve(args.size() + 5 * batch.size());
+  Connection::Call call{
+      &lua::settle,
+      {keys_.events(model), keys_.webhooks_due(model), keys_.gc_due(model)},
+      {group_, std::to_string(now.count()), std::to_string(retention.count()), model}};
+  call.keys.reserve(call.keys.size() + 2 * batch.size());
+  call.args.reserve(call.args.size() + 5 * batch.size());
   for (const auto& e : batch) {
     const std::string delivery = e.job_id.empty() ? "" : JobStore::webhook_id(e.job_id);
-    keys.push_back(keys_.job(model, e.job_id));
-    keys.push_back(keys_.webhook(model, delivery));
-    args.insert(args.end(),
-                {e.entry_id, e.job_id, e.status, keys_.job_done_channel(e.job_id), delivery});
+    call.keys.push_back(keys_.job(model, e.job_id));
+    call.keys.push_back(keys_.webhook(model, delivery));
+    call.args.insert(call.args.end(),
+                     {e.entry_id, e.job_id, e.status, keys_.job_done_channel(e.job_id), delivery});
   }
-  auto r = conn_.eval(lua::settle, keys, args);
-  auto tenants = as_strings(r.get());
-  if (tenants.size() != batch.size()) throw ReplyError("settle: unexpected reply");
+  return call;
+}
+
+std::vector<std::string> EventLog::parse_settle(const redisReply* r, size_t entries) {
+  throw_if_error(r);
+  auto tenants = as_strings(r);
+  if (tenants.size() != entries) throw ReplyError("settle: unexpected reply");
   return tenants;
+}
+
+std::vector<std::string> EventLog::settle(const std::string& model, const std::vector<Event>& batch,
+                                          std::chrono::milliseconds retention) {
+  auto call = settle_call(model, batch, retention);
+  auto r = conn_.eval(*call.script, std::move(call.keys), std::move(call.args));
+  return parse_settle(r.get(), batch.size());
 }
 
 }  // namespace relay::redis

@@ -39,6 +39,16 @@ class EventLog {
   std::vector<std::string> settle(const std::string& model, const std::vector<Event>& batch,
                                   std::chrono::milliseconds retention);
 
+  // read() and settle() as calls, for a pipeline that settles one batch and waits for the
+  // next in one round trip (gateway/completion_consumer.cpp), and their replies' parsers
+  // (which throw what an error reply means, as command() does).
+  Connection::Call read_call(const std::vector<std::string>& models, const std::string& consumer,
+                             int count, std::chrono::milliseconds block) const;
+  std::vector<Event> parse_read(const std::vector<std::string>& models, const redisReply* r) const;
+  Connection::Call settle_call(const std::string& model, const std::vector<Event>& batch,
+                               std::chrono::milliseconds retention) const;
+  static std::vector<std::string> parse_settle(const redisReply* r, size_t entries);
+
  private:
   Connection& conn_;
   Keys keys_;
