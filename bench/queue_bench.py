@@ -20,7 +20,8 @@ Throughput: N jobs with 1 KiB inputs end to end.
   Redis included), by process, and of Redis alone, and of the load generator apart; Redis
   commands and reads (round trips) per job from INFO commandstats and total_reads_processed.
 The 20 ms case: 2,000 jobs, 4 relays / a worker of concurrency 4, each job taking 20 ms (the
-  no-op model's --delay-ms; a processor that sleeps): jobs/s beside the ideal 4 / 20 ms.
+  no-op model's --delay-ms; a processor that sleeps): jobs/s beside the ideal 4 / 20 ms, and
+  beside the model's own pace, measured alone (its timer fires late: 20.6-20.8 ms here).
 Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completion as the client
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
@@ -316,6 +317,32 @@ def relay_latency(redis_port, work):
     return json.loads(out)
 
 
+def model_pace(delay_ms, requests=100):
+    """The no-op model's own time per "delay_ms" request (its timer fires late by a fraction of a
+    millisecond, more on a busy VM), POSTed one after another on one kept-alive connection as a
+    relay does: what 4 workers could do at most, with nothing of Relay's in between. Mean ms."""
+    import http.client
+    port = free_port()
+    model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{port}",
+                   "--delay-ms", str(delay_ms)], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+    wait_port(port)
+    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="in.bin"\r\n'
+            b"Content-Type: application/octet-stream\r\n\r\n" + b"x" * 1024 + b"\r\n--b--\r\n")
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    t0 = time.monotonic()
+    for _ in range(requests):
+        conn.request("POST", "/predict", body, {"Content-Type": "multipart/form-data; boundary=b"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 200, resp.status
+    pace = (time.monotonic() - t0) * 1000 / requests
+    conn.close()
+    model.terminate()
+    model.wait()
+    return pace
+
+
 def relay_oneshot(redis_port, work):
     """A relay process per job (as under a KEDA ScaledJob), timed from its start to its exit
     with the job done: the median of ONESHOT_JOBS."""
@@ -523,6 +550,7 @@ def main():
                 results["delay"][side] = bullmq_side(port, redis.pid, work, DELAY_JOBS, 20, 4)
             else:
                 results["delay"][side] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
+                results["model_pace_ms"] = model_pace(20)
             fresh()
             results["latency"][side] = (bullmq_latency if side == "bullmq" else relay_latency)(
                 port, work)
@@ -578,6 +606,10 @@ def main():
     for side, r in d.items():
         out(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
               f"{r['jobs_per_s'] / 200:.1%} | {r['cpu_us_per_job']:.0f} |")
+    pace = results["model_pace_ms"]
+    out(f"\nThe no-op model alone takes {pace:.2f} ms per \"20 ms\" request here (its timer fires "
+        f"late): 4 workers can do at most {4000 / pace:.1f} jobs/s with it; Relay did "
+        f"{d['relay']['jobs_per_s'] / (4000 / pace):.1%} of that.")
     out(f"\nSubmit-to-completion latency at {LATENCY_RATE} jobs/s, {LATENCY_JOBS} jobs (client "
           f"observed: BullMQ by QueueEvents, Relay by long-poll)\n")
     out("| | p50 ms | p99 ms |")
