@@ -401,12 +401,23 @@ TEST_F(WebhookTest, TheTraceFollowsTheJobAndTimingsBecomeMetrics) {
     }
   EXPECT_GE(about_the_job, 1);
   // Histograms: stages and end to end by model, webhook deliveries; bounds as plain numbers.
-  auto metrics = http("GET", url("/metrics")).body;
-  for (const char* want :
-       {"relay_job_stage_duration_seconds_bucket{model=\"m1\",stage=\"inference\",le=\"30\"} 3",
-        "relay_job_stage_duration_seconds_count{model=\"m1\",stage=\"queue_wait\"} 3",
-        "relay_job_end_to_end_seconds_count{model=\"m1\",status=\"completed\"} 3",
-        "relay_webhook_delivery_duration_seconds_count{outcome=\"delivered\"}"})
+  // (A batch's metrics follow its settle once the consumer's next read returns: within
+  // kFollowUpWait, so they are waited for.)
+  const std::vector<std::string> wanted{
+      "relay_job_stage_duration_seconds_bucket{model=\"m1\",stage=\"inference\",le=\"30\"} 3",
+      "relay_job_stage_duration_seconds_count{model=\"m1\",stage=\"queue_wait\"} 3",
+      "relay_job_end_to_end_seconds_count{model=\"m1\",status=\"completed\"} 3",
+      "relay_webhook_delivery_duration_seconds_count{outcome=\"delivered\"}"};
+  std::string metrics;
+  wait_until(
+      [&] {
+        metrics = http("GET", url("/metrics")).body;
+        for (const auto& want : wanted)
+          if (metrics.find(want) == std::string::npos) return false;
+        return true;
+      },
+      10s);
+  for (const auto& want : wanted)
     EXPECT_NE(metrics.find(want), std::string::npos) << want << "\n" << metrics;
   EXPECT_EQ(metrics.find("e+0"), std::string::npos) << metrics;
   // The job shows its end-to-end time with the relay's stages.
