@@ -211,6 +211,16 @@ def watch_cpu(measure, ps, stop):
         time.sleep(0.05)
 
 
+def noop_model(delay_ms=0):
+    """The no-op model server (answering after delay_ms), listening: (process, port)."""
+    port = free_port()
+    model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{port}",
+                   "--delay-ms", str(delay_ms)], stdout=subprocess.DEVNULL,
+                  stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return model, port
+
+
 class RelayStack:
     """The gateway (tmpfs storage), the no-op model (answering after delay_ms) and the relays
     (--relays, each of --concurrency) with --max-jobs 0, on the given redis-server."""
@@ -219,11 +229,8 @@ class RelayStack:
         relays = RELAYS if relays is None else relays
         concurrency = CONCURRENCY if concurrency is None else concurrency
         self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir=STORAGE)
-        model_port, self.gw_port = free_port(), free_port()
-        self.model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}",
-                            "--delay-ms", str(delay_ms)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port(model_port)
+        self.gw_port = free_port()
+        self.model, model_port = noop_model(delay_ms)
         common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}",
                   "RELAY_STORAGE_URL": f"file://{self.storage}"}
         log = open(os.path.join(work, "relay-side.log"), "ab")
@@ -271,6 +278,7 @@ end
 
 
 def wrk_load(script, port):
+    """wrk running the script against the server on port (2 threads, 64 connections)."""
     return start(["wrk", "-t2", "-c64", "-d600s", "-s", script, f"http://127.0.0.1:{port}"],
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -322,11 +330,7 @@ def model_pace(delay_ms, requests=100):
     millisecond, more on a busy VM), POSTed one after another on one kept-alive connection as a
     relay does: what 4 workers could do at most, with nothing of Relay's in between. Mean ms."""
     import http.client
-    port = free_port()
-    model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{port}",
-                   "--delay-ms", str(delay_ms)], stdout=subprocess.DEVNULL,
-                  stderr=subprocess.DEVNULL)
-    wait_port(port)
+    model, port = noop_model(delay_ms)
     body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="in.bin"\r\n'
             b"Content-Type: application/octet-stream\r\n\r\n" + b"x" * 1024 + b"\r\n--b--\r\n")
     conn = http.client.HTTPConnection("127.0.0.1", port)
@@ -386,10 +390,8 @@ def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=
     argv = ["node", "worker.js", str(jobs), str(concurrency), str(redis_port), str(delay_ms)]
     system = []
     if model:
-        model_port = free_port()
-        system.append(start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port(model_port)
+        model, model_port = noop_model()
+        system.append(model)
         argv.append(f"http://127.0.0.1:{model_port}")
     worker = start(argv, cwd=BULLMQ_DIR, stdout=subprocess.PIPE, text=True)
     assert worker.stdout.readline().strip() == "ready"
@@ -416,10 +418,8 @@ def bullmq_work_side(redis_port, redis_pid, work, jobs=None):
     jobs = jobs or JOBS
     bullmq_install()
     folder = tempfile.mkdtemp(prefix="bullmq-queue-bench-", dir=STORAGE)
-    model_port, api_port = free_port(), free_port()
-    model = start([f"{BIN}/relay-inference-noop", "--listen", f"127.0.0.1:{model_port}"],
-                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(model_port)
+    api_port = free_port()
+    model, model_port = noop_model()
     worker = start(["node", "worker.js", str(jobs), "64", str(redis_port), "0",
                     f"http://127.0.0.1:{model_port}", folder], cwd=BULLMQ_DIR,
                    stdout=subprocess.PIPE, text=True)

@@ -48,29 +48,47 @@ void CompletionConsumer::follow_up(redis::Connection& c, const std::vector<redis
   }
 }
 
-void CompletionConsumer::settle_failed(const std::vector<redis::Event>& run,
-                                       const std::exception& e) {
-  // Left pending: claimed again after claim_idle. Logged, never fatal.
-  log::error("completion handling failed",
-             {{"model", run.front().model}, {"entries", run.size()}, {"error", e.what()}});
+int CompletionConsumer::settled(redis::Connection& c, const std::vector<redis::Event>& run,
+                                const redisReply* reply) {
+  std::vector<std::string> tenants;
+  try {
+    tenants = redis::EventLog::parse_settle(reply, run.size());
+  } catch (const redis::IoError&) {  // refused for a passing state (LOADING, BUSY...): retried
+    unsettled_.insert(unsettled_.end(), run.begin(), run.end());
+    return 0;
+  } catch (const std::exception& e) {
+    // Left pending: claimed again after claim_idle. Logged, never fatal.
+    log::error("completion handling failed",
+               {{"model", run.front().model}, {"entries", run.size()}, {"error", e.what()}});
+    return 0;
+  }
+  follow_up(c, run, tenants);
+  return static_cast<int>(run.size());
 }
 
 int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
-                               const std::vector<redis::Event>& batch) {
-  int handled = 0;
-  for (const auto& run : by_model(batch)) {
-    std::vector<std::string> tenants;
-    try {
-      tenants = events.settle(run.front().model, run, p_.job_retention);
-    } catch (const redis::IoError&) {
-      throw;
-    } catch (const std::exception& e) {
-      settle_failed(run, e);
-      continue;
-    }
-    handled += static_cast<int>(run.size());
-    follow_up(c, run, tenants);
+                               std::vector<redis::Event> batch,
+                               std::optional<redis::Connection::Call> read,
+                               redis::Reply* read_reply) {
+  const auto runs = by_model(batch);
+  std::vector<redis::Connection::Call> calls;
+  calls.reserve(runs.size() + 1);
+  for (const auto& run : runs)
+    calls.push_back(events.settle_call(run.front().model, run, p_.job_retention));
+  if (read) calls.push_back(std::move(*read));
+  if (calls.empty()) return 0;
+  std::vector<redis::Reply> replies;
+  try {
+    replies = c.pipeline(calls, /*checked=*/false);
+  } catch (const std::exception&) {
+    // The connection failed: the batch is settled again by the next pass (at no cost if it was).
+    unsettled_.insert(unsettled_.end(), std::make_move_iterator(batch.begin()),
+                      std::make_move_iterator(batch.end()));
+    throw;
   }
+  int handled = 0;
+  for (size_t i = 0; i < runs.size(); ++i) handled += settled(c, runs[i], replies[i].get());
+  if (read_reply) *read_reply = std::move(replies.back());
   return handled;
 }
 
@@ -93,39 +111,17 @@ int CompletionConsumer::pass(std::chrono::milliseconds block) {
   // Redis runs the settle at once (long-polls woken, webhooks scheduled, entries acknowledged);
   // only its follow-up here waits for the read's reply, so the read waits at most
   // kFollowUpWait while one is due.
-  const auto runs = by_model(unsettled_);
-  std::vector<redis::Connection::Call> calls;
-  calls.reserve(runs.size() + 1);
-  for (const auto& run : runs)
-    calls.push_back(events.settle_call(run.front().model, run, p_.job_retention));
   const auto wait = unsettled_.empty() ? block : std::min(block, kFollowUpWait);
-  calls.push_back(events.read_call(p_.models, p_.consumer, 100, wait));
-  std::vector<redis::Reply> replies;
+  redis::Reply read;
   {
-    // (An I/O failure throws here: unsettled_ is settled again by the next pass, at no cost.)
     std::optional<redis::BlockingRead> blocking;
     if (wait.count() > 0) blocking.emplace(c, wait);
-    replies = c.pipeline(calls, /*checked=*/false);
+    handled += handle(c, events, std::exchange(unsettled_, {}),
+                      events.read_call(p_.models, p_.consumer, 100, wait), &read);
   }
-  std::vector<redis::Event> again;  // refused for a passing state (LOADING, BUSY...): retried
-  for (size_t i = 0; i < runs.size(); ++i) {
-    std::vector<std::string> tenants;
-    try {
-      tenants = redis::EventLog::parse_settle(replies[i].get(), runs[i].size());
-    } catch (const redis::IoError&) {
-      again.insert(again.end(), runs[i].begin(), runs[i].end());
-      continue;
-    } catch (const std::exception& e) {
-      settle_failed(runs[i], e);
-      continue;
-    }
-    handled += static_cast<int>(runs[i].size());
-    follow_up(c, runs[i], tenants);
-  }
-  unsettled_ = std::move(again);
-  auto read = events.parse_read(p_.models, replies.back().get());  // (an error reply throws)
-  unsettled_.insert(unsettled_.end(), std::make_move_iterator(read.begin()),
-                    std::make_move_iterator(read.end()));
+  auto entries = events.parse_read(p_.models, read.get());  // (an error reply throws)
+  unsettled_.insert(unsettled_.end(), std::make_move_iterator(entries.begin()),
+                    std::make_move_iterator(entries.end()));
   return handled;
 }
 

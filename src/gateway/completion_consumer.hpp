@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -58,12 +59,19 @@ class CompletionConsumer {
 
  private:
   void ensure_groups(redis::EventLog& events);
-  // Settles a batch by itself (claimed entries; the last batch at stop), then follows it up.
-  int handle(redis::Connection& c, redis::EventLog& events, const std::vector<redis::Event>& batch);
+  // Settles a batch (one settle per model) in one round trip, with `read` after the settles
+  // when given (its reply to *read_reply), then follows up what was settled. A batch the
+  // connection failed under, and runs refused for a passing state, go back to unsettled_.
+  // Returns the number settled.
+  int handle(redis::Connection& c, redis::EventLog& events, std::vector<redis::Event> batch,
+             std::optional<redis::Connection::Call> read = std::nullopt,
+             redis::Reply* read_reply = nullptr);
+  // One run's settle reply: followed up when settled, back to unsettled_ when refused for a
+  // passing state, logged otherwise (left pending: claimed again after claim_idle).
+  int settled(redis::Connection& c, const std::vector<redis::Event>& run, const redisReply* reply);
   // The work outside Redis's step for each settled entry (p_.settled); failures logged.
   void follow_up(redis::Connection& c, const std::vector<redis::Event>& run,
                  const std::vector<std::string>& tenants);
-  void settle_failed(const std::vector<redis::Event>& run, const std::exception& e);
 
   CompletionConsumerParams p_;
   // get() and reset() here, and run()'s stop, which interrupts a read blocked in XREADGROUP

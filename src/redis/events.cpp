@@ -1,7 +1,5 @@
 #include "redis/events.hpp"
 
-#include <optional>
-
 #include "redis/job_store.hpp"
 #include "redis/lua_scripts.hpp"
 
@@ -70,19 +68,6 @@ std::vector<Event> EventLog::parse_read(const std::vector<std::string>& models,
   return out;
 }
 
-std::vector<Event> EventLog::read(const std::vector<std::string>& models,
-                                  const std::string& consumer, int count,
-                                  std::chrono::milliseconds block) {
-  auto call = read_call(models, consumer, count, block);
-  Reply r;
-  {
-    std::optional<BlockingRead> blocking;
-    if (block.count() > 0) blocking.emplace(conn_, block);
-    r = conn_.command(call.args);
-  }
-  return parse_read(models, r.get());
-}
-
 std::vector<Event> EventLog::claim_idle(const std::string& model, const std::string& consumer,
                                         std::chrono::milliseconds idle, int count) {
   auto r = conn_.command({"XAUTOCLAIM", keys_.events(model), group_, consumer,
@@ -117,13 +102,6 @@ std::vector<std::string> EventLog::parse_settle(const redisReply* r, size_t entr
   auto tenants = as_strings(r);
   if (tenants.size() != entries) throw ReplyError("settle: unexpected reply");
   return tenants;
-}
-
-std::vector<std::string> EventLog::settle(const std::string& model, const std::vector<Event>& batch,
-                                          std::chrono::milliseconds retention) {
-  auto call = settle_call(model, batch, retention);
-  auto r = conn_.eval(*call.script, std::move(call.keys), std::move(call.args));
-  return parse_settle(r.get(), batch.size());
 }
 
 }  // namespace relay::redis

@@ -25,26 +25,22 @@ class EventLog {
   // Creates the group at the stream's start ("0": events written while no gateway ran are not
   // lost), and the stream if needed; an existing group is fine.
   void ensure_group(const std::string& model);
-  // New entries for this consumer, blocking up to block (0: do not block). The models' streams
-  // must share a node in cluster mode (one model per call there).
-  std::vector<Event> read(const std::vector<std::string>& models, const std::string& consumer,
-                          int count, std::chrono::milliseconds block);
   // Entries another consumer left unacknowledged for idle or longer, now this consumer's.
   std::vector<Event> claim_idle(const std::string& model, const std::string& consumer,
                                 std::chrono::milliseconds idle, int count);
-  // The gateway's handling of a batch of one model's entries, acknowledged in the same step
-  // (lua/settle.lua): long-polls woken, terminal webhooks scheduled, records set to expire
-  // after retention and their objects queued for deletion. Returns each entry's tenant ('' when
-  // its record is gone).
-  std::vector<std::string> settle(const std::string& model, const std::vector<Event>& batch,
-                                  std::chrono::milliseconds retention);
-
-  // read() and settle() as calls, for a pipeline that settles one batch and waits for the
-  // next in one round trip (gateway/completion_consumer.cpp), and their replies' parsers
-  // (which throw what an error reply means, as command() does).
+  // Steps sent as calls (gateway/completion_consumer.cpp pipelines one batch's settles with
+  // the read that waits for the next), and their replies' parsers, which throw what an error
+  // reply means as command() does.
+  // New entries for this consumer, blocking up to block (0: do not block; the caller lifts the
+  // read timeout, see BlockingRead). The models' streams must share a node in cluster mode (one
+  // model per call there).
   Connection::Call read_call(const std::vector<std::string>& models, const std::string& consumer,
                              int count, std::chrono::milliseconds block) const;
   std::vector<Event> parse_read(const std::vector<std::string>& models, const redisReply* r) const;
+  // The gateway's handling of a batch of one model's entries, acknowledged in the same step
+  // (lua/settle.lua): long-polls woken, terminal webhooks scheduled, records set to expire
+  // after retention and their objects queued for deletion. Its reply: each entry's tenant (''
+  // when its record is gone).
   Connection::Call settle_call(const std::string& model, const std::vector<Event>& batch,
                                std::chrono::milliseconds retention) const;
   static std::vector<std::string> parse_settle(const redisReply* r, size_t entries);
