@@ -128,6 +128,7 @@ int CompletionConsumer::pass(std::chrono::milliseconds block) {
 void CompletionConsumer::run(std::stop_token stop) {
   Backoff backoff;
   auto last_error_log = std::chrono::steady_clock::time_point{};
+  bool failing = false;  // the last pass that ended before the stop failed
   std::stop_callback on_stop(stop, [this] {
     std::lock_guard lock(conn_mu_);
     conn_.interrupt();
@@ -136,13 +137,15 @@ void CompletionConsumer::run(std::stop_token stop) {
     try {
       pass(std::chrono::milliseconds(1000));
       backoff.reset();
+      failing = false;
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(conn_mu_);
         conn_.reset();
       }
       if (stop.stop_requested()) break;  // (interrupted by the stop)
-      groups_ready_ = false;             // a restarted Redis without persistence lost them
+      failing = true;
+      groups_ready_ = false;  // a restarted Redis without persistence lost them
       auto now = std::chrono::steady_clock::now();
       if (now - last_error_log > std::chrono::minutes(1)) {
         log::warn("completion consumer: redis unavailable; retrying", {{"error", e.what()}});
@@ -151,18 +154,39 @@ void CompletionConsumer::run(std::stop_token stop) {
       if (!sleep_unless_stopped(backoff.next(), stop)) break;
     }
   }
-  if (unsettled_.empty()) return;
-  const auto last = std::exchange(unsettled_, {});
-  // Stopping with a batch read: the stop interrupted the round trip that settled it (or would
-  // have), so it is settled here once more (at no cost if it was) and followed up, on a fresh
-  // connection. With Redis away it stays pending for another replica (after claim_idle).
+  if (unsettled_.empty() && failing) return;  // (Redis away: no connect timeout at exit)
+  settle_at_stop();
+}
+
+void CompletionConsumer::settle_at_stop() {
+  // The stop interrupted the round trip that settled the last batch read (or would have), or
+  // a read whose entries Redis had already delivered to this consumer when the connection was
+  // cut, its reply lost on the way. So, on a fresh connection: this consumer's own pending
+  // entries (which hold both) and the batch read last are settled once more (at no cost if
+  // they were) and followed up. With Redis away they stay pending for another replica (after
+  // claim_idle).
+  auto last = std::exchange(unsettled_, {});
   try {
     redis::Connection& c = [this]() -> redis::Connection& {
       std::lock_guard lock(conn_mu_);
       conn_.reset();
       return conn_.get();
     }();
+    // (Within the gateway's exit grace: a paused Redis leaves them to another replica.)
+    c.set_read_timeout(kStopWait);
     redis::EventLog events(c, p_.keys, kEventsGroup);
+    auto pending = events.parse_read(
+        p_.models,
+        c.pipeline({events.read_call(p_.models, p_.consumer, 1000, {}, /*own_pending=*/true)})
+            .front()
+            .get());
+    for (auto& e : pending)
+      if (std::none_of(last.begin(), last.end(), [&](const auto& l) {
+            return l.model == e.model && l.entry_id == e.entry_id;
+          }))
+        last.push_back(std::move(e));
+    std::stable_sort(last.begin(), last.end(),
+                     [](const auto& a, const auto& b) { return a.model < b.model; });
     handle(c, events, last);
   } catch (const std::exception& e) {
     log::warn("completion consumer: the last batch read is left to another replica",

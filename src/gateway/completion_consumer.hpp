@@ -30,6 +30,9 @@ inline constexpr const char* kEventsGroup = "relay-gateway";
 // follow-up (metrics, log lines, quota slots) runs anyway.
 inline constexpr std::chrono::milliseconds kFollowUpWait{100};
 
+// How long a stopping consumer waits for each reply while it settles what it read last.
+inline constexpr std::chrono::milliseconds kStopWait{500};
+
 struct CompletionEvent {
   std::string model, job_id, status;
   std::string timings, traceparent;  // when a relay finished the job
@@ -59,6 +62,9 @@ class CompletionConsumer {
 
  private:
   void ensure_groups(redis::EventLog& events);
+  // At a stop: the last batch read and this consumer's own pending entries, settled and
+  // followed up on a fresh connection.
+  void settle_at_stop();
   // Settles a batch (one settle per model) in one round trip, with `read` after the settles
   // when given (its reply to *read_reply), then follows up what was settled. A batch the
   // connection failed under, and runs refused for a passing state, go back to unsettled_.

@@ -39,17 +39,17 @@ void EventLog::ensure_group(const std::string& model) {
 
 Connection::Call EventLog::read_call(const std::vector<std::string>& models,
                                      const std::string& consumer, int count,
-                                     std::chrono::milliseconds block) const {
+                                     std::chrono::milliseconds block, bool own_pending) const {
   Connection::Call call{
       nullptr, {}, {"XREADGROUP", "GROUP", group_, consumer, "COUNT", std::to_string(count)}};
   auto& argv = call.args;
-  if (block.count() > 0) {
+  if (block.count() > 0 && !own_pending) {
     argv.push_back("BLOCK");
     argv.push_back(std::to_string(block.count()));
   }
   argv.push_back("STREAMS");
   for (const auto& m : models) argv.push_back(keys_.events(m));
-  for (size_t i = 0; i < models.size(); ++i) argv.push_back(">");
+  for (size_t i = 0; i < models.size(); ++i) argv.push_back(own_pending ? "0" : ">");
   return call;
 }
 

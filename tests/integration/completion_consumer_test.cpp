@@ -67,6 +67,13 @@ class ConsumerTest : public RelayTest {
     return r.id;
   }
 
+  // The consumer creates it too (an existing group is fine): made here, a test's reads of the
+  // group do not race the consumer's thread.
+  void create_group() {
+    conn_.command(
+        {"XGROUP", "CREATE", keys_.events(model_), gateway::kEventsGroup, "0", "MKSTREAM"});
+  }
+
   // Entries delivered to a consumer and not yet acknowledged.
   long long pending_entries() {
     auto r = conn_.command({"XPENDING", keys_.events(model_), gateway::kEventsGroup});
@@ -129,6 +136,7 @@ TEST_F(ConsumerTest, EntriesReadWhileABatchIsSettledAreSettledByTheNextPass) {
 // interrupted), the consumer settles and follows it up before run() returns: nothing is left
 // pending for another replica, nothing unlogged.
 TEST_F(ConsumerTest, AStopSettlesAndFollowsUpTheLastBatchRead) {
+  create_group();
   for (int round = 0; round < 5; ++round) {
     Followed followed;
     gateway::CompletionConsumer consumer(params(followed));
@@ -141,6 +149,33 @@ TEST_F(ConsumerTest, AStopSettlesAndFollowsUpTheLastBatchRead) {
     EXPECT_TRUE(followed.has(id)) << "round " << round;
     EXPECT_EQ(pending_entries(), 0) << "round " << round;
   }
+}
+
+// Entries Redis delivered to this consumer whose read reply never reached it (the stop cut the
+// connection while the reply was on its way: here, read on another connection under the
+// consumer's name) are this consumer's pending entries: a stop settles and follows them up too.
+TEST_F(ConsumerTest, AStopSettlesEntriesDeliveredWhoseReplyWasLost) {
+  create_group();
+  const std::string id = finished_job();
+  conn_.command({"XREADGROUP", "GROUP", gateway::kEventsGroup, "test-consumer", "COUNT", "10",
+                 "STREAMS", keys_.events(model_), ">"});
+  ASSERT_EQ(pending_entries(), 1);
+
+  Followed followed;
+  gateway::CompletionConsumer consumer(params(followed));
+  std::jthread runner([&](std::stop_token st) { consumer.run(st); });
+  // Stopped while blocked in its read for new entries (none come).
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto clients = redis::as_string(conn_.command({"CLIENT", "LIST"}).get());
+        return clients.find("cmd=xreadgroup") != std::string::npos;
+      },
+      10s));
+  runner.request_stop();
+  runner.join();
+  EXPECT_TRUE(followed.has(id));
+  EXPECT_EQ(pending_entries(), 0);
+  EXPECT_EQ(followed.calls(), 1);
 }
 
 }  // namespace
