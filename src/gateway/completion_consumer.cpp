@@ -48,6 +48,21 @@ void CompletionConsumer::follow_up(redis::Connection& c, const std::vector<redis
   }
 }
 
+void CompletionConsumer::adopt_own_pending(redis::Connection& c, redis::EventLog& events) {
+  auto pending = events.parse_read(
+      p_.models,
+      c.pipeline({events.read_call(p_.models, p_.consumer, kBatch, {}, /*own_pending=*/true)})
+          .front()
+          .get());
+  for (auto& e : pending)
+    if (std::none_of(unsettled_.begin(), unsettled_.end(),
+                     [&](const auto& u) { return u.model == e.model && u.entry_id == e.entry_id; }))
+      unsettled_.push_back(std::move(e));
+  // (handle() settles one run per model: a model's entries together.)
+  std::stable_sort(unsettled_.begin(), unsettled_.end(),
+                   [](const auto& a, const auto& b) { return a.model < b.model; });
+}
+
 int CompletionConsumer::settled(redis::Connection& c, const std::vector<redis::Event>& run,
                                 const redisReply* reply) {
   std::vector<std::string> tenants;
@@ -99,12 +114,16 @@ int CompletionConsumer::pass(std::chrono::milliseconds block) {
   }();
   redis::EventLog events(c, p_.keys, kEventsGroup);
   ensure_groups(events);
+  if (!own_pending_adopted_) {
+    adopt_own_pending(c, events);
+    own_pending_adopted_ = true;
+  }
   int handled = 0;
   auto now = std::chrono::steady_clock::now();
   if (now - last_claim_ >= p_.claim_idle / 2) {
     last_claim_ = now;
     for (const auto& model : p_.models)
-      handled += handle(c, events, events.claim_idle(model, p_.consumer, p_.claim_idle, 100));
+      handled += handle(c, events, events.claim_idle(model, p_.consumer, p_.claim_idle, kBatch));
   }
 
   // The batch the last pass read is settled in the round trip that waits for the next one.
@@ -117,7 +136,7 @@ int CompletionConsumer::pass(std::chrono::milliseconds block) {
     std::optional<redis::BlockingRead> blocking;
     if (wait.count() > 0) blocking.emplace(c, wait);
     handled += handle(c, events, std::exchange(unsettled_, {}),
-                      events.read_call(p_.models, p_.consumer, 100, wait), &read);
+                      events.read_call(p_.models, p_.consumer, kBatch, wait), &read);
   }
   auto entries = events.parse_read(p_.models, read.get());  // (an error reply throws)
   unsettled_.insert(unsettled_.end(), std::make_move_iterator(entries.begin()),
@@ -146,6 +165,7 @@ void CompletionConsumer::run(std::stop_token stop) {
       if (stop.stop_requested()) break;  // (interrupted by the stop)
       failing = true;
       groups_ready_ = false;  // a restarted Redis without persistence lost them
+      own_pending_adopted_ = false;
       auto now = std::chrono::steady_clock::now();
       if (now - last_error_log > std::chrono::minutes(1)) {
         log::warn("completion consumer: redis unavailable; retrying", {{"error", e.what()}});
@@ -160,12 +180,10 @@ void CompletionConsumer::run(std::stop_token stop) {
 
 void CompletionConsumer::settle_at_stop() {
   // The stop interrupted the round trip that settled the last batch read (or would have), or
-  // a read whose entries Redis had already delivered to this consumer when the connection was
-  // cut, its reply lost on the way. So, on a fresh connection: this consumer's own pending
-  // entries (which hold both) and the batch read last are settled once more (at no cost if
-  // they were) and followed up. With Redis away they stay pending for another replica (after
-  // claim_idle).
-  auto last = std::exchange(unsettled_, {});
+  // a read whose entries Redis had already delivered when the connection was cut. So, on a
+  // fresh connection, that batch and this consumer's own pending entries (which hold the
+  // others) are settled once more (at no cost if they were) and followed up. With Redis away
+  // they stay pending for another replica (after claim_idle).
   try {
     redis::Connection& c = [this]() -> redis::Connection& {
       std::lock_guard lock(conn_mu_);
@@ -175,22 +193,11 @@ void CompletionConsumer::settle_at_stop() {
     // (Within the gateway's exit grace: a paused Redis leaves them to another replica.)
     c.set_read_timeout(kStopWait);
     redis::EventLog events(c, p_.keys, kEventsGroup);
-    auto pending = events.parse_read(
-        p_.models,
-        c.pipeline({events.read_call(p_.models, p_.consumer, 1000, {}, /*own_pending=*/true)})
-            .front()
-            .get());
-    for (auto& e : pending)
-      if (std::none_of(last.begin(), last.end(), [&](const auto& l) {
-            return l.model == e.model && l.entry_id == e.entry_id;
-          }))
-        last.push_back(std::move(e));
-    std::stable_sort(last.begin(), last.end(),
-                     [](const auto& a, const auto& b) { return a.model < b.model; });
-    handle(c, events, last);
+    adopt_own_pending(c, events);
+    handle(c, events, std::exchange(unsettled_, {}));
   } catch (const std::exception& e) {
     log::warn("completion consumer: the last batch read is left to another replica",
-              {{"entries", last.size()}, {"error", e.what()}});
+              {{"entries", unsettled_.size()}, {"error", e.what()}});
   }
 }
 

@@ -30,6 +30,8 @@ inline constexpr const char* kEventsGroup = "relay-gateway";
 // follow-up (metrics, log lines, quota slots) runs anyway.
 inline constexpr std::chrono::milliseconds kFollowUpWait{100};
 
+// Entries read (or claimed) per call.
+inline constexpr int kBatch = 100;
 // How long a stopping consumer waits for each reply while it settles what it read last.
 inline constexpr std::chrono::milliseconds kStopWait{500};
 
@@ -65,6 +67,10 @@ class CompletionConsumer {
   // At a stop: the last batch read and this consumer's own pending entries, settled and
   // followed up on a fresh connection.
   void settle_at_stop();
+  // This consumer's own pending entries (delivered, not acknowledged: read by a previous
+  // process of the same name, or by a read whose reply a cut connection lost), added to
+  // unsettled_ (up to kBatch; more are claimed after claim_idle).
+  void adopt_own_pending(redis::Connection& c, redis::EventLog& events);
   // Settles a batch (one settle per model) in one round trip, with `read` after the settles
   // when given (its reply to *read_reply), then follows up what was settled. A batch the
   // connection failed under, and runs refused for a passing state, go back to unsettled_.
@@ -85,6 +91,7 @@ class CompletionConsumer {
   std::mutex conn_mu_;
   redis::LazyConnection conn_;
   bool groups_ready_ = false;
+  bool own_pending_adopted_ = false;  // on this connection
   // The entries the last pass read, settled by the next (or at stop).
   std::vector<redis::Event> unsettled_;
   std::chrono::steady_clock::time_point last_claim_{};

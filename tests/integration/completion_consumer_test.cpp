@@ -152,30 +152,62 @@ TEST_F(ConsumerTest, AStopSettlesAndFollowsUpTheLastBatchRead) {
 }
 
 // Entries Redis delivered to this consumer whose read reply never reached it (the stop cut the
-// connection while the reply was on its way: here, read on another connection under the
-// consumer's name) are this consumer's pending entries: a stop settles and follows them up too.
+// connection while the reply was on its way) are this consumer's pending entries: a stop
+// settles and follows them up too. Here they are delivered under the consumer's name on
+// another connection while its own read blocks, in one transaction with their XADD (so its
+// read is not served them).
 TEST_F(ConsumerTest, AStopSettlesEntriesDeliveredWhoseReplyWasLost) {
   create_group();
-  const std::string id = finished_job();
-  conn_.command({"XREADGROUP", "GROUP", gateway::kEventsGroup, "test-consumer", "COUNT", "10",
-                 "STREAMS", keys_.events(model_), ">"});
-  ASSERT_EQ(pending_entries(), 1);
-
   Followed followed;
   gateway::CompletionConsumer consumer(params(followed));
   std::jthread runner([&](std::stop_token st) { consumer.run(st); });
-  // Stopped while blocked in its read for new entries (none come).
   ASSERT_TRUE(wait_until(
       [&] {
         auto clients = redis::as_string(conn_.command({"CLIENT", "LIST"}).get());
         return clients.find("cmd=xreadgroup") != std::string::npos;
       },
       10s));
+  auto r = pending_job(model_);
+  store_.submit(r, false);
+  conn_.command({"MULTI"});
+  conn_.command({"XADD", keys_.events(model_), "*", "job_id", r.id, "status", "completed"});
+  conn_.command({"XREADGROUP", "GROUP", gateway::kEventsGroup, "test-consumer", "COUNT", "10",
+                 "STREAMS", keys_.events(model_), ">"});
+  auto exec = conn_.command({"EXEC"});
+  ASSERT_EQ(exec->elements, 2u);
+  ASSERT_EQ(exec->element[1]->type, REDIS_REPLY_ARRAY) << "delivered in the transaction";
+  EXPECT_EQ(pending_entries(), 1);
+  EXPECT_FALSE(followed.has(r.id));
   runner.request_stop();
   runner.join();
-  EXPECT_TRUE(followed.has(id));
+  EXPECT_TRUE(followed.has(r.id));
   EXPECT_EQ(pending_entries(), 0);
   EXPECT_EQ(followed.calls(), 1);
+}
+
+// Entries left pending under this consumer's name (a previous gateway process on the same host,
+// or a read whose reply a failed connection lost) are settled by its first pass, not claimed
+// after claim_idle (60 s here).
+TEST_F(ConsumerTest, OwnPendingEntriesAreSettledByTheFirstPass) {
+  create_group();
+  const std::string id = finished_job();
+  conn_.command({"XREADGROUP", "GROUP", gateway::kEventsGroup, "test-consumer", "COUNT", "10",
+                 "STREAMS", keys_.events(model_), ">"});
+  ASSERT_EQ(pending_entries(), 1);
+  Followed followed;
+  gateway::CompletionConsumer consumer(params(followed));
+  consumer.pass(5s);
+  EXPECT_EQ(pending_entries(), 0);
+  EXPECT_TRUE(followed.has(id));
+  // Another consumer's pending entries are not this one's: they wait for claim_idle.
+  const std::string other = finished_job();
+  conn_.command({"XREADGROUP", "GROUP", gateway::kEventsGroup, "another-consumer", "COUNT", "10",
+                 "STREAMS", keys_.events(model_), ">"});
+  gateway::CompletionConsumer restarted(params(followed));
+  restarted.pass(100ms);
+  restarted.pass(100ms);
+  EXPECT_FALSE(followed.has(other));
+  EXPECT_EQ(pending_entries(), 1);
 }
 
 }  // namespace
