@@ -444,6 +444,13 @@ Response Api::metrics_text() {
           {"model", "queue"}, depth);
   w.gauge("relay_queue_oldest_age_seconds", "Age of the oldest pending job per model.", {"model"},
           oldest);
+  const auto memory = process_memory();
+  w.gauge("process_resident_memory_bytes", "Resident memory size in bytes.", {},
+          {{{}, memory.resident_bytes}});
+  w.gauge("relay_gateway_heap_in_use_bytes",
+          "Bytes of the gateway's heap in use (malloc's count: what it holds, without what "
+          "malloc keeps freed).",
+          {}, {{{}, memory.heap_in_use_bytes}});
   Response r;
   r.content_type = "text/plain; version=0.0.4";
   r.body = w.text();

@@ -1,9 +1,16 @@
 #include "gateway/metrics.hpp"
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/json/parse.hpp>
 #include <cstdio>
 #include <cstdlib>
+
+// jemalloc's control interface when it is the allocator linked in; null otherwise.
+extern "C" int mallctl(const char* name, void* oldp, std::size_t* oldlenp, void* newp,
+                       std::size_t newlen) __attribute__((weak));
 
 namespace relay::gateway {
 
@@ -96,6 +103,31 @@ std::string number(double v) {
 }
 
 }  // namespace
+
+ProcessMemory process_memory() {
+  ProcessMemory m;
+  // statm: sizes in pages, the second the resident set.
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long size = 0, resident = 0;
+    if (std::fscanf(f, "%lu %lu", &size, &resident) == 2)
+      m.resident_bytes =
+          static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    std::fclose(f);
+  }
+  // jemalloc (the gateway's allocator, RELAY_JEMALLOC) counts what is allocated once its stats
+  // are refreshed (a new "epoch"); glibc's malloc (sanitizer builds) through mallinfo2.
+  if (mallctl != nullptr) {
+    std::uint64_t epoch = 1;
+    std::size_t allocated = 0, len = sizeof allocated;
+    if (mallctl("epoch", nullptr, nullptr, &epoch, sizeof epoch) == 0 &&
+        mallctl("stats.allocated", &allocated, &len, nullptr, 0) == 0)
+      m.heap_in_use_bytes = static_cast<double>(allocated);
+    return m;
+  }
+  const struct mallinfo2 mi = ::mallinfo2();
+  m.heap_in_use_bytes = static_cast<double>(mi.uordblks + mi.hblkhd);
+  return m;
+}
 
 void PrometheusWriter::header(const std::string& name, const std::string& help, const char* type) {
   out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";

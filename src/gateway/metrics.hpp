@@ -72,6 +72,17 @@ Metrics& metrics();
 void observe_timings(const std::string& model, const std::string& status,
                      const std::string& timings_json);
 
+// This process's memory, read at scrape time: what the kernel holds for it (resident set: what a
+// cgroup's limit counts), and what of its heap is in use (malloc's own count, every arena and
+// mmapped block). The two differ by what malloc keeps freed but not returned — which depends on
+// which threads happened to allocate — so the heap figure is the one that follows what the
+// gateway holds (connections, buffers), the resident one what it costs.
+struct ProcessMemory {
+  double resident_bytes = 0;
+  double heap_in_use_bytes = 0;
+};
+ProcessMemory process_memory();
+
 // Prometheus text exposition format 0.0.4.
 class PrometheusWriter {
  public:

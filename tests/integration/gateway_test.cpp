@@ -410,6 +410,13 @@ TEST_F(GatewayTest, MetricsExposeQueuesAndCounters) {
                 "relay_http_requests_total{route=\"POST /jobs/{service_type}\",status=\"202\"} 1"),
             std::string::npos);
   EXPECT_NE(m.body.find("relay_queue_oldest_age_seconds{model=\"m1\"}"), std::string::npos);
+  // The process's memory: resident, and its heap in use (a gateway holds more than a megabyte).
+  for (const std::string name :
+       {"process_resident_memory_bytes", "relay_gateway_heap_in_use_bytes"}) {
+    const auto at = m.body.find("\n" + name + " ");
+    ASSERT_NE(at, std::string::npos) << name;
+    EXPECT_GT(std::atof(m.body.c_str() + at + name.size() + 2), 1 << 20) << name;
+  }
 }
 
 // The Grafana dashboard (deploy/grafana) queries only metrics the gateway exports.
