@@ -11,6 +11,11 @@
 // jemalloc's control interface when it is the allocator linked in; null otherwise.
 extern "C" int mallctl(const char* name, void* oldp, std::size_t* oldlenp, void* newp,
                        std::size_t newlen) __attribute__((weak));
+#if defined(__SANITIZE_ADDRESS__)
+// AddressSanitizer's count of what its allocator has handed out (sanitizer/allocator_interface.h,
+// which GCC's packages do not install).
+extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
+#endif
 
 namespace relay::gateway {
 
@@ -115,7 +120,12 @@ ProcessMemory process_memory() {
     std::fclose(f);
   }
   // jemalloc (the gateway's allocator, RELAY_JEMALLOC) counts what is allocated once its stats
-  // are refreshed (a new "epoch"); glibc's malloc (sanitizer builds) through mallinfo2.
+  // are refreshed (a new "epoch"); AddressSanitizer's allocator its own way; glibc's malloc
+  // through mallinfo2.
+#if defined(__SANITIZE_ADDRESS__)
+  m.heap_in_use_bytes = static_cast<double>(__sanitizer_get_current_allocated_bytes());
+  return m;
+#endif
   if (mallctl != nullptr) {
     std::uint64_t epoch = 1;
     std::size_t allocated = 0, len = sizeof allocated;
