@@ -11,10 +11,11 @@
 
 namespace relay::gateway {
 
-void CompletionConsumer::ensure_groups(redis::EventLog& log) {
-  if (groups_ready_) return;
-  for (const auto& model : p_.models) log.ensure_group(model);
-  groups_ready_ = true;
+void CompletionConsumer::prepare(redis::Connection& c, redis::EventLog& events) {
+  if (prepared_) return;
+  for (const auto& model : p_.models) events.ensure_group(model);
+  adopt_own_pending(c, events);
+  prepared_ = true;
 }
 
 namespace {
@@ -50,10 +51,7 @@ void CompletionConsumer::follow_up(redis::Connection& c, const std::vector<redis
 
 void CompletionConsumer::adopt_own_pending(redis::Connection& c, redis::EventLog& events) {
   auto pending = events.parse_read(
-      p_.models,
-      c.pipeline({events.read_call(p_.models, p_.consumer, kBatch, {}, /*own_pending=*/true)})
-          .front()
-          .get());
+      p_.models, c.pipeline({events.pending_call(p_.models, p_.consumer, kBatch)}).front().get());
   for (auto& e : pending)
     if (std::none_of(unsettled_.begin(), unsettled_.end(),
                      [&](const auto& u) { return u.model == e.model && u.entry_id == e.entry_id; }))
@@ -113,11 +111,7 @@ int CompletionConsumer::pass(std::chrono::milliseconds block) {
     return conn_.get();
   }();
   redis::EventLog events(c, p_.keys, kEventsGroup);
-  ensure_groups(events);
-  if (!own_pending_adopted_) {
-    adopt_own_pending(c, events);
-    own_pending_adopted_ = true;
-  }
+  prepare(c, events);
   int handled = 0;
   auto now = std::chrono::steady_clock::now();
   if (now - last_claim_ >= p_.claim_idle / 2) {
@@ -164,8 +158,7 @@ void CompletionConsumer::run(std::stop_token stop) {
       }
       if (stop.stop_requested()) break;  // (interrupted by the stop)
       failing = true;
-      groups_ready_ = false;  // a restarted Redis without persistence lost them
-      own_pending_adopted_ = false;
+      prepared_ = false;  // (a restarted Redis without persistence lost the groups)
       auto now = std::chrono::steady_clock::now();
       if (now - last_error_log > std::chrono::minutes(1)) {
         log::warn("completion consumer: redis unavailable; retrying", {{"error", e.what()}});

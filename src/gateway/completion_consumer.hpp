@@ -63,7 +63,9 @@ class CompletionConsumer {
   void run(std::stop_token stop);
 
  private:
-  void ensure_groups(redis::EventLog& events);
+  // Once per connection: the groups made (an existing one is fine), and this consumer's own
+  // pending entries adopted.
+  void prepare(redis::Connection& c, redis::EventLog& events);
   // At a stop: the last batch read and this consumer's own pending entries, settled and
   // followed up on a fresh connection.
   void settle_at_stop();
@@ -90,8 +92,7 @@ class CompletionConsumer {
   // from another thread (else a shutdown waits out the block), are serialized by conn_mu_.
   std::mutex conn_mu_;
   redis::LazyConnection conn_;
-  bool groups_ready_ = false;
-  bool own_pending_adopted_ = false;  // on this connection
+  bool prepared_ = false;  // on this connection: see prepare()
   // The entries the last pass read, settled by the next (or at stop).
   std::vector<redis::Event> unsettled_;
   std::chrono::steady_clock::time_point last_claim_{};

@@ -124,18 +124,18 @@ ProcessMemory process_memory() {
   // through mallinfo2.
 #if defined(__SANITIZE_ADDRESS__)
   m.heap_in_use_bytes = static_cast<double>(__sanitizer_get_current_allocated_bytes());
-  return m;
-#endif
+#else
   if (mallctl != nullptr) {
     std::uint64_t epoch = 1;
     std::size_t allocated = 0, len = sizeof allocated;
     if (mallctl("epoch", nullptr, nullptr, &epoch, sizeof epoch) == 0 &&
         mallctl("stats.allocated", &allocated, &len, nullptr, 0) == 0)
       m.heap_in_use_bytes = static_cast<double>(allocated);
-    return m;
+  } else {
+    const struct mallinfo2 mi = ::mallinfo2();
+    m.heap_in_use_bytes = static_cast<double>(mi.uordblks + mi.hblkhd);
   }
-  const struct mallinfo2 mi = ::mallinfo2();
-  m.heap_in_use_bytes = static_cast<double>(mi.uordblks + mi.hblkhd);
+#endif
   return m;
 }
 

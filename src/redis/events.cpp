@@ -37,20 +37,31 @@ void EventLog::ensure_group(const std::string& model) {
   }
 }
 
-Connection::Call EventLog::read_call(const std::vector<std::string>& models,
-                                     const std::string& consumer, int count,
-                                     std::chrono::milliseconds block, bool own_pending) const {
+Connection::Call EventLog::xreadgroup(const std::vector<std::string>& models,
+                                      const std::string& consumer, int count,
+                                      std::chrono::milliseconds block, const char* from) const {
   Connection::Call call{
       nullptr, {}, {"XREADGROUP", "GROUP", group_, consumer, "COUNT", std::to_string(count)}};
   auto& argv = call.args;
-  if (block.count() > 0 && !own_pending) {
+  if (block.count() > 0) {
     argv.push_back("BLOCK");
     argv.push_back(std::to_string(block.count()));
   }
   argv.push_back("STREAMS");
   for (const auto& m : models) argv.push_back(keys_.events(m));
-  for (size_t i = 0; i < models.size(); ++i) argv.push_back(own_pending ? "0" : ">");
+  for (size_t i = 0; i < models.size(); ++i) argv.push_back(from);
   return call;
+}
+
+Connection::Call EventLog::read_call(const std::vector<std::string>& models,
+                                     const std::string& consumer, int count,
+                                     std::chrono::milliseconds block) const {
+  return xreadgroup(models, consumer, count, block, ">");
+}
+
+Connection::Call EventLog::pending_call(const std::vector<std::string>& models,
+                                        const std::string& consumer, int count) const {
+  return xreadgroup(models, consumer, count, {}, "0");
 }
 
 std::vector<Event> EventLog::parse_read(const std::vector<std::string>& models,

@@ -33,12 +33,14 @@ class EventLog {
   // reply means as command() does.
   // New entries for this consumer, blocking up to block (0: do not block; the caller lifts the
   // read timeout, see BlockingRead). The models' streams must share a node in cluster mode (one
-  // model per call there). With own_pending, instead: the entries already delivered to this
-  // consumer and not yet acknowledged (its pending history; never blocks), among them any
-  // whose read reply never reached it (a connection cut while the reply was on its way).
+  // model per call there).
   Connection::Call read_call(const std::vector<std::string>& models, const std::string& consumer,
-                             int count, std::chrono::milliseconds block,
-                             bool own_pending = false) const;
+                             int count, std::chrono::milliseconds block) const;
+  // The entries already delivered to this consumer and not yet acknowledged (its pending
+  // history; never blocks), among them any whose read reply never reached it (a connection cut
+  // while the reply was on its way). Its reply is parsed as a read's.
+  Connection::Call pending_call(const std::vector<std::string>& models, const std::string& consumer,
+                                int count) const;
   std::vector<Event> parse_read(const std::vector<std::string>& models, const redisReply* r) const;
   // The gateway's handling of a batch of one model's entries, acknowledged in the same step
   // (lua/settle.lua): long-polls woken, terminal webhooks scheduled, records set to expire
@@ -49,6 +51,10 @@ class EventLog {
   static std::vector<std::string> parse_settle(const redisReply* r, size_t entries);
 
  private:
+  // XREADGROUP from `from` in every model's stream (">": new entries; "0": this consumer's own).
+  Connection::Call xreadgroup(const std::vector<std::string>& models, const std::string& consumer,
+                              int count, std::chrono::milliseconds block, const char* from) const;
+
   Connection& conn_;
   Keys keys_;
   std::string group_;

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -60,6 +61,12 @@ inline int raw_connect(const std::string& gateway_url, int receive_buffer = 0) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
   return fd;
+}
+
+// A sample without labels from Prometheus text (-1 when absent).
+inline double metric_value(const std::string& text, const std::string& name) {
+  const auto at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::atof(text.c_str() + at + name.size() + 2);
 }
 
 // What one recv brings within timeout_s seconds; empty on timeout or close.

@@ -637,12 +637,6 @@ long status_kib(pid_t pid, const std::string& field) {
   return -1;
 }
 
-// A sample without labels from Prometheus text (-1 when absent).
-double metric_value(const std::string& text, const std::string& name) {
-  const auto at = text.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::atof(text.c_str() + at + name.size() + 2);
-}
-
 // Many fast uploads at once hold memory within server.upload_buffer_memory (plus 16 KiB per
 // piece), not two 1 MiB pieces each: 200 uploads at once held 450 MiB before. Each input is
 // stored whole all the same.
