@@ -53,26 +53,45 @@ SentinelRedis::SentinelRedis() {
     if (!wait_until([&] { return port_open(port); }, 10s))
       throw std::runtime_error("a sentinel did not start");
   // Ready when the replica is in sync, and every sentinel knows it and the other sentinels.
+  // What was seen last goes into the error, with the sentinels' last log lines: a failure here
+  // (once in a stress run with four tests at a time) said nothing of which part was missing.
+  std::string seen;
   bool ready = wait_until(
       [&] {
+        seen.clear();
         try {
           auto info = redis::as_string(nodes_[1]->connect().command({"INFO", "replication"}).get());
-          if (info.find("master_link_status:up") == std::string::npos) return false;
+          const bool synced = info.find("master_link_status:up") != std::string::npos;
+          seen = synced ? "replica in sync" : "replica not in sync";
+          bool all = synced;
           for (int port : sentinel_ports_) {
             redis::Endpoint ep;
             ep.port = port;
             auto c = redis::Connection::open(ep);
             auto replicas = c.command({"SENTINEL", "replicas", "relaytest"});
             auto peers = c.command({"SENTINEL", "sentinels", "relaytest"});
-            if (replicas->elements != 1 || peers->elements != 2) return false;
+            seen += "; sentinel :" + std::to_string(port) + " sees " +
+                    std::to_string(replicas->elements) + " replica(s), " +
+                    std::to_string(peers->elements) + " peer(s)";
+            all = all && replicas->elements == 1 && peers->elements == 2;
           }
-          return true;
-        } catch (const std::exception&) {
+          return all;
+        } catch (const std::exception& e) {
+          seen += std::string("; ") + e.what();
           return false;
         }
       },
-      30s);
-  if (!ready) throw std::runtime_error("the sentinels did not see the replica and each other");
+      60s);
+  if (!ready) {
+    std::string logs;
+    for (size_t i = 0; i < sentinels_.size(); ++i) {
+      const std::string log = sentinels_[i]->log();
+      logs += "\n--- sentinel " + std::to_string(i) + "'s log, its end:\n" +
+              log.substr(log.size() > 1500 ? log.size() - 1500 : 0);
+    }
+    throw std::runtime_error("the sentinels did not see the replica and each other: " + seen +
+                             logs);
+  }
 }
 
 SentinelRedis::~SentinelRedis() = default;
