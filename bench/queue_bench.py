@@ -26,7 +26,12 @@ Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completio
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--results=DIR] [--storage=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|oneshot] [--relays=1]
+By input size: Relay beside BullMQ (the goal's reference) again with inputs of 16 KiB, 64 KiB,
+  256 KiB and 1 MiB (fewer jobs each): how each side's cost grows with what a job carries —
+  BullMQ keeps the input in Redis, in the job; Relay in storage, Redis holding its key.
+Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
+
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|oneshot|sizes] [--relays=1]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -48,6 +53,19 @@ JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
 # --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
 # and DIR/queue_bench.png (gnuplot).
+INPUT_BYTES = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--input-bytes=")),
+                       "1024"))
+# The by-size runs: (input bytes, jobs) — fewer jobs as they grow (a run writes them all to
+# storage, and BullMQ's producer holds them in Redis).
+SIZES = [(16 << 10, 5000), (64 << 10, 5000), (256 << 10, 2000), (1 << 20, 1000)]
+
+
+def size_name(n):
+    return (f"{n >> 20} MiB" if n % (1 << 20) == 0 else
+            f"{n >> 10} KiB" if n % 1024 == 0 else f"{n} B")
+
+
+INPUT_NAME = size_name(INPUT_BYTES)
 RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "1"))
 # --concurrency=C: each relay of the throughput run keeps C jobs in hand (relay.concurrency).
 CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "4"))
@@ -257,14 +275,15 @@ class RelayStack:
         shutil.rmtree(self.storage, ignore_errors=True)
 
 
-def wrk_script(work, jobs):
-    """wrk's script for the throughput runs: 1 KiB raw bodies POSTed to /jobs/echo, N in all."""
+def wrk_script(work, jobs, size):
+    """wrk's script for the throughput runs: raw bodies of `size` bytes POSTed to /jobs/echo, N
+    in all."""
     script = os.path.join(work, "post.lua")
     with open(script, "w") as f:
         f.write(f"""
 wrk.method = "POST"
 wrk.path = "/jobs/echo?filename=in.bin"
-wrk.body = string.rep("x", 1024)
+wrk.body = string.rep("x", {size})
 wrk.headers["Content-Type"] = "application/octet-stream"
 -- Each of the 2 threads submits its half; the connections' requests in flight when it stops
 -- (at most 64 in all) make a few jobs more, which only count against the side measured.
@@ -283,12 +302,12 @@ def wrk_load(script, port):
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0):
+def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BYTES):
     jobs = jobs or JOBS
     # (The 20 ms case compares with 4 workers: always 4 relays.)
     stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None,
                        concurrency=1 if delay_ms else None)
-    script = wrk_script(work, jobs)
+    script = wrk_script(work, jobs, size)
     measure = Measure(redis_port, redis_pid, stack.processes(), [])
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
         redis_cli(redis_port, "CONFIG", "SET", "slowlog-log-slower-than", "0")
@@ -382,7 +401,8 @@ def worker_done(worker):
     assert worker.stdout.readline().startswith("done"), "the BullMQ worker ended early"
 
 
-def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=64, model=False):
+def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=64, model=False,
+                size=INPUT_BYTES):
     """BullMQ's producer and worker; with model, the worker POSTs each job to the no-op model
     (whose CPU then counts in the system's, as Relay's does)."""
     jobs = jobs or JOBS
@@ -398,7 +418,8 @@ def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=
     system.insert(0, worker)
     measure = Measure(redis_port, redis_pid, system, [])
     measure.start()
-    producer = start(["node", "producer.js", str(jobs), "64", str(redis_port)], cwd=BULLMQ_DIR,
+    producer = start(["node", "producer.js", str(jobs), "64", str(redis_port), str(size)],
+                     cwd=BULLMQ_DIR,
                      stdout=subprocess.DEVNULL)
     result = measure.until(producer, [producer, worker],
                            lambda: worker_done(worker), jobs)
@@ -427,7 +448,7 @@ def bullmq_work_side(redis_port, redis_pid, work, jobs=None):
     api = start(["node", "api.js", str(api_port), str(redis_port), folder], cwd=BULLMQ_DIR,
                 stdout=subprocess.PIPE, text=True)
     assert api.stdout.readline().strip() == "ready"
-    script = wrk_script(work, jobs)
+    script = wrk_script(work, jobs, INPUT_BYTES)
     measure = Measure(redis_port, redis_pid, [api, worker, model], [])
     measure.start()
     load = wrk_load(script, api_port)
@@ -472,9 +493,17 @@ def machine():
             f"only.\n")
 
 
-def chart(results, path):
-    """The figures as a PNG (gnuplot): throughput, CPU per job, the 20 ms case, latency."""
+def chart(results, sizes, path):
+    """The figures as a PNG (gnuplot): throughput, CPU per job, the 20 ms case, latency, and
+    Relay / BullMQ by input size."""
     data = os.path.join(os.path.dirname(path), "queue_bench.dat")
+    ratios = os.path.join(os.path.dirname(path), "queue_bench_sizes.dat")
+    with open(ratios, "w") as f:
+        f.write("# input-KiB jobs/s-ratio cpu-ratio\n")
+        for size, _, r in sizes:
+            b, rl = r["bullmq"], r["relay"]
+            f.write(f"{size / 1024:g} {rl['jobs_per_s'] / b['jobs_per_s']:.3f} "
+                    f"{rl['cpu_us_per_job'] / b['cpu_us_per_job']:.3f}\n")
     t, d = results["throughput"], results["delay"]
     lat = results["latency"]
     # The middle series, BullMQ doing Relay's work, is measured for throughput and CPU only
@@ -489,27 +518,34 @@ def chart(results, path):
             mid = fmt.format(work[key]) if src is t and key in work else "?"
             f.write(f"{name} {fmt.format(src['bullmq'][key])} {mid} "
                     f"{fmt.format(src['relay'][key])}\n")
-    plots = [("throughput", "1 KiB jobs/s end to end (higher is better)"),
+    plots = [("throughput", f"{INPUT_NAME} jobs/s end to end (higher is better)"),
              ("cpu", "CPU-µs per job, all processes (lower is better)"),
              ("delay", "jobs/s, 4 workers x 20 ms (ideal 200)"),
              ("p50", "p50 ms submit to completion, 100 jobs/s"),
              ("p99", "p99 ms submit to completion, 100 jobs/s")]
-    script = [f'set terminal pngcairo size 1500,380 font ",10"', f'set output "{path}"',
+    script = [f'set terminal pngcairo size 1800,380 font ",10"', f'set output "{path}"',
               "set style data histograms", "set style histogram clustered gap 1",
               "set style fill solid 0.8 border -1", "set key outside bottom center horizontal",
               "set yrange [0:*]", 'set datafile missing "?"',
-              "unset xtics", "set grid ytics", f"set multiplot layout 1,{len(plots)}"]
+              "unset xtics", "set grid ytics", f"set multiplot layout 1,{len(plots) + 1}"]
     for row, title in plots:
         script += [f'set title "{title}"',
                    f'plot "< grep ^{row} {data}" using 2 title "BullMQ 5.81.5" lc rgb "#9e9e9e", '
                    f'"" using 3 title "BullMQ doing Relay\'s work" lc rgb "#e0a040", '
                    f'"" using 4 title "Relay" lc rgb "#1565c0"']
+    script += ['set title "Relay / BullMQ by input size (KiB)"', "set logscale x 2",
+               "set xtics 4 nomirror", "set key outside bottom center vertical",
+               f'plot "{ratios}" using 1:2 with linespoints lw 2 lc rgb "#1565c0" '
+               'title "jobs/s (goal >= 1)", "" using 1:3 with linespoints lw 2 dt 2 '
+               'lc rgb "#c62828" title "CPU per job (goal <= 1)", 1 with lines lc rgb "#616161" '
+               'notitle']
     script.append("unset multiplot")
     # (Its warnings about the middle series' missing values are expected: shown only on failure.)
     plot = subprocess.run(["gnuplot"], input="\n".join(script), text=True, capture_output=True)
     if plot.returncode != 0:
         sys.exit(f"gnuplot failed: {plot.stderr}")
     os.remove(data)
+    os.remove(ratios)
 
 
 def main():
@@ -518,7 +554,7 @@ def main():
     redis = start(["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
                    "--dir", work], stdout=subprocess.DEVNULL)
     wait_port(port)
-    results = {"throughput": {}, "delay": {}, "latency": {}}
+    results = {"throughput": {}, "delay": {}, "latency": {}, "sizes": {}}
 
     def fresh():
         redis_cli(port, "FLUSHALL")
@@ -526,7 +562,7 @@ def main():
 
     try:
         for side in ("bullmq", "bullmq_model", "bullmq_work", "relay"):
-            if ONLY == "oneshot":
+            if ONLY in ("oneshot", "sizes"):
                 break
             if ONLY and ONLY != side:
                 continue
@@ -554,6 +590,12 @@ def main():
             fresh()
             results["latency"][side] = (bullmq_latency if side == "bullmq" else relay_latency)(
                 port, work)
+        if not ONLY or ONLY == "sizes":
+            for size, jobs in SIZES:
+                results["sizes"][size] = {}
+                for side, run in (("bullmq", bullmq_side), ("relay", relay_side)):
+                    fresh()
+                    results["sizes"][size][side] = run(port, redis.pid, work, jobs, size=size)
         if not ONLY or ONLY == "oneshot":
             fresh()
             results["oneshot"] = relay_oneshot(port, work)
@@ -568,6 +610,30 @@ def main():
         print(text)
         lines.append(text)
 
+    def by_size():
+        # The main run's inputs first (its job count), then the by-size runs.
+        rows = []
+        t = results["throughput"]
+        if "bullmq" in t and "relay" in t:
+            rows.append((INPUT_BYTES, JOBS, t))
+        rows += [(size, jobs, results["sizes"][size]) for size, jobs in SIZES]
+        out("\nBy input size: Relay beside BullMQ (the goal's reference), the same two "
+            "configurations; CPU-µs per job of the system, Redis's part in brackets\n")
+        out("| input | jobs | BullMQ jobs/s | Relay jobs/s | Relay / BullMQ | BullMQ CPU-µs/job "
+            "| Relay CPU-µs/job | Relay / BullMQ |")
+        out("|---|---|---|---|---|---|---|---|")
+        for size, jobs, r in rows:
+            b, rl = r["bullmq"], r["relay"]
+            out(f"| {size_name(size)} | {jobs:,} | {b['jobs_per_s']:,.0f} | {rl['jobs_per_s']:,.0f} "
+                f"| {rl['jobs_per_s'] / b['jobs_per_s']:.2f}x | {b['cpu_us_per_job']:,.0f} "
+                f"({b['redis_cpu_us_per_job']:,.0f}) | {rl['cpu_us_per_job']:,.0f} "
+                f"({rl['redis_cpu_us_per_job']:,.0f}) | "
+                f"{rl['cpu_us_per_job'] / b['cpu_us_per_job']:.2f}x |")
+        return rows
+
+    if ONLY == "sizes":
+        by_size()
+        return
     if ONLY == "oneshot":
         o = results["oneshot"]
         out(f"Relay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
@@ -576,7 +642,7 @@ def main():
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
              "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
              "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
-    out(f"\n{JOBS} jobs, 1 KiB inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
+    out(f"\n{JOBS} jobs, {INPUT_NAME} inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
     out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
           "| Redis reads/job | load generator CPU-µs/job |")
     out("|---|---|---|---|---|---|---|")
@@ -619,9 +685,10 @@ def main():
     o = results["oneshot"]
     out(f"\nRelay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
           f"{o['median_ms']:.2f} ms (target <= 5), p99 {o['p99_ms']:.2f} ms")
+    sizes = by_size()
     if RESULTS:
         os.makedirs(RESULTS, exist_ok=True)
-        chart(results, os.path.join(RESULTS, "queue_bench.png"))
+        chart(results, sizes, os.path.join(RESULTS, "queue_bench.png"))
         with open(os.path.join(RESULTS, "queue_bench.md"), "w") as f:
             f.write("# Relay beside BullMQ (bench/queue_bench.py)\n\n" + machine() + "\n" +
                     "\n".join(lines) + "\n\n![chart](queue_bench.png)\n")
