@@ -26,9 +26,9 @@ Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completio
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
-By input size: Relay beside BullMQ (the goal's reference) again with inputs of 16 KiB, 64 KiB,
-  256 KiB and 1 MiB (fewer jobs each): how each side's cost grows with what a job carries —
-  BullMQ keeps the input in Redis, in the job; Relay in storage, Redis holding its key.
+By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4 KiB to 1 MiB
+  (fewer jobs each): how each side's cost grows with what a job carries — BullMQ keeps the
+  input in Redis, in the job; Relay in storage, Redis holding its key.
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 
 usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|oneshot|sizes] [--relays=1]
@@ -57,7 +57,8 @@ INPUT_BYTES = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--
                        "1024"))
 # The by-size runs: (input bytes, jobs) — fewer jobs as they grow (a run writes them all to
 # storage, and BullMQ's producer holds them in Redis).
-SIZES = [(16 << 10, 5000), (64 << 10, 5000), (256 << 10, 2000), (1 << 20, 1000)]
+SIZES = [(4 << 10, 5000), (16 << 10, 5000), (32 << 10, 5000), (64 << 10, 5000), (256 << 10, 2000),
+         (1 << 20, 1000)]
 
 
 def size_name(n):
