@@ -497,6 +497,10 @@ TEST_F(GatewayTest, AGatewayKilledBetweenStoringAnInputAndCreatingItsJobLeavesNo
       << "the input stored, its job not yet created";
   gateway_->kill();
   ::close(fd);
+  // Its job's creation, sent before it died and postponed by the pause, must not run at the
+  // unpause (it did under load: the hold released, the job made; has_blocked_client()).
+  ASSERT_TRUE(wait_until([&] { return !redis_.has_blocked_client(); }, 10s))
+      << "Redis still holds the killed gateway's postponed command";
   conn_.command({"CLIENT", "UNPAUSE"});
   ASSERT_EQ(holds(), 1);
   gateway_->start();

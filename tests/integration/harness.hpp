@@ -147,6 +147,12 @@ class RedisServer {
   // RELAY_REDIS_URL, and RELAY_REDIS_TLS_CA_FILE under TLS: what a relay or gateway needs.
   Env env() const;
   redis::Connection connect() const;
+  // Whether a node lists a blocked client (CLIENT LIST flags b: a blocked read, or a command
+  // a CLIENT PAUSE postponed). Redis frees a client whose connection ended only after the turn
+  // of its loop that read the end: a dead process's blocked read still takes what that turn
+  // adds, and its postponed command still runs if that turn unpauses (both seen under load).
+  // Tests wait for none before such a step.
+  bool has_blocked_client() const;
   void stop();   // SIGKILL
   void start();  // again on the same port, with the same data directory
 

@@ -242,6 +242,21 @@ redis::Connection RedisServer::connect() const {
   return redis::Connection::open(endpoint());
 }
 
+bool RedisServer::has_blocked_client() const {
+  for (int i = 0; i < nodes(); ++i) {
+    auto c = redis::Connection::open(node_endpoint(i));
+    std::istringstream list(redis::as_string(c.command({"CLIENT", "LIST"}).get()));
+    for (std::string line; std::getline(list, line);) {
+      const auto at = line.find(" flags=");
+      if (at == std::string::npos) continue;
+      const auto from = at + 7;
+      if (line.substr(from, line.find(' ', from) - from).find('b') != std::string::npos)
+        return true;
+    }
+  }
+  return false;
+}
+
 namespace {
 std::string node_id(const redis::Endpoint& ep) {
   return redis::as_string(redis::Connection::open(ep).command({"CLUSTER", "MYID"}).get());

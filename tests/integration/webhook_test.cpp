@@ -246,6 +246,10 @@ TEST_F(WebhookTest, EventsADeadReplicaLeftUnacknowledgedAreClaimed) {
   receiver.start();
   start_gateway(webhook_env());  // creates the consumer group
   ASSERT_EQ(gateway_->stop(), 0);
+  // Its blocked read must not take the event (it did under load: pending under the gateway's
+  // own consumer name, nothing left for the dead replica below; has_blocked_client()).
+  ASSERT_TRUE(wait_until([&] { return !redis_.has_blocked_client(); }, 10s))
+      << "Redis still holds the stopped gateway's blocked read";
   InferenceServer inference;
   // Submitted by hand (the gateway is down): the same record the gateway writes.
   auto id = [&] {
