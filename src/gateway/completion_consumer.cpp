@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -19,6 +20,11 @@ void CompletionConsumer::prepare(redis::Connection& c, redis::EventLog& events) 
 }
 
 namespace {
+
+// pass() starts no read once the stop has come (run() then ends the loop).
+struct Stopping : std::runtime_error {
+  Stopping() : std::runtime_error("stopping") {}
+};
 
 // A read over several streams returns each stream's entries together: one settle per model.
 std::vector<std::vector<redis::Event>> by_model(const std::vector<redis::Event>& batch) {
@@ -108,6 +114,7 @@ int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
 int CompletionConsumer::pass(std::chrono::milliseconds block) {
   auto& c = [this]() -> redis::Connection& {
     std::lock_guard lock(conn_mu_);
+    if (stopping_) throw Stopping();
     return conn_.get();
   }();
   redis::EventLog events(c, p_.keys, kEventsGroup);
@@ -144,6 +151,7 @@ void CompletionConsumer::run(std::stop_token stop) {
   bool failing = false;  // the last pass that ended before the stop failed
   std::stop_callback on_stop(stop, [this] {
     std::lock_guard lock(conn_mu_);
+    if (std::exchange(stopping_, true)) return;  // settle_at_stop() came first
     conn_.interrupt();
   });
   while (!stop.stop_requested()) {
@@ -180,6 +188,7 @@ void CompletionConsumer::settle_at_stop() {
   try {
     redis::Connection& c = [this]() -> redis::Connection& {
       std::lock_guard lock(conn_mu_);
+      stopping_ = true;  // (a stop callback still to come leaves this connection alone)
       conn_.reset();
       return conn_.get();
     }();
