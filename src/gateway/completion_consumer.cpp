@@ -149,6 +149,10 @@ void CompletionConsumer::run(std::stop_token stop) {
   Backoff backoff;
   auto last_error_log = std::chrono::steady_clock::time_point{};
   bool failing = false;  // the last pass that ended before the stop failed
+  {
+    std::lock_guard lock(conn_mu_);
+    stopping_ = false;  // (a consumer run again after a stop)
+  }
   std::stop_callback on_stop(stop, [this] {
     std::lock_guard lock(conn_mu_);
     if (std::exchange(stopping_, true)) return;  // settle_at_stop() came first
