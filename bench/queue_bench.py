@@ -51,8 +51,7 @@ BIN = sys.argv[1]
 JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")), "20000"))
 # --only=relay or --only=bullmq: one side's throughput run (for profiling).
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
-# --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
-# and DIR/queue_bench.png (gnuplot).
+# --input-bytes=N: the main runs' input size (the by-size runs have their own, SIZES).
 INPUT_BYTES = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--input-bytes=")),
                        "1024"))
 # The by-size runs: (input bytes, jobs) — fewer jobs as they grow (a run writes them all to
@@ -70,6 +69,8 @@ INPUT_NAME = size_name(INPUT_BYTES)
 RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "1"))
 # --concurrency=C: each relay of the throughput run keeps C jobs in hand (relay.concurrency).
 CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "4"))
+# --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
+# and DIR/queue_bench.png (gnuplot).
 RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=")), "")
 # --storage=DIR: where Relay's objects and BullMQ-doing-Relay's-work's files go (tmpfs by
 # default; a folder on a disk measures what the filesystem costs, as a node's local disk would).
@@ -422,8 +423,7 @@ def bullmq_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, concurrency=
     measure = Measure(redis_port, redis_pid, system, [])
     measure.start()
     producer = start(["node", "producer.js", str(jobs), "64", str(redis_port), str(size)],
-                     cwd=BULLMQ_DIR,
-                     stdout=subprocess.DEVNULL)
+                     cwd=BULLMQ_DIR, stdout=subprocess.DEVNULL)
     result = measure.until(producer, [producer, worker],
                            lambda: worker_done(worker), jobs)
     producer.wait()

@@ -92,9 +92,9 @@ class CompletionConsumer {
   // from another thread (else a shutdown waits out the block), are serialized by conn_mu_.
   std::mutex conn_mu_;
   redis::LazyConnection conn_;
-  // Set by the first of run()'s stop and settle_at_stop(): a connection made after it is not
-  // cut by the stop (settle_at_stop's own was, when the stop's callback came late), and no read
-  // starts on one (a stop that found no connection yet left the next read to block its while).
+  // Set by whichever comes first, run()'s stop callback or settle_at_stop(). Once set, the
+  // callback cuts no connection (a late one cut settle_at_stop's fresh connection) and pass()
+  // starts no read (one started after a stop that found no connection blocked its full wait).
   bool stopping_ = false;
   bool prepared_ = false;  // on this connection: see prepare()
   // The entries the last pass read, settled by the next (or at stop).
