@@ -265,14 +265,28 @@ class BodyReader {
         if (ec == http::error::need_more || ec == http::error::need_buffer) ec = {};
       }
       got = to.size() - parser_.get().body().size;
-      if (!ec && got == 0 && !parser_.is_done()) {
-        // Beast reads the socket into buffer_ as much as its free capacity, at least 512
-        // bytes: without room a large upload would take a system call per 512 bytes.
+      // The socket is read here, one operation at a time, not by Beast's http::async_read_some:
+      // that one reads again by itself while what came is not enough to parse (the end of a
+      // chunk, half a chunk line) — and a read started after abandon() cancelled the socket
+      // is never cancelled: a refused body whose client stopped sending then waited
+      // body_idle_timeout for its answer (when the last read's completion was queued behind
+      // the refusal's).
+      while (!ec && got == 0 && !parser_.is_done()) {
+        if (abandoned_) throw Abandoned{};
+        // As much as the buffer's free capacity, at least 512 bytes: without room a large
+        // upload would take a system call per 512 bytes.
         if (buffer_.size() == 0) buffer_.reserve(kRead);
-        co_await http::async_read_some(stream_, buffer_, parser_,
-                                       asio::redirect_error(asio::use_awaitable, ec));
+        const std::size_t size = beast::read_size(buffer_, kRead);
+        if (size == 0) {  // one chunk line fills the buffer
+          ec = http::error::buffer_overflow;
+          break;
+        }
+        buffer_.commit(co_await stream_.async_read_some(
+            buffer_.prepare(size), asio::redirect_error(asio::use_awaitable, ec)));
+        if (ec) break;
+        buffer_.consume(parser_.put(buffer_.data(), ec));
+        if (ec == http::error::need_more || ec == http::error::need_buffer) ec = {};
         got = to.size() - parser_.get().body().size;
-        if (ec == http::error::need_buffer) ec = {};
       }
     }
     if (ec == beast::error::timeout) throw Cut{"no byte for server.body_idle_timeout"};
