@@ -1,10 +1,15 @@
 #include "common/log.hpp"
 
+#include <limits.h>  // PIPE_BUF
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <boost/json/serialize.hpp>
-#include <cstdio>
+#include <cerrno>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 #include <stdexcept>
 #include <string>
 
@@ -14,11 +19,17 @@ namespace relay::log {
 namespace {
 
 struct State {
-  std::mutex mu;
-  Level level = Level::info;
+  std::atomic<Level> level = Level::info;  // read by every call, before anything else
+  std::mutex mu;                           // the rest, never held across a system call
   bool json = true;
   std::string component;
   std::map<std::string, std::string, std::less<>> traces;  // job id -> trace id (TraceScope)
+  // Lines go out without a lock between threads: one write(2) of at most PIPE_BUF bytes is
+  // whole on a pipe, and a file's writes do not interleave (Linux holds the file's lock for
+  // each). A longer line (rare: an error quoting a long message) could be split on a pipe, so
+  // it holds this exclusively, the short ones sharing it. A lock held across the write made
+  // a relay's slots queue behind each other's log lines: a futex sleep per job or so.
+  std::shared_mutex out;
 };
 
 State& state() {
@@ -40,12 +51,21 @@ std::string_view level_name(Level l) {
   return "info";
 }
 
+// Straight to the descriptor: stderr is unbuffered, and stdio's own lock is what is avoided.
+void write_all(std::string_view line) {
+  while (!line.empty()) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // nowhere to log to: nothing better to do
+    line.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
 }  // namespace
 
 void set_level(std::string_view level) {
   for (Level l : {Level::debug, Level::info, Level::warn, Level::error}) {
     if (level_name(l) == level) {
-      std::lock_guard lock(state().mu);
       state().level = l;
       return;
     }
@@ -79,12 +99,12 @@ TraceScope::~TraceScope() {
 
 void write(Level level, std::string_view msg, const boost::json::object& fields) {
   auto& s = state();
-  // The lock is held to read the settings and to write, not to format: every thread logs.
+  if (level < s.level.load(std::memory_order_relaxed)) return;
+  // The lock is held to read the settings, not to format nor to write: every thread logs.
   bool json = true;
   std::string component, trace_id;
   {
     std::lock_guard lock(s.mu);
-    if (level < s.level) return;
     json = s.json;
     component = s.component;
     if (!s.traces.empty() && !fields.contains("trace_id"))
@@ -144,9 +164,13 @@ void write(Level level, std::string_view msg, const boost::json::object& fields)
     }
   }
   line += '\n';
-  std::lock_guard lock(s.mu);  // whole lines, in order
-  std::fwrite(line.data(), 1, line.size(), stderr);
-  std::fflush(stderr);
+  if (line.size() <= PIPE_BUF) {
+    std::shared_lock lock(s.out);
+    write_all(line);
+  } else {
+    std::unique_lock lock(s.out);
+    write_all(line);
+  }
 }
 
 }  // namespace relay::log

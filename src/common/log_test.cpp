@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 namespace relay::log {
 namespace {
@@ -83,6 +85,53 @@ TEST(Log, LinesBelowTheLevelAreNotWritten) {
   set_level("info");
   EXPECT_EQ(out.find("quiet"), std::string::npos);
   EXPECT_NE(out.find("loud"), std::string::npos);
+}
+
+// Lines from many threads at once reach a pipe (a container's log) whole and each thread's in
+// order, the long ones too: a write of more than PIPE_BUF bytes to a pipe may be split around
+// other writers' (this fails when long lines are written without the exclusive lock).
+TEST(Log, LinesFromManyThreadsReachAPipeWhole) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, n);
+  });
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  ::dup2(fds[1], 2);
+  ::close(fds[1]);
+  constexpr int kThreads = 6, kLines = 150;
+  {
+    std::vector<std::jthread> writers;
+    for (int t = 0; t < kThreads; ++t)
+      writers.emplace_back([t] {
+        for (int i = 0; i < kLines; ++i) {
+          const std::size_t pad = i % 3 == 0 ? 20000 : i % 3 == 1 ? 3000 : 10;
+          info("line", {{"thread", t}, {"seq", i}, {"pad", std::string(pad, 'a' + t)}});
+        }
+      });
+  }
+  ::dup2(saved, 2);  // the pipe's last write end closes: the reader sees its end
+  ::close(saved);
+  reader.join();
+  std::istringstream lines(got);
+  std::string line;
+  std::vector<int> next(kThreads, 0);
+  int count = 0;
+  while (std::getline(lines, line)) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(line, ec);
+    ASSERT_FALSE(ec) << "line " << count << " is not whole: " << line.substr(0, 120);
+    const auto& o = v.as_object();
+    const int t = static_cast<int>(o.at("thread").as_int64());
+    EXPECT_EQ(o.at("seq").as_int64(), next[t]++) << "thread " << t << "'s lines in order";
+    EXPECT_EQ(o.at("pad").as_string().find_first_not_of(static_cast<char>('a' + t)),
+              std::string::npos);
+    ++count;
+  }
+  EXPECT_EQ(count, kThreads * kLines);
 }
 
 }  // namespace
