@@ -52,14 +52,28 @@ std::string_view level_name(Level l) {
 }
 
 // Straight to the descriptor: stderr is unbuffered, and stdio's own lock is what is avoided.
-void write_all(std::string_view line) {
-  while (!line.empty()) {
-    const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+void write_all(std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;  // nowhere to log to: nothing better to do
-    line.remove_prefix(static_cast<std::size_t>(n));
+    text.remove_prefix(static_cast<std::size_t>(n));
   }
 }
+
+// Whole lines out (see State::out).
+void emit(std::string_view lines) {
+  if (lines.size() <= PIPE_BUF) {
+    std::shared_lock lock(state().out);
+    write_all(lines);
+  } else {
+    std::unique_lock lock(state().out);
+    write_all(lines);
+  }
+}
+
+constexpr std::size_t kDeferredMax = 64 * 1024;
+thread_local std::string* deferred = nullptr;  // the outermost Deferred's lines
 
 }  // namespace
 
@@ -164,13 +178,24 @@ void write(Level level, std::string_view msg, const boost::json::object& fields)
     }
   }
   line += '\n';
-  if (line.size() <= PIPE_BUF) {
-    std::shared_lock lock(s.out);
-    write_all(line);
-  } else {
-    std::unique_lock lock(s.out);
-    write_all(line);
+  if (!deferred) return emit(line);
+  deferred->append(line);
+  if (deferred->size() >= kDeferredMax) {
+    emit(*deferred);
+    deferred->clear();
   }
+}
+
+Deferred::Deferred() {
+  if (deferred) return;
+  deferred = &lines_;
+  outermost_ = true;
+}
+
+Deferred::~Deferred() {
+  if (!outermost_) return;
+  deferred = nullptr;
+  if (!lines_.empty()) emit(lines_);
 }
 
 }  // namespace relay::log

@@ -31,6 +31,23 @@ class TraceScope {
  private:
   std::string job_id_;
 };
+// While one lives, the lines its thread logs are kept and written together when it ends (or
+// every 64 KiB): one system call for a batch's lines rather than one each, for a loop that logs
+// a line per item (the gateway's completions). Nested ones leave it to the outermost. The lines
+// of a process killed meanwhile are lost, so it spans a batch's work (its round trips
+// included), never an idle wait.
+class Deferred {
+ public:
+  Deferred();
+  ~Deferred();
+  Deferred(const Deferred&) = delete;
+  Deferred& operator=(const Deferred&) = delete;
+
+ private:
+  std::string lines_;
+  bool outermost_ = false;
+};
+
 inline void debug(std::string_view m, const boost::json::object& f = {}) {
   write(Level::debug, m, f);
 }

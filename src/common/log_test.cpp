@@ -87,6 +87,48 @@ TEST(Log, LinesBelowTheLevelAreNotWritten) {
   EXPECT_NE(out.find("loud"), std::string::npos);
 }
 
+// What stderr (a file here) holds so far.
+std::string written_so_far() {
+  std::ifstream in("/proc/self/fd/2");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A Deferred's lines reach stderr when the outermost one ends, whole and in order; past 64 KiB
+// they go out meanwhile.
+TEST(Log, DeferredLinesAreWrittenTogetherWhenTheOutermostEnds) {
+  std::string during, after_inner;
+  const std::string out = captured([&] {
+    Deferred batch;
+    info("one");
+    {
+      Deferred inner;
+      info("two");
+    }
+    after_inner = written_so_far();
+    for (int i = 0; i < 2000; ++i) info("many", {{"i", i}});  // ~170 KiB
+    during = written_so_far();
+  });
+  EXPECT_EQ(after_inner, "") << "held until the outermost ends";
+  EXPECT_GE(during.size(), 64u * 1024) << "written meanwhile past 64 KiB";
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<std::string> msgs;
+  int next = 0;
+  while (std::getline(lines, line)) {
+    auto o = boost::json::parse(line).as_object();
+    msgs.emplace_back(o.at("msg").as_string());
+    if (msgs.back() == "many") {
+      EXPECT_EQ(o.at("i").as_int64(), next++);
+    }
+  }
+  ASSERT_EQ(msgs.size(), 2002u);
+  EXPECT_EQ(msgs[0], "one");
+  EXPECT_EQ(msgs[1], "two");
+  EXPECT_EQ(next, 2000);
+}
+
 // Lines from many threads at once reach a pipe (a container's log) whole and each thread's in
 // order, the long ones too: a write of more than PIPE_BUF bytes to a pipe may be split around
 // other writers' (this fails when long lines are written without the exclusive lock).

@@ -42,6 +42,7 @@ std::vector<std::vector<redis::Event>> by_model(const std::vector<redis::Event>&
 
 void CompletionConsumer::follow_up(redis::Connection& c, const std::vector<redis::Event>& run,
                                    const std::vector<std::string>& tenants) {
+  log::Deferred lines;  // a line per job: written together
   for (size_t i = 0; i < run.size(); ++i) {
     const auto& ev = run[i];
     if (ev.job_id.empty()) continue;

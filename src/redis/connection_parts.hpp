@@ -45,12 +45,18 @@ struct Connection::Transport {
     if (reader) redisReaderFree(reader);
   }
 
+  // Only what changes is set: a blocking read (BlockingRead) lifts the read timeout and puts it
+  // back around each XREADGROUP, and the write timeout stays as it was.
   void set_timeouts(std::chrono::milliseconds read, std::chrono::milliseconds write) {
     timeval r = to_timeval(read), w = to_timeval(write);
-    if (::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, sizeof r) != 0 ||
-        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &w, sizeof w) != 0)
+    if ((read != read_timeout && ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, sizeof r) != 0) ||
+        (write != write_timeout && ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &w, sizeof w) != 0))
       throw IoError("redis: cannot set a timeout");
+    read_timeout = read;
+    write_timeout = write;
   }
+  // As set on the socket (negative: not yet).
+  std::chrono::milliseconds read_timeout{-1}, write_timeout{-1};
 
   [[noreturn]] void fail(const std::string& what, int err) {
     if (err == EAGAIN || err == EWOULDBLOCK) throw IoError("redis: " + what + ": timed out");
