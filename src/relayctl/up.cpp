@@ -137,8 +137,10 @@ int run_up(const UpOptions& o) {
                    std::map<std::string, std::string> env = {}) {
     services.push_back(std::make_unique<Child>(std::move(name), std::move(argv), env));
   };
+  // (Job records kept compact: see "Redis for Relay" in the README.)
   start("redis", {"/usr/bin/redis-server", "--port", std::to_string(redis_port), "--bind",
-                  "127.0.0.1", "--dir", data + "/redis", "--appendonly", "yes", "--save", ""});
+                  "127.0.0.1", "--dir", data + "/redis", "--appendonly", "yes", "--save", "",
+                  "--hash-max-listpack-value", "256"});
   if (with_ocr)
     start("ocr-model",
           {bin + "/relay-model-ocr", "--listen", "127.0.0.1:" + std::to_string(ocr_port)});
