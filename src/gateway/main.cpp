@@ -22,6 +22,7 @@
 #include "gateway/metrics.hpp"
 #include "gateway/notifier.hpp"
 #include "gateway/reaper.hpp"
+#include "gateway/redis_settings.hpp"
 #include "gateway/webhook_sender.hpp"
 #include "gateway/webhook_signature.hpp"
 #include "http/resolver.hpp"
@@ -153,6 +154,8 @@ int main(int argc, char** argv) {
   std::jthread due_sweep_thread([&](std::stop_token st) { due_sweep.run(st); });
   std::jthread webhook_thread([&](std::stop_token st) { webhooks.run(st); });
   std::jthread gc_thread([&](std::stop_token st) { gc.run(st); });
+  std::jthread settings_thread(
+      [&endpoint](std::stop_token st) { gateway::check_redis_settings(endpoint, st); });
   std::thread signals([&server, set] {
     int sig = 0;
     if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) {
@@ -171,6 +174,8 @@ int main(int argc, char** argv) {
   // server.shutdown_timeout and a second (a pod is not left for Kubernetes to SIGKILL).
   watchdog.arm(std::chrono::seconds(1), served ? 0 : 1);
 
+  settings_thread.request_stop();
+  settings_thread.join();
   gc_thread.request_stop();
   gc_thread.join();
   webhook_thread.request_stop();
