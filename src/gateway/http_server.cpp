@@ -455,17 +455,25 @@ struct HttpServer::Impl {
         if (read_error == beast::error::timeout || read_error == asio::error::operation_aborted)
           co_return;
         if (read_error == asio::error::connection_reset) co_return;
-        // Malformed HTTP: say so, then close.
-        http::response<http::string_body> bad{http::status::bad_request, 11};
+        // Malformed HTTP: say so, then close — half-closed, what the client still sends (the
+        // rest of an oversized header, a body) read and dropped, or the close would reset the
+        // connection before the client read why.
+        const bool too_large = read_error == http::error::header_limit;
+        http::response<http::string_body> bad{
+            too_large ? http::status::request_header_fields_too_large : http::status::bad_request,
+            11};
         bad.set(http::field::content_type, "application/json");
-        bad.body() =
-            error_response(400, "bad_request", "malformed HTTP request: " + read_error.message())
-                .body;
-        if (read_error == http::error::header_limit)
-          bad.result(http::status::request_header_fields_too_large);
+        bad.body() = too_large ? error_response(431, "header_too_large",
+                                                "the request header is larger than " +
+                                                    std::to_string(cfg.max_header_size) + " bytes")
+                                     .body
+                               : error_response(400, "bad_request",
+                                                "malformed HTTP request: " + read_error.message())
+                                     .body;
         bad.keep_alive(false);
         bad.prepare_payload();
         co_await http::async_write(stream, bad, asio::use_awaitable);
+        co_await close_after_answer(stream, /*unread_body=*/true);
         co_return;
       }
       stream.expires_never();
