@@ -489,7 +489,10 @@ struct HttpServer::Impl {
         co_return;
       }
       Request r;
-      r.method = std::string(req.method_string());
+      // HEAD is GET without the body (RFC 9110 §9.3.2): uptime monitors and load balancers
+      // probe with it. It is answered as GET is, then only the header is written.
+      const bool head = req.method() == http::verb::head;
+      r.method = head ? std::string("GET") : std::string(req.method_string());
       r.target = std::string(req.target());
       r.header = [&req](std::string_view name) -> std::string {
         auto it = req.find(name);
@@ -567,6 +570,14 @@ struct HttpServer::Impl {
       }
 
       if (!resp.wait_job.empty()) resp = co_await long_poll(r, std::move(resp));
+      if (resp.event && head) {
+        // What an event stream's header would say; no events.
+        resp.event.reset();
+        resp.content_type = "text/event-stream";
+        resp.headers.emplace_back("Cache-Control", "no-store");
+        resp.body.clear();
+        resp.close = true;
+      }
       if (resp.event) {
         // An event stream holds the connection until the job ends, then closes it.
         const std::string route = resp.route;
@@ -576,7 +587,7 @@ struct HttpServer::Impl {
       }
 
       const bool close = resp.close || !body.done() || !req.keep_alive() || stopping.load();
-      co_await write(stream, resp, close);
+      co_await write(stream, resp, close, head);
       metrics().requests.add({resp.route, std::to_string(resp.status)});
       metrics().request_seconds.observe(
           {resp.route}, std::chrono::duration<double>(Clock::now() - started).count());
@@ -826,8 +837,23 @@ struct HttpServer::Impl {
     co_await send("");  // the last chunk
   }
 
-  asio::awaitable<void> write(beast::tcp_stream& stream, Response& resp, bool close) {
+  // Writes an answer; to a HEAD, its header alone (the length the body would have, when known).
+  asio::awaitable<void> write(beast::tcp_stream& stream, Response& resp, bool close,
+                              bool head = false) {
     stream.expires_after(cfg.body_idle_timeout);
+    if (head) {
+      http::response<http::empty_body> out{static_cast<http::status>(resp.status), 11};
+      out.set(http::field::content_type, resp.content_type);
+      for (auto& [k, v] : resp.headers) out.set(k, v);
+      out.keep_alive(!close);
+      if (resp.stream) {
+        if (auto n = resp.stream->size()) out.content_length(*n);
+      } else if (resp.content_type != "text/event-stream") {
+        out.content_length(resp.body.size());
+      }
+      co_await http::async_write(stream, out, asio::use_awaitable);
+      co_return;
+    }
     if (!resp.stream) {
       http::response<http::string_body> out{static_cast<http::status>(resp.status), 11};
       out.set(http::field::content_type, resp.content_type);

@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "gateway_fixture.hpp"
@@ -971,6 +972,58 @@ TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
   ::close(b);
   EXPECT_TRUE(wait_until([&] { return http("GET", url("/healthz")).status == 200; }, 10s))
       << "served again once under the limit";
+}
+
+// HEAD is answered as GET, header alone (monitors and load balancers probe with it): the same
+// status and the length the body would have, and no body byte — the next request on the
+// connection is answered right after the header.
+TEST_F(GatewayTest, HeadIsGetWithoutTheBody) {
+  start_gateway();
+  InferenceServer inference;
+  const std::string id = str(parse(submit("hello head")), "id");
+  ASSERT_EQ(start_relay(inference)->wait_exit(20s), 0);
+  const std::string result = http("GET", url("/jobs/echo/" + id + "/result")).body;
+  ASSERT_FALSE(result.empty());
+  const std::string job = http("GET", url("/jobs/echo/" + id)).body;
+
+  // Each HEAD and a GET /healthz behind it on one connection: exactly the header, then the GET.
+  const std::pair<std::string, std::string> heads[] = {
+      {"/healthz", "200 OK\r\n[\\s\\S]*Content-Length: 15\r\n"},
+      {"/jobs/echo/" + id,
+       "200 OK\r\n[\\s\\S]*Content-Length: " + std::to_string(job.size()) + "\r\n"},
+      {"/jobs/echo/" + id + "/result",
+       "200 OK\r\n[\\s\\S]*Content-Length: " + std::to_string(result.size()) + "\r\n"},
+      {"/jobs/echo/11111111-1111-4111-8111-111111111111", "404 Not Found\r\n"},
+      {"/metrics", "200 OK\r\n[\\s\\S]*Content-Length: [1-9]"},
+  };
+  for (const auto& [path, header] : heads) {
+    int fd = raw_connect(gateway_->url());
+    const std::string wire = "HEAD " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" +
+                             "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(::send(fd, wire.data(), wire.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(wire.size()));
+    std::string in;
+    for (std::string more; (more = recv_some(fd, 10)).size();) in += more;
+    ::close(fd);
+    const auto second = in.find("HTTP/1.1 200 OK", in.find("\r\n\r\n"));
+    EXPECT_TRUE(
+        std::regex_search(in.substr(0, in.find("\r\n\r\n") + 2), std::regex("^HTTP/1.1 " + header)))
+        << path << ":\n"
+        << in;
+    EXPECT_EQ(second, in.find("\r\n\r\n") + 4) << path << ": the GET's answer right after:\n" << in;
+    EXPECT_TRUE(in.ends_with(R"({"status":"ok"})")) << path << ":\n" << in;
+  }
+
+  // An event stream's header, no event, and the connection closed.
+  int fd = raw_connect(gateway_->url());
+  const std::string events = "HEAD /jobs/echo/" + id + "/events HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_GT(::send(fd, events.data(), events.size(), MSG_NOSIGNAL), 0);
+  std::string in;
+  for (std::string more; (more = recv_some(fd, 10)).size();) in += more;
+  ::close(fd);
+  EXPECT_TRUE(in.starts_with("HTTP/1.1 200 OK")) << in;
+  EXPECT_NE(in.find("Content-Type: text/event-stream"), std::string::npos) << in;
+  EXPECT_TRUE(in.ends_with("\r\n\r\n")) << "no event: " << in;
 }
 
 TEST_F(GatewayTest, OversizedHeadersAre431) {
