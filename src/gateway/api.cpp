@@ -42,6 +42,14 @@ void set_retry_after(Response& r, const std::string& seconds) {
   for (auto& [k, v] : r.headers)
     if (k == "Retry-After") v = seconds;
 }
+
+// A route asked with a method it does not have: 405 with the methods it has (RFC 9110 requires
+// Allow; HEAD is GET's, see the server).
+Response method_not_allowed(const char* allow, const std::string& message) {
+  auto r = error_response(405, "method_not_allowed", message);
+  r.headers.emplace_back("Allow", allow);
+  return r;
+}
 }  // namespace
 
 Api::Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption,
@@ -150,6 +158,11 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
     return r;
   };
 
+  if (seg.size() == 1 &&
+      (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "metrics" ||
+       seg[0] == "openapi.json") &&
+      m != "GET")
+    return method_not_allowed("GET, HEAD", "use GET");
   if (seg.size() == 1 && m == "GET") {
     if (seg[0] == "healthz") {
       Response r;
@@ -182,7 +195,7 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   ctx.tenant = *tenant;
   if (seg.size() == 1) {
     if (m == "GET") return with_route(list_jobs(req, ctx, ""), "GET /jobs");
-    return error_response(405, "method_not_allowed", "use GET to list jobs");
+    return method_not_allowed("GET, HEAD", "use GET to list jobs");
   }
   const std::string& svc = seg[1];
   if (!cfg_.service_types.count(svc))
@@ -190,7 +203,7 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   if (seg.size() == 2) {
     if (m == "POST") return with_route(submit(req, ctx, svc), "POST /jobs/{service_type}");
     if (m == "GET") return with_route(list_jobs(req, ctx, svc), "GET /jobs/{service_type}");
-    return error_response(405, "method_not_allowed", "use POST to submit a job, GET to list");
+    return method_not_allowed("GET, HEAD, POST", "use POST to submit a job, GET to list");
   }
   const std::string& id = seg[2];
   if (!is_valid_job_id(id))
@@ -200,8 +213,10 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
     if (m == "GET")
       return with_route(get_job(req, ctx, svc, id, again), "GET /jobs/{service_type}/{id}");
     if (m == "DELETE") return with_route(cancel(ctx, svc, id), "DELETE /jobs/{service_type}/{id}");
-    return error_response(405, "method_not_allowed", "use GET or DELETE");
+    return method_not_allowed("GET, HEAD, DELETE", "use GET or DELETE");
   }
+  if ((seg[3] == "events" || seg[3] == "result") && m != "GET")
+    return method_not_allowed("GET, HEAD", "use GET");
   if (seg[3] == "events" && m == "GET")
     return with_route(job_events(ctx, svc, id, again), "GET /jobs/{service_type}/{id}/events");
   if (seg[3] == "result" && m == "GET")

@@ -344,6 +344,24 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNothingIsStored) {
   EXPECT_EQ(http("GET", url("/healthz")).status, 200) << "the gateway is still up";
 }
 
+// A route asked with a method it does not have says which it has (405 with Allow), the probes'
+// routes included.
+TEST_F(GatewayTest, AWrongMethodIsToldTheRoutesMethods) {
+  start_gateway();
+  const std::string job = "/jobs/echo/11111111-1111-4111-8111-111111111111";
+  const std::tuple<std::string, std::string, std::string> cases[] = {
+      {"PUT", "/jobs/echo", "GET, HEAD, POST"}, {"DELETE", "/jobs", "GET, HEAD"},
+      {"PATCH", job, "GET, HEAD, DELETE"},      {"DELETE", job + "/result", "GET, HEAD"},
+      {"POST", job + "/events", "GET, HEAD"},   {"POST", "/healthz", "GET, HEAD"},
+  };
+  for (const auto& [method, path, allow] : cases) {
+    auto r = http(method, url(path));
+    EXPECT_EQ(r.status, 405) << method << " " << path << ": " << r.body;
+    EXPECT_EQ(error_code(r), "method_not_allowed") << method << " " << path;
+    EXPECT_EQ(r.headers["allow"], allow) << method << " " << path;
+  }
+}
+
 TEST_F(GatewayTest, IdempotencyKeyReturnsTheFirstJob) {
   start_gateway();
   auto first = submit("once", {"Idempotency-Key: order-42"});
