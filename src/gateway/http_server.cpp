@@ -35,6 +35,7 @@
 #include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,21 @@ constexpr std::size_t kSmallPiece = 16 * 1024;
 constexpr std::size_t kDownloadChunk = 64 * 1024;  // a stored object's piece on its way out
 constexpr std::size_t kRead = 256 * 1024;          // Beast's read buffer for a chunked body
 constexpr auto kHold = std::chrono::seconds(1);
+
+// Now as an HTTP date (RFC 9110 §5.6.7), which every answer carries (§6.6.1: an origin server
+// with a clock must): formatted once a second per thread.
+std::string_view http_date() {
+  thread_local std::time_t formatted = 0;
+  thread_local std::array<char, 32> text{};
+  const std::time_t now = std::time(nullptr);
+  if (now != formatted) {
+    std::tm tm{};
+    ::gmtime_r(&now, &tm);
+    std::strftime(text.data(), text.size(), "%a, %d %b %Y %H:%M:%S GMT", &tm);  // C locale
+    formatted = now;
+  }
+  return text.data();
+}
 
 // Threads a pool wakes for short work (WorkPool's `eager`): one per core.
 std::size_t cores() {
@@ -463,6 +479,7 @@ struct HttpServer::Impl {
             too_large ? http::status::request_header_fields_too_large : http::status::bad_request,
             11};
         bad.set(http::field::content_type, "application/json");
+        bad.set(http::field::date, http_date());
         bad.body() = too_large ? error_response(431, "header_too_large",
                                                 "the request header is larger than " +
                                                     std::to_string(cfg.max_header_size) + " bytes")
@@ -777,6 +794,7 @@ struct HttpServer::Impl {
     static constexpr auto kKeepAlive = std::chrono::seconds(15);
     http::response<http::buffer_body> out{http::status::ok, 11};
     out.set(http::field::content_type, "text/event-stream");
+    out.set(http::field::date, http_date());
     out.set(http::field::cache_control, "no-store");
     out.set("X-Accel-Buffering", "no");  // nginx: pass events on as they come
     out.keep_alive(false);
@@ -844,6 +862,7 @@ struct HttpServer::Impl {
     if (head) {
       http::response<http::empty_body> out{static_cast<http::status>(resp.status), 11};
       out.set(http::field::content_type, resp.content_type);
+      out.set(http::field::date, http_date());
       for (auto& [k, v] : resp.headers) out.set(k, v);
       out.keep_alive(!close);
       if (resp.stream) {
@@ -857,6 +876,7 @@ struct HttpServer::Impl {
     if (!resp.stream) {
       http::response<http::string_body> out{static_cast<http::status>(resp.status), 11};
       out.set(http::field::content_type, resp.content_type);
+      out.set(http::field::date, http_date());
       for (auto& [k, v] : resp.headers) out.set(k, v);
       out.keep_alive(!close);
       out.body() = std::move(resp.body);
@@ -867,6 +887,7 @@ struct HttpServer::Impl {
     // A stored object: streamed in chunks, read from storage on the pool.
     http::response<http::buffer_body> out{static_cast<http::status>(resp.status), 11};
     out.set(http::field::content_type, resp.content_type);
+    out.set(http::field::date, http_date());
     for (auto& [k, v] : resp.headers) out.set(k, v);
     out.keep_alive(!close);
     if (auto n = resp.stream->size())

@@ -3,6 +3,7 @@
 
 #include <poll.h>
 
+#include <ctime>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -1024,6 +1025,26 @@ TEST_F(GatewayTest, HeadIsGetWithoutTheBody) {
   EXPECT_TRUE(in.starts_with("HTTP/1.1 200 OK")) << in;
   EXPECT_NE(in.find("Content-Type: text/event-stream"), std::string::npos) << in;
   EXPECT_TRUE(in.ends_with("\r\n\r\n")) << "no event: " << in;
+}
+
+// Every answer carries the time it was made (RFC 9110: an origin server with a clock must),
+// as an HTTP date: refusals of a header, of a route and of a method, and HEAD, as much as a 200.
+TEST_F(GatewayTest, EveryAnswerIsDated) {
+  start_gateway();
+  const HttpResult answers[] = {
+      http("GET", url("/healthz")),
+      http("HEAD", url("/healthz")),
+      http("GET", url("/nope")),
+      http("PUT", url("/jobs/echo")),
+      http("GET", url("/healthz"), {"X-Big: " + std::string(20000, 'a')}),
+  };
+  for (const auto& r : answers) {
+    const std::string date = r.headers.count("date") ? r.headers.at("date") : "";
+    std::tm tm{};
+    const char* end = ::strptime(date.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    ASSERT_TRUE(end && *end == '\0') << r.status << ": Date \"" << date << "\"";
+    EXPECT_LE(std::abs(::timegm(&tm) - std::time(nullptr)), 5) << r.status << ": " << date;
+  }
 }
 
 TEST_F(GatewayTest, OversizedHeadersAre431) {

@@ -19,6 +19,8 @@ HttpResult http(const std::string& method, const std::string& url,
   CURL* c = easy.get();
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
   curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+  // An answer to HEAD has no body whatever its Content-Length says: curl must not wait for one.
+  if (method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_slist* list = nullptr;
