@@ -145,11 +145,22 @@ void Schema::load(const YAML::Node& root, const EnvLookup& env) const {
     for (const auto& e : entries_) known.insert(e.key);
     for (const auto& [k, node] : flat) {
       // A key is valid if it is an entry, a parent of an entry, or inside a map entry.
-      bool ok = known.count(k) > 0;
+      bool entry = known.count(k) > 0, section = false, in_map = false;
       for (const auto& e : entries_) {
-        if (e.key.starts_with(k + ".") || (e.is_map && k.starts_with(e.key + "."))) ok = true;
+        if (e.key.starts_with(k + ".")) section = true;
+        if (e.is_map && k.starts_with(e.key + ".")) in_map = true;
       }
-      if (!ok) throw ConfigError("config key '" + k + "': unknown key");
+      // A section given as a value or a list (`server: [...]`) would leave every key in it at
+      // its default without a word: the file was meant otherwise.
+      if (section && !entry && !node.IsMap() && !node.IsNull())
+        throw ConfigError("config key '" + k + "': expected a mapping of its keys (" + k +
+                          ".<key>: value)");
+      if (entry || section || in_map) continue;
+      // Inside a key that takes one value: that key was given a mapping.
+      for (const auto& e : entries_)
+        if (!e.is_map && !e.set_node && k.starts_with(e.key + "."))
+          throw ConfigError("config key '" + e.key + "': expected a single value, not a mapping");
+      throw ConfigError("config key '" + k + "': unknown key");
     }
     for (const auto& e : entries_) {
       auto it = flat.find(e.key);

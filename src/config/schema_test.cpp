@@ -91,6 +91,19 @@ TEST(RelayConfig, BadValuesNameTheirKey) {
        "inference:\n  routes:\n    a: predict\n",
        "'inference.routes.a'"},
       {"model with a colon", {{"RELAY_MODEL", "a:b"}}, "", "'model'"},
+      // A section not given as a mapping would leave its keys at their defaults silently.
+      {"section as a list",
+       {{"RELAY_MODEL", "m"}},
+       "redis:\n  - url: redis://r:6379\n",
+       "'redis': expected a mapping"},
+      {"section as a value",
+       {{"RELAY_MODEL", "m"}},
+       "inference: 127.0.0.1:9000\n",
+       "'inference': expected a mapping"},
+      {"value as a mapping",
+       {{"RELAY_MODEL", "m"}},
+       "lease_ttl:\n  seconds: 5\n",
+       "'lease_ttl': expected a single value"},
   };
   for (const auto& c : cases) {
     try {
