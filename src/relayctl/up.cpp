@@ -203,9 +203,9 @@ int run_up(const UpOptions& o) {
     ep.port = redis_port;
     scaler = std::make_unique<Scaler>(ScalerParams{ep, redis::Keys{}, bin + "/relay", models});
     scaler_thread = std::jthread([&](std::stop_token st) { scaler->run(st); });
-    print_line("[relayctl] Relay is up: gateway " + gw +
-               ", service types: " + (with_ocr ? "ocr (Tesseract), " : "") + "echo; redis " +
-               redis_url + "; data in " + data);
+    print_line("[relayctl] Relay is up: gateway " + gw + ", service types: " +
+               (with_ocr ? "ocr (Tesseract), " : "") + "echo; redis " + redis_url + "; data in " +
+               data + (temporary ? " (removed at stop; --data-dir keeps it)" : ""));
     print_line("[relayctl] try: curl -F file=@examples/samples/relay-ocr.png " + gw +
                "/jobs/ocr   (Ctrl-C stops everything)");
     if (o.demo) {
@@ -229,7 +229,12 @@ int run_up(const UpOptions& o) {
     if (!(*it)->wait(15s)) (*it)->signal(SIGKILL);
   }
   services.clear();
-  if (temporary && o.demo) fs::remove_all(data);
+  // A temporary folder is nobody's data once the stack is down (the next `up` makes another):
+  // left, every run would leave a Redis AOF and its objects in /tmp. --data-dir keeps them.
+  if (temporary) {
+    std::error_code ignored;
+    fs::remove_all(data, ignored);
+  }
   return code;
 }
 

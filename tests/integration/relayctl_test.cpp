@@ -15,6 +15,7 @@
 namespace relay::testing {
 namespace {
 
+namespace fs = std::filesystem;
 namespace json = boost::json;
 
 // The relay processes relayctl (pid) has started and not reaped, read from /proc.
@@ -56,6 +57,9 @@ class RelayctlTest : public ::testing::Test {
     std::string log = up_->log();
     ASSERT_TRUE(std::regex_search(log, m, std::regex("redis (redis://[0-9.:]+)")));
     redis_url_ = m[1];
+    ASSERT_TRUE(std::regex_search(log, m, std::regex("data in (/[^ ]+) \\(removed at stop")));
+    data_dir_ = m[1];
+    ASSERT_TRUE(fs::is_directory(data_dir_ + "/redis"));
   }
   void TearDown() override {
     if (HasFailure() && up_) std::cerr << up_->log();
@@ -63,6 +67,7 @@ class RelayctlTest : public ::testing::Test {
       up_->signal(SIGTERM);
       EXPECT_EQ(up_->wait_exit(60s), 0) << "Ctrl-C stops everything cleanly";
       EXPECT_TRUE(relay_children(up_->pid()).empty());
+      EXPECT_FALSE(fs::exists(data_dir_)) << "its temporary data folder removed";
     }
   }
   std::string gw() const { return "http://127.0.0.1:" + std::to_string(port_); }
@@ -90,6 +95,7 @@ class RelayctlTest : public ::testing::Test {
   std::unique_ptr<Process> up_;
   int port_ = 0;
   std::string redis_url_;
+  std::string data_dir_;
 };
 
 TEST_F(RelayctlTest, ScalerRunsAtMostMaxRelaysAndNoneOnceTheQueueDrains) {
