@@ -147,15 +147,28 @@ long InferenceClient::probe(const std::string& path, std::chrono::milliseconds t
       req.set(http::field::user_agent, "relay");
       beast::error_code ec;
       http::write(sock, req, ec);  // a few bytes into an idle socket's buffer: never waits
-      http::response_parser<http::string_body> parser;
-      parser.eager(true);
-      parser.body_limit(64 * 1024);
+      std::optional<http::response_parser<http::string_body>> answer;
+      auto fresh = [&answer] {
+        answer.emplace();
+        answer->eager(true);
+        answer->body_limit(64 * 1024);
+      };
+      fresh();
       auto& buf = impl_->buffer;
-      while (!ec && !parser.is_done()) {
+      // An interim answer (1xx) is passed over for the final one, as post() does.
+      auto interim = [&answer] {
+        const unsigned s = answer->get().result_int();
+        return answer->is_done() && s >= 100 && s < 200 && s != 101;
+      };
+      while (!ec && !answer->is_done()) {
         if (buf.size() > 0) {
-          buf.consume(parser.put(buf.data(), ec));
+          buf.consume(answer->put(buf.data(), ec));
           if (ec == http::error::need_more) ec = {};
-          if (ec || parser.is_done()) break;
+          if (!ec && interim()) {
+            fresh();
+            continue;
+          }
+          if (ec || answer->is_done()) break;
         }
         const auto left = std::chrono::ceil<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
@@ -169,13 +182,13 @@ long InferenceClient::probe(const std::string& path, std::chrono::milliseconds t
         if (n > 0)
           buf.commit(static_cast<std::size_t>(n));
         else if (n == 0)
-          parser.put_eof(ec);  // the end of a body without a length, or of a cut answer
+          answer->put_eof(ec);  // the end of a body without a length, or of a cut answer
         else if (errno != EAGAIN && errno != EINTR)
           ec = beast::error_code(errno, beast::system_category());
       }
-      if (!ec && parser.is_done()) {
-        status = static_cast<long>(parser.get().result_int());
-        keep = parser.get().keep_alive();
+      if (!ec && answer->is_done()) {
+        status = static_cast<long>(answer->get().result_int());
+        keep = answer->get().keep_alive() && status != 101;
       }
     }  // (on_stop gone: the socket can be closed below without a stop racing it)
     if (stop.stop_requested()) {
@@ -293,11 +306,6 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
     }
   }
 
-  http::response_parser<http::buffer_body> parser;
-  if (r.max_answer_size)
-    parser.body_limit(r.max_answer_size);
-  else
-    parser.body_limit(boost::none);
   // Beast refuses a declared Content-Length over the limit with the header, and a chunked or
   // unframed body as its bytes pass it: either way the rest is not read (the connection goes).
   auto too_large = [&]() -> InferenceError {
@@ -306,9 +314,28 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
                                                   std::to_string(r.max_answer_size) +
                                                   " bytes (relay.max_result_size)");
   };
-  http::read_header(sock, impl_->buffer, parser, ec);
-  if (ec == http::error::body_limit) throw too_large();
-  if (ec) throw failed(ec, "waiting for the answer");
+  // Interim answers (1xx: 102 Processing, 103 Early Hints, a 100 Continue nobody asked for) come
+  // before the final one and are passed over (RFC 9110 §15.2: a client must parse them). Taken
+  // for the answer, the job would fail on it and the real answer stay on the kept-alive
+  // connection, read by the next job as its own.
+  std::optional<http::response_parser<http::buffer_body>> answer;
+  for (;;) {
+    answer.emplace();
+    if (r.max_answer_size)
+      answer->body_limit(r.max_answer_size);
+    else
+      answer->body_limit(boost::none);
+    http::read_header(sock, impl_->buffer, *answer, ec);
+    if (ec == http::error::body_limit) throw too_large();
+    if (ec) throw failed(ec, "waiting for the answer");
+    const unsigned status = answer->get().result_int();
+    if (status < 100 || status >= 200) break;
+    if (status == 101) {  // a protocol switch, asked for by nobody: the connection is not HTTP now
+      drop();
+      throw InferenceError("inference_failed", "the model answered 101 Switching Protocols");
+    }
+  }
+  auto& parser = *answer;
   char chunk[64 * 1024];
   while (!parser.is_done()) {
     parser.get().body().data = chunk;

@@ -185,6 +185,52 @@ TEST(InferenceClient, APostTimesOutByItsAlarmAndNoEarlierAlarmCutsALaterPost) {
   done = true;
 }
 
+// Interim answers (1xx) before the final one are passed over, by probes and posts alike: taken
+// for the answer, a job failed on "HTTP 103" and the real answer stayed on the kept-alive
+// connection, where the next request read it as its own.
+TEST(InferenceClient, InterimAnswersArePassedOverForTheFinalOne) {
+  std::atomic<int> connections{0};
+  ScriptedServer server([&](int fd) {
+    ++connections;
+    // The probe's answer, after an Early Hints; then the posts' (each request's header read up
+    // to its end: a post's body is read along with the next header).
+    send_all(fd,
+             "HTTP/1.1 103 Early Hints\r\nLink: </m.bin>; rel=preload\r\n\r\n"
+             "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    const std::string answers[] = {
+        "HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 103 Early Hints\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst",
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"};
+    std::string in;
+    for (const auto& answer : answers) {
+      for (size_t post; (post = in.find("POST ")) == std::string::npos ||
+                        in.find("\r\n\r\n", post) == std::string::npos;) {
+        char b[4096];
+        ssize_t n = ::recv(fd, b, sizeof b, 0);
+        if (n <= 0) return;
+        in.append(b, static_cast<size_t>(n));
+      }
+      in.erase(0, in.find("\r\n\r\n", in.find("POST ")) + 4);
+      send_all(fd, answer);
+    }
+  });
+  InferenceClient c(server.url());
+  EXPECT_EQ(c.probe("/health", milliseconds(2000), {}), 200);
+  auto post = [&] {
+    MemorySource input("input");
+    InferenceRequest r{.path = "/predict", .filename = "in.txt", .content_type = "text/plain"};
+    r.body = &input;
+    return c.post(r, {});
+  };
+  auto first = post();
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body.head(100), "first");
+  auto second = post();
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.body.head(100), "second");
+  EXPECT_EQ(connections, 1) << "one kept-alive connection throughout";
+}
+
 // relay.max_result_size: an answer over the limit fails as result_too_large however it is framed
 // (a declared length, chunks, or bytes until the connection closes), and one at the limit is
 // read whole.
