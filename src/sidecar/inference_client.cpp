@@ -202,6 +202,11 @@ long InferenceClient::probe(const std::string& path, std::chrono::milliseconds t
   }
 }
 
+namespace {
+// The upload was cut short by the model (see post()).
+struct CutShort {};
+}  // namespace
+
 InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_token stop) {
   InferenceResponse out{.status = 0, .body = Spool(impl_->spool_dir)};
   const std::string boundary = multipart::new_boundary();
@@ -226,6 +231,20 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
                                                        what + ": " + ec.message());
   };
 
+  // The model may answer before it has read the whole input (a 413 from a body limit, often a
+  // proxy's) and close: the upload then fails (reset, broken pipe), and the answer it sent is the
+  // job's, read below like any other — "unreachable" would hide why, and be retried.
+  std::optional<std::pair<beast::error_code, const char*>> cut;
+  auto check_send = [&](const beast::error_code& e, const char* what) {
+    if (!e) return;
+    if ((e == asio::error::connection_reset || e == asio::error::broken_pipe) &&
+        !stop.stop_requested() && !guard.timed_out()) {
+      cut.emplace(e, what);
+      throw CutShort{};
+    }
+    throw failed(e, what);
+  };
+
   auto set_headers = [&](auto& req) {
     req.set(http::field::host, impl_->host_header);
     req.set(http::field::user_agent, "relay");
@@ -234,77 +253,86 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   };
   beast::error_code ec;
   auto size = r.body->size();
-  if (size && *size <= kOneWrite) {
-    // A small input (the common case for fast models) is read whole first and sent with the
-    // request in one write: one syscall and one wake-up of the model instead of four.
-    http::request<http::string_body> req{http::verb::post, r.path, 11};
-    set_headers(req);
-    std::string& body = req.body();
-    body.resize(head.size() + *size + 1);  // one byte more: an input longer than recorded shows
-    std::memcpy(body.data(), head.data(), head.size());
-    std::uint64_t got = 0;
-    while (got <= *size) {
-      size_t n = r.body->read(std::span<char>(body.data() + head.size() + got, *size + 1 - got));
-      if (n == 0) break;
-      got += n;
-    }
-    if (got > *size)
-      throw InferenceError("invalid_job", "the input is larger than its recorded size");
-    if (got != *size)
-      throw InferenceError("invalid_job", "the input is shorter than its recorded size");
-    body.resize(head.size() + *size);
-    body += fields;
-    req.prepare_payload();
-    http::write(sock, req, ec);
-    if (ec) throw failed(ec, "sending the request");
-  } else {
-    http::request<http::buffer_body> req{http::verb::post, r.path, 11};
-    set_headers(req);
-    if (size)
-      req.content_length(head.size() + *size + fields.size());
-    else
-      req.chunked(true);
-    req.body().data = nullptr;
-    req.body().more = true;
-    http::request_serializer<http::buffer_body> sr{req};
-    http::write_header(sock, sr, ec);
-    if (ec) throw failed(ec, "sending the request");
-
-    // Streams head, input, fields: one buffer at a time, whatever the input size.
-    auto send = [&](const char* data, size_t n) {
-      req.body().data = const_cast<char*>(data);
-      req.body().size = n;
-      req.body().more = true;
-      http::write(sock, sr, ec);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) throw failed(ec, "sending the input");
-    };
-    size_t cap = 0;
-    auto buf = transfer_buffer(size, cap);
-    std::uint64_t sent = 0;
-    try {
-      send(head.data(), head.size());
-      while (size_t n = r.body->read(std::span<char>(buf.get(), cap))) {
-        if (size && sent + n > *size)
-          throw InferenceError("invalid_job", "the input is larger than its recorded size");
-        send(buf.get(), n);
-        sent += n;
+  try {
+    if (size && *size <= kOneWrite) {
+      // A small input (the common case for fast models) is read whole first and sent with the
+      // request in one write: one syscall and one wake-up of the model instead of four.
+      http::request<http::string_body> req{http::verb::post, r.path, 11};
+      set_headers(req);
+      std::string& body = req.body();
+      body.resize(head.size() + *size + 1);  // one byte more: an input longer than recorded shows
+      std::memcpy(body.data(), head.data(), head.size());
+      std::uint64_t got = 0;
+      while (got <= *size) {
+        size_t n = r.body->read(std::span<char>(body.data() + head.size() + got, *size + 1 - got));
+        if (n == 0) break;
+        got += n;
       }
-      if (size && sent != *size)
+      if (got > *size)
+        throw InferenceError("invalid_job", "the input is larger than its recorded size");
+      if (got != *size)
         throw InferenceError("invalid_job", "the input is shorter than its recorded size");
-      send(fields.data(), fields.size());
+      body.resize(head.size() + *size);
+      body += fields;
+      req.prepare_payload();
+      http::write(sock, req, ec);
+      check_send(ec, "sending the request");
+    } else {
+      http::request<http::buffer_body> req{http::verb::post, r.path, 11};
+      set_headers(req);
+      if (size)
+        req.content_length(head.size() + *size + fields.size());
+      else
+        req.chunked(true);
       req.body().data = nullptr;
-      req.body().size = 0;
-      req.body().more = false;
-      http::write(sock, sr, ec);
-      if (ec) throw failed(ec, "finishing the request");
-    } catch (...) {
-      // A half-sent request must never look complete to the server: drop the connection.
-      drop();
-      if (stop.stop_requested()) throw Aborted();
-      throw;
+      req.body().more = true;
+      http::request_serializer<http::buffer_body> sr{req};
+      http::write_header(sock, sr, ec);
+      check_send(ec, "sending the request");
+
+      // Streams head, input, fields: one buffer at a time, whatever the input size.
+      auto send = [&](const char* data, size_t n) {
+        req.body().data = const_cast<char*>(data);
+        req.body().size = n;
+        req.body().more = true;
+        http::write(sock, sr, ec);
+        if (ec == http::error::need_buffer) ec = {};
+        check_send(ec, "sending the input");
+      };
+      size_t cap = 0;
+      auto buf = transfer_buffer(size, cap);
+      std::uint64_t sent = 0;
+      try {
+        send(head.data(), head.size());
+        while (size_t n = r.body->read(std::span<char>(buf.get(), cap))) {
+          if (size && sent + n > *size)
+            throw InferenceError("invalid_job", "the input is larger than its recorded size");
+          send(buf.get(), n);
+          sent += n;
+        }
+        if (size && sent != *size)
+          throw InferenceError("invalid_job", "the input is shorter than its recorded size");
+        send(fields.data(), fields.size());
+        req.body().data = nullptr;
+        req.body().size = 0;
+        req.body().more = false;
+        http::write(sock, sr, ec);
+        check_send(ec, "finishing the request");
+      } catch (const CutShort&) {
+        throw;  // its answer is read below
+      } catch (...) {
+        // A half-sent request must never look complete to the server: drop the connection.
+        drop();
+        if (stop.stop_requested()) throw Aborted();
+        throw;
+      }
     }
+  } catch (const CutShort&) {
   }
+  // Reading fails as the upload did when it was cut short and no answer came before the cut.
+  auto read_failed = [&](const beast::error_code& e, const char* what) {
+    return cut ? failed(cut->first, cut->second) : failed(e, what);
+  };
 
   // Beast refuses a declared Content-Length over the limit with the header, and a chunked or
   // unframed body as its bytes pass it: either way the rest is not read (the connection goes).
@@ -327,7 +355,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
       answer->body_limit(boost::none);
     http::read_header(sock, impl_->buffer, *answer, ec);
     if (ec == http::error::body_limit) throw too_large();
-    if (ec) throw failed(ec, "waiting for the answer");
+    if (ec) throw read_failed(ec, "waiting for the answer");
     const unsigned status = answer->get().result_int();
     if (status < 100 || status >= 200) break;
     if (status == 101) {  // a protocol switch, asked for by nobody: the connection is not HTTP now
@@ -343,7 +371,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
     http::read(sock, impl_->buffer, parser, ec);
     if (ec == http::error::need_buffer) ec = {};
     if (ec == http::error::body_limit) throw too_large();
-    if (ec) throw failed(ec, "reading the answer");
+    if (ec) throw read_failed(ec, "reading the answer");
     out.body.write(chunk, sizeof chunk - parser.get().body().size);
   }
   if (stop.stop_requested()) {
@@ -353,7 +381,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   out.status = static_cast<long>(parser.get().result_int());
   out.content_type = std::string(parser.get()[http::field::content_type]).substr(0, 255);
   out.retry_after = std::string(parser.get()[http::field::retry_after]).substr(0, 64);
-  if (!parser.get().keep_alive()) drop();
+  if (cut || !parser.get().keep_alive()) drop();  // (a request cut short ends its connection)
   return out;
 }
 

@@ -231,6 +231,41 @@ TEST(InferenceClient, InterimAnswersArePassedOverForTheFinalOne) {
   EXPECT_EQ(connections, 1) << "one kept-alive connection throughout";
 }
 
+// A model that refuses the input before reading it all (413 from a body limit, as a proxy in
+// front of it answers) and closes: the relay's upload fails, and the answer, sent before the
+// close, is what the job gets — not "unreachable".
+TEST(InferenceClient, AnAnswerSentBeforeTheInputWasReadIsTheAnswer) {
+  std::atomic<int> connection{0};
+  ScriptedServer server([&](int fd) {
+    if (connection++ == 0)
+      send_all(fd,
+               "HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Length: 8\r\n"
+               "\r\ntoo big!");
+    // (then: closed with no answer, the input unread — a model that died)
+  });
+  InferenceClient c(server.url());
+  auto post = [&] {
+    MemorySource input(std::string(32 << 20, 'x'));
+    InferenceRequest r{.path = "/predict", .filename = "in.bin", .content_type = "text/plain"};
+    r.body = &input;
+    return c.post(r, {});
+  };
+  try {
+    auto answer = post();
+    EXPECT_EQ(answer.status, 413);
+    EXPECT_EQ(answer.body.head(100), "too big!");
+  } catch (const InferenceError& e) {
+    ADD_FAILURE() << e.code() << ": " << e.what();
+  }
+  try {
+    post();
+    ADD_FAILURE() << "an upload cut with no answer was taken as answered";
+  } catch (const InferenceError& e) {
+    EXPECT_EQ(e.code(), "inference_unreachable") << e.what();
+    EXPECT_NE(std::string(e.what()).find("sending the input"), std::string::npos) << e.what();
+  }
+}
+
 // relay.max_result_size: an answer over the limit fails as result_too_large however it is framed
 // (a declared length, chunks, or bytes until the connection closes), and one at the limit is
 // read whole.
