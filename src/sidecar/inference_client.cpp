@@ -328,6 +328,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
       }
     }
   } catch (const CutShort&) {
+    // (cut says where: what the model answered before the cut is read below)
   }
   // Reading fails as the upload did when it was cut short and no answer came before the cut.
   auto read_failed = [&](const beast::error_code& e, const char* what) {
