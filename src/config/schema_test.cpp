@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "config/shared.hpp"
 #include "gateway/config.hpp"
 #include "sidecar/config.hpp"
 
@@ -184,6 +185,52 @@ TEST(RelayConfig, ReferenceListsEveryKeyWithItsVariable) {
   EXPECT_NE(ref.find("`queue_pop_timeout` | `RELAY_QUEUE_POP_TIMEOUT` | `5m`"), std::string::npos);
   EXPECT_NE(ref.find("not the job length. At least `300ms`. |"), std::string::npos)
       << "a duration's minimum is in the reference";
+}
+
+// Listen addresses (server.listen, relay.progress_listen): IP literals and localhost with a port
+// in range, checked at start — a host name failed only when binding ("Invalid argument"), and a
+// port past 65535 bound another port (99999 as 34463).
+TEST(ListenAddress, IpLiteralsAndLocalhostWithAPortInRange) {
+  struct Case {
+    std::string text, ip;
+    int port;  // -1: refused
+  } cases[] = {
+      {"0.0.0.0:8080", "0.0.0.0", 8080},
+      {"127.0.0.1:0", "127.0.0.1", 0},
+      {"[::]:8080", "::", 8080},
+      {"[::1]:65535", "::1", 65535},
+      {"localhost:9000", "127.0.0.1", 9000},
+      {"example.com:80", "", -1},
+      {"0.0.0.0:99999", "", -1},
+      {"0.0.0.0:65536", "", -1},
+      {"0.0.0.0:", "", -1},
+      {":8080", "", -1},
+      {"0.0.0.0:80x", "", -1},
+      {"0.0.0.0:-1", "", -1},
+      {"8080", "", -1},
+      {"::1:8080", "", -1},
+      {"[::1]", "", -1},
+      {"256.0.0.1:80", "", -1},
+  };
+  for (const auto& c : cases) {
+    auto a = parse_listen(c.text);
+    if (c.port < 0) {
+      EXPECT_FALSE(a) << c.text << " was taken as " << a->ip << " port " << a->port;
+      continue;
+    }
+    ASSERT_TRUE(a) << c.text;
+    EXPECT_EQ(a->ip, c.ip) << c.text;
+    EXPECT_EQ(a->port, c.port) << c.text;
+  }
+  const std::map<std::string, std::string> env = {{"RELAY_SERVICE_TYPES", "a=m"},
+                                                  {"RELAY_AUTH_ENABLED", "false"},
+                                                  {"RELAY_SERVER_LISTEN", "relay.internal:80"}};
+  try {
+    gateway::load("", env_of(env));
+    ADD_FAILURE() << "a host name was taken as a listen address";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'server.listen'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "config/shared.hpp"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <charconv>
 
 namespace relay::config {
 
@@ -150,6 +152,38 @@ bool is_safe_name(const std::string& name) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.'))
       return false;
   return true;
+}
+
+std::optional<ListenAddress> parse_listen(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 == text.size() || colon + 6 < text.size())
+    return std::nullopt;
+  ListenAddress out;
+  unsigned port = 0;
+  const char* digits = text.data() + colon + 1;
+  const char* end = text.data() + text.size();
+  auto [at, ec] = std::from_chars(digits, end, port);
+  if (ec != std::errc() || at != end || port > 65535) return std::nullopt;
+  out.port = static_cast<unsigned short>(port);
+  std::string host = text.substr(0, colon);
+  unsigned char addr[16];
+  if (host == "localhost") {
+    out.ip = "127.0.0.1";
+  } else if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    out.ip = host.substr(1, host.size() - 2);
+    if (::inet_pton(AF_INET6, out.ip.c_str(), addr) != 1) return std::nullopt;
+  } else if (::inet_pton(AF_INET, host.c_str(), addr) == 1) {
+    out.ip = host;
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+ListenAddress listen_address(const std::string& key, const std::string& text) {
+  if (auto a = parse_listen(text)) return *a;
+  throw ConfigError("config key '" + key + "': expected an IP address and port (0.0.0.0:8080, " +
+                    "[::]:8080, 127.0.0.1:0; localhost is the one name taken), got '" + text + "'");
 }
 
 std::string host_name() {

@@ -3,6 +3,7 @@
 // place so that their keys, defaults and docs are the same for the relay and the gateway.
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "config/schema.hpp"
@@ -48,5 +49,16 @@ void validate_log(const LogConfig& c);
 bool is_safe_name(const std::string& name);
 
 std::string host_name();
+
+// A listen address: an IP literal (IPv6 in brackets) or `localhost` (127.0.0.1), and a port
+// 0-65535 (0: any free one). Names other than localhost are not resolved: which of a name's
+// addresses to bind is the operator's choice, not the resolver's.
+struct ListenAddress {
+  std::string ip;  // as given, brackets removed; localhost as 127.0.0.1
+  unsigned short port = 0;
+};
+std::optional<ListenAddress> parse_listen(const std::string& text);
+// Throws ConfigError naming key when text is not a listen address.
+ListenAddress listen_address(const std::string& key, const std::string& text);
 
 }  // namespace relay::config

@@ -33,7 +33,10 @@ std::set<std::string> Config::models() const {
 
 config::Schema schema(Config& c) {
   config::Schema s;
-  s.string("server.listen", &c.listen, "127.0.0.1:8080", "Address of the HTTP API, `host:port`.");
+  s.string(
+      "server.listen", &c.listen, "127.0.0.1:8080",
+      "Address of the HTTP API: an IP and port (`0.0.0.0:8080`, `[::]:8080`; `localhost` is the "
+      "one name taken).");
   s.string("server.priority_header", &c.priority_header, "",
            "When set, a submission carrying this header is queued at the front (`LPUSH`), e.g. "
            "`X-Priority`.");
@@ -307,9 +310,7 @@ void parse_tenant_quotas(Config& c) {
 }
 
 void validate(const Config& c) {
-  auto colon = c.listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == c.listen.size())
-    bad("server.listen", "expected host:port");
+  config::listen_address("server.listen", c.listen);
   config::validate_redis(c.redis);
   config::validate_storage(c.storage);
   config::validate_log(c.log);

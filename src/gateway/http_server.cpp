@@ -47,6 +47,7 @@
 #include "common/cgroup.hpp"
 #include "common/log.hpp"
 #include "common/work_pool.hpp"
+#include "config/shared.hpp"
 #include "gateway/metrics.hpp"
 #include "gateway/transfer_coding.hpp"
 #include "gateway/upload_pace.hpp"
@@ -935,12 +936,9 @@ HttpServer::~HttpServer() {
 
 void HttpServer::listen() {
   const std::string& l = impl_->cfg.listen;
-  auto colon = l.rfind(':');
   try {
-    std::string host = l.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    tcp::endpoint ep(asio::ip::make_address(host),
-                     static_cast<unsigned short>(std::stoi(l.substr(colon + 1))));
+    const auto a = config::listen_address("server.listen", l);
+    tcp::endpoint ep(asio::ip::make_address(a.ip), a.port);
     impl_->acceptor.open(ep.protocol());
     impl_->acceptor.set_option(asio::socket_base::reuse_address(true));
     impl_->acceptor.bind(ep);

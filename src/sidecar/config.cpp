@@ -51,7 +51,7 @@ config::Schema schema(Config& c) {
             "pass it), instead of filling `relay.spool_dir` (in the chart an `emptyDir` whose "
             "size limit evicts the pod). `0` = no limit.");
   s.string("relay.progress_listen", &c.progress_listen, "127.0.0.1:0",
-           "Where the relay takes the model's progress reports (host:port; port 0: any free "
+           "Where the relay takes the model's progress reports (an IP and port; port 0: any free "
            "one); the model gets the URL in each request's `Relay-Progress-URL` header. Empty: "
            "no progress reporting (the header is not sent).");
   s.duration("relay.progress_interval", &c.progress_interval, "1s",
@@ -87,6 +87,8 @@ void validate(const Config& c) {
   for (const auto& [op, path] : c.inference.routes)
     if (path.empty() || path.front() != '/') bad("inference.routes." + op, "must start with '/'");
   config::validate_log(c.log);
+  if (!c.progress_listen.empty())
+    config::listen_address("relay.progress_listen", c.progress_listen);
   try {
     Spool::check_dir(c.spool_dir);
   } catch (const std::exception& e) {

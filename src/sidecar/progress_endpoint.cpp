@@ -14,6 +14,7 @@
 
 #include "common/random.hpp"
 #include "common/utf8.hpp"
+#include "config/shared.hpp"
 
 namespace relay::sidecar {
 namespace {
@@ -129,13 +130,9 @@ struct ProgressEndpoint::Impl {
 };
 
 ProgressEndpoint::ProgressEndpoint(const std::string& listen) : impl_(std::make_unique<Impl>()) {
-  const auto colon = listen.rfind(':');
   try {
-    if (colon == std::string::npos) throw std::invalid_argument("expected host:port");
-    std::string host = listen.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    tcp::endpoint ep(asio::ip::make_address(host),
-                     static_cast<unsigned short>(std::stoi(listen.substr(colon + 1))));
+    const auto a = config::listen_address("relay.progress_listen", listen);
+    tcp::endpoint ep(asio::ip::make_address(a.ip), a.port);
     impl_->acceptor.open(ep.protocol());
     impl_->acceptor.set_option(asio::socket_base::reuse_address(true));
     impl_->acceptor.bind(ep);
