@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <boost/url/parse.hpp>
+#include <charconv>
+
 #include "sidecar/spool.hpp"
 
 namespace relay::sidecar {
@@ -14,7 +17,8 @@ config::Schema schema(Config& c) {
   config::bind_storage(s, c.storage);
   config::bind_encryption(s, c.encryption);
   s.string("inference.url", &c.inference.url, "http://127.0.0.1:9000",
-           "Base URL of the local inference server.");
+           "The local inference server, `http://host:port` (no path: its routes are "
+           "`inference.routes`).");
   s.string("inference.health_path", &c.inference.health_path, "/health",
            "Health endpoint; the relay dequeues nothing before it answers 200.");
   s.string_map("inference.routes", &c.inference.routes, {{"default", "/predict"}},
@@ -80,8 +84,26 @@ void validate(const Config& c) {
     bad("model", "only letters, digits, '-', '_' and '.' are allowed");
   config::validate_redis(c.redis);
   config::validate_storage(c.storage);
-  if (!c.inference.url.starts_with("http://") && !c.inference.url.starts_with("https://"))
-    bad("inference.url", "expected http://host:port");
+  // The model server on the pod's loopback: plain HTTP, a host and a port in range, nothing
+  // more — a path here would be dropped without a word (routes are inference.routes), and https
+  // was accepted here and then aborted the relay at start.
+  {
+    const auto url = boost::urls::parse_uri(c.inference.url);
+    auto port_ok = [&] {
+      if (!url->has_port()) return true;
+      const std::string_view p = url->port();
+      std::uint32_t n = 0;
+      auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
+      return !p.empty() && ec == std::errc() && end == p.data() + p.size() && n >= 1 && n <= 65535;
+    };
+    if (!url || url->scheme() != "http" || url->host().empty() || url->has_userinfo() ||
+        !port_ok() || !(url->path().empty() || url->path() == "/") || url->has_query() ||
+        url->has_fragment())
+      bad("inference.url",
+          "expected http://host:port (the model server itself; routes are "
+          "inference.routes), got '" +
+              c.inference.url + "'");
+  }
   if (c.inference.health_path.empty() || c.inference.health_path.front() != '/')
     bad("inference.health_path", "must start with '/'");
   for (const auto& [op, path] : c.inference.routes)

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "common/backoff.hpp"
@@ -93,14 +94,25 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  relay::sidecar::Relay relay(cfg, std::move(storage), std::move(encryption));
+  // Its parts open here (the model's client, the progress endpoint's port): what fails is said,
+  // not left to terminate().
+  std::optional<relay::sidecar::Relay> relay;
+  try {
+    relay.emplace(cfg, std::move(storage), std::move(encryption));
+  } catch (const std::invalid_argument& e) {
+    relay::log::error("invalid configuration", {{"error", e.what()}});
+    return 2;
+  } catch (const std::exception& e) {
+    relay::log::error("cannot start", {{"error", e.what()}});
+    return 1;
+  }
   std::thread signals([&relay, set] {
     int sig = 0;
-    if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) relay.shutdown();
+    if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) relay->shutdown();
   });
   int code = 1;
   try {
-    code = relay.run();
+    code = relay->run();
   } catch (const std::exception& e) {
     relay::log::error("relay failed", {{"error", e.what()}});
   }

@@ -1,6 +1,10 @@
 // The relay end to end, when things go wrong: failing models and storage, cancels, lost leases,
 // real signals (SIGTERM, SIGKILL), Redis restarts, bad configuration.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <filesystem>
 
 #include "relay_fixture.hpp"
@@ -439,6 +443,27 @@ TEST_F(RelayTest, SigtermDuringTheHealthWaitExitsZero) {
       20s));
   relay->signal(SIGTERM);
   ASSERT_EQ(relay->wait_exit(10s), 0);
+}
+
+// A relay that cannot open its parts (here: the progress endpoint's port is taken) says so and
+// exits 1; it used to abort in terminate() (a core dump, exit 134, no log line).
+TEST_F(RelayTest, APartThatCannotOpenIsLoggedAndExitsOne) {
+  InferenceServer inference;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  Env env = base_env(inference);
+  env["RELAY_RELAY_PROGRESS_LISTEN"] = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  auto relay = start_relay(env);
+  EXPECT_EQ(relay->wait_exit(20s), 1);
+  EXPECT_NE(relay->log().find("cannot start"), std::string::npos) << relay->log();
+  EXPECT_NE(relay->log().find("progress reports"), std::string::npos) << relay->log();
+  ::close(fd);
 }
 
 }  // namespace
