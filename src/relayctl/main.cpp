@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
   relay::ctl::UpOptions up_opts;
   auto* up = app.add_subcommand("up", "run the whole stack on this machine (Ctrl-C stops it)");
   up->add_flag("--demo", up_opts.demo, "submit the samples, check the results, stop");
-  up->add_option("--port", up_opts.port, "gateway port (0: any free port)");
+  up->add_option("--port", up_opts.port, "gateway port (0: any free port)")
+      ->check(CLI::Range(0, 65535));
   up->add_option("--max-relays", up_opts.max_relays, "relays per model at most");
   up->add_option("--data-dir", up_opts.data_dir,
                  "where storage and Redis keep data (default: a temporary folder)");
