@@ -38,5 +38,19 @@ TEST(CallbackAddresses, PrivateAddressesAreRefusedInEveryForm) {
   EXPECT_FALSE(is_public_address("not an address"));
 }
 
+// A port out of range is refused at submission (each delivery would fail on it, and be
+// retried); an empty port is the scheme's. (IP literals: no lookup.)
+TEST(CallbackAddresses, APortOutOfRangeIsRefused) {
+  for (const char* url : {"https://8.8.8.8:99999/hook", "https://8.8.8.8:0/hook",
+                          "http://[2606:4700:4700::1111]:65536/hook"}) {
+    auto problem = check_callback_url(url, false);
+    ASSERT_TRUE(problem) << url;
+    EXPECT_NE(problem->reason.find("port"), std::string::npos) << problem->reason;
+  }
+  for (const char* url :
+       {"https://8.8.8.8:65535/hook", "https://8.8.8.8:/hook", "https://8.8.8.8/hook"})
+    EXPECT_FALSE(check_callback_url(url, false)) << url;
+}
+
 }  // namespace
 }  // namespace relay::gateway

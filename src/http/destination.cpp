@@ -66,6 +66,15 @@ std::optional<DestinationProblem> check_destination(const std::string& url,
     return DestinationProblem{rules.what + " must be an absolute " + schemes +
                               " URL without credentials"};
   }
+  if (u->has_port() && !u->port().empty()) {
+    // (An empty port is the scheme's: RFC 3986.) Past 65535 every delivery or fetch would fail
+    // later, each a retry; it is refused here.
+    const std::string_view p = u->port();
+    unsigned port = 0;
+    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
+    if (ec != std::errc{} || end != p.data() + p.size() || port == 0 || port > 65535)
+      return DestinationProblem{rules.what + " has a port out of range (1-65535)"};
+  }
   std::string host = u->host();
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   const Resolution r = resolver ? resolver->resolve(host, stop) : Resolver::system_lookup(host);
