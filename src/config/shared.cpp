@@ -4,7 +4,8 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <charconv>
+
+#include "common/port.hpp"
 
 namespace relay::config {
 
@@ -156,15 +157,11 @@ bool is_safe_name(const std::string& name) {
 
 std::optional<ListenAddress> parse_listen(const std::string& text) {
   const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon + 1 == text.size() || colon + 6 < text.size())
-    return std::nullopt;
+  if (colon == std::string::npos) return std::nullopt;
+  const auto port = parse_port(std::string_view(text).substr(colon + 1), /*allow_zero=*/true);
+  if (!port) return std::nullopt;
   ListenAddress out;
-  unsigned port = 0;
-  const char* digits = text.data() + colon + 1;
-  const char* end = text.data() + text.size();
-  auto [at, ec] = std::from_chars(digits, end, port);
-  if (ec != std::errc() || at != end || port > 65535) return std::nullopt;
-  out.port = static_cast<unsigned short>(port);
+  out.port = *port;
   std::string host = text.substr(0, colon);
   unsigned char addr[16];
   if (host == "localhost") {

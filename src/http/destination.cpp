@@ -7,6 +7,8 @@
 #include <charconv>
 #include <cstdint>
 
+#include "common/port.hpp"
+
 namespace relay::http {
 
 bool is_public_address(const std::string& ip) {
@@ -69,10 +71,7 @@ std::optional<DestinationProblem> check_destination(const std::string& url,
   if (u->has_port() && !u->port().empty()) {
     // (An empty port is the scheme's: RFC 3986.) Past 65535 every delivery or fetch would fail
     // later, each a retry; it is refused here.
-    const std::string_view p = u->port();
-    unsigned port = 0;
-    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
-    if (ec != std::errc{} || end != p.data() + p.size() || port == 0 || port > 65535)
+    if (!parse_port(u->port()))
       return DestinationProblem{rules.what + " has a port out of range (1-65535)"};
   }
   std::string host = u->host();

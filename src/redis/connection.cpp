@@ -10,6 +10,7 @@
 
 #include "common/backoff.hpp"
 #include "common/log.hpp"
+#include "common/port.hpp"
 #include "redis/connection_parts.hpp"
 
 namespace relay::redis {
@@ -84,14 +85,9 @@ Endpoint parse_url(std::string_view url) {
   ep.tls = parsed->scheme() == "rediss";
   if (!parsed->host().empty()) ep.host = parsed->host();
   if (parsed->has_port()) {
-    // Read here, not with port_number(): Boost.URL 1.81 wraps a port past 65535 (99999 is 34463).
-    const std::string_view digits = parsed->port();
-    unsigned port = 0;
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-    if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size() || port == 0 ||
-        port > 65535)
-      throw std::invalid_argument("the port must be 1-65535");
-    ep.port = static_cast<int>(port);
+    auto port = parse_port(parsed->port());
+    if (!port) throw std::invalid_argument("the port must be 1-65535");
+    ep.port = *port;
   }
   if (parsed->has_userinfo()) {
     ep.username = parsed->user();

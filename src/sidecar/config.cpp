@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <boost/url/parse.hpp>
-#include <charconv>
 
+#include "common/port.hpp"
 #include "sidecar/spool.hpp"
 
 namespace relay::sidecar {
@@ -89,16 +89,9 @@ void validate(const Config& c) {
   // was accepted here and then aborted the relay at start.
   {
     const auto url = boost::urls::parse_uri(c.inference.url);
-    auto port_ok = [&] {
-      if (!url->has_port()) return true;
-      const std::string_view p = url->port();
-      std::uint32_t n = 0;
-      auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), n);
-      return !p.empty() && ec == std::errc() && end == p.data() + p.size() && n >= 1 && n <= 65535;
-    };
     if (!url || url->scheme() != "http" || url->host().empty() || url->has_userinfo() ||
-        !port_ok() || !(url->path().empty() || url->path() == "/") || url->has_query() ||
-        url->has_fragment())
+        (url->has_port() && !parse_port(url->port())) ||
+        !(url->path().empty() || url->path() == "/") || url->has_query() || url->has_fragment())
       bad("inference.url",
           "expected http://host:port (the model server itself; routes are "
           "inference.routes), got '" +
