@@ -20,6 +20,8 @@
 // to Api::handle, which finishes its Intake at once: one trip to the request pool.)
 #include "gateway/http_server.hpp"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -749,7 +751,10 @@ struct HttpServer::Impl {
   asio::awaitable<void> close_after_answer(beast::tcp_stream& stream, bool unread_body) {
     beast::error_code ignored;
     stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    if (!unread_body) co_return;
+    if (!unread_body) {
+      co_await until_delivered(stream);
+      co_return;
+    }
     std::size_t total = 0;
     stream.expires_after(std::chrono::seconds(5));
     while (total < (64u << 20)) {
@@ -758,6 +763,33 @@ struct HttpServer::Impl {
           asio::buffer(drain_sink), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) break;  // the client closed (it read the answer), or the time is up
       total += n;
+    }
+  }
+
+  // Keeps a connection whose answer is still queued in the kernel (a download's last megabytes
+  // to a slow reader) until the client has it: closed now, the socket would be an orphan with
+  // data, which Linux drops first under TCP memory pressure ("TCP: out of memory") — the client
+  // gets a cut answer. Waits while bytes are unacknowledged, at most as long as a download chunk
+  // may take (max(body_idle_timeout, unsent / min_download_rate)), and not past a shutdown.
+  asio::awaitable<void> until_delivered(beast::tcp_stream& stream) {
+    const int fd = stream.socket().native_handle();
+    auto unsent = [fd] {
+      int n = 0;
+      return ::ioctl(fd, SIOCOUTQ, &n) == 0 ? n : 0;
+    };
+    const int queued = unsent();
+    if (queued <= 0) co_return;
+    const auto deadline =
+        Clock::now() +
+        std::max<std::chrono::milliseconds>(
+            cfg.body_idle_timeout, std::chrono::milliseconds(static_cast<std::int64_t>(queued) *
+                                                             1000 / cfg.min_download_rate));
+    asio::steady_timer poll(io);
+    while (!stopping.load() && Clock::now() < deadline && unsent() > 0) {
+      // (A timer, not the stream's expiry: that one closes the socket when it fires.)
+      poll.expires_after(std::chrono::milliseconds(50));
+      beast::error_code ec;
+      co_await poll.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
   }
 

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "gateway_fixture.hpp"
@@ -394,6 +395,59 @@ TEST_F(GatewayTest, ASlowReaderGetsTheWholeResult) {
   ASSERT_NE(body, std::string::npos);
   EXPECT_GE(got.size() - body - 4, static_cast<size_t>(3 << 20)) << "the whole result";
   EXPECT_GT(took, std::chrono::seconds(2)) << "slower than body_idle_timeout in all";
+}
+
+// A download answered with Connection: close whose last bytes still wait in the kernel for a
+// slow reader keeps its socket until they are delivered: closed at once, it was an orphan with
+// data, which Linux kills first under TCP memory pressure ("TCP: out of memory") — seen as a cut
+// result in a loaded test run. An orphan shows in /proc/net/tcp with inode 0.
+TEST_F(GatewayTest, ADownloadsLastBytesAreNotLeftToAnOrphanedSocket) {
+  start_gateway();
+  InferenceServer inference({.result_bytes = 2 << 20});
+  auto id = submit_id("big result");
+  ASSERT_EQ(start_relay(inference)->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  int fd = raw_connect(gateway_->url(), 4096);  // a small window: the rest waits in the gateway's
+  std::string req =
+      "GET /jobs/echo/" + id + "/result HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_GT(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), 0);
+  sockaddr_in mine{};
+  socklen_t len = sizeof mine;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len), 0);
+  // The gateway's side of this connection in /proc/net/tcp: its state and inode (0: no process
+  // holds it).
+  struct Side {
+    std::string state;
+    long inode = -1;
+  };
+  auto gateway_side = [&]() -> Side {
+    std::ifstream tcp("/proc/net/tcp");
+    std::string line;
+    char want[16];
+    std::snprintf(want, sizeof want, ":%04X ", ntohs(mine.sin_port));
+    while (std::getline(tcp, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, st, queues, tr, retr, uid, timeout;
+      long inode = -1;
+      f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+      if ((remote + " ").ends_with(want)) return {st, inode};
+    }
+    return {};
+  };
+  // The gateway writes what the kernel takes and half-closes (FIN_WAIT1, "04"); from then on its
+  // socket must stay its own while the reader has not read.
+  ASSERT_TRUE(wait_until([&] { return gateway_side().state == "04"; }, 10s))
+      << "the gateway never finished writing";
+  EXPECT_FALSE(wait_until([&] { return gateway_side().inode <= 0; }, 1s))
+      << "the gateway's socket is an orphan with data queued";
+  std::string got;
+  std::vector<char> buf(64 * 1024);
+  for (ssize_t n; (n = ::recv(fd, buf.data(), buf.size(), 0)) > 0;)
+    got.append(buf.data(), static_cast<size_t>(n));
+  ::close(fd);
+  const auto body = got.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_GE(got.size() - body - 4, static_cast<size_t>(2 << 20)) << "the whole result";
 }
 
 // kill -9 mid-upload with an Idempotency-Key: the reservation lapses by itself (it lived only
