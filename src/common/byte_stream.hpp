@@ -11,7 +11,9 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace relay {
 
@@ -59,6 +61,52 @@ class MemorySource final : public ByteSource {
   std::string data_;
   size_t max_chunk_;
   size_t pos_ = 0;
+};
+
+// Bytes [skip, skip + length) of what another stream yields (a byte range of it): the first
+// `skip` are read and dropped. A stream that ends before the range does is an error, not a short
+// answer (a download would otherwise end early and look whole).
+class SliceSource final : public ByteSource {
+ public:
+  SliceSource(ByteSource& inner, std::uint64_t skip, std::uint64_t length)
+      : inner_(inner), skip_(skip), left_(length), length_(length) {}
+  size_t read(std::span<char> buf) override {
+    if (left_ == 0 || buf.empty()) return 0;
+    while (skip_ > 0) {
+      const size_t n =
+          inner_.read(buf.first(static_cast<size_t>(std::min<std::uint64_t>(buf.size(), skip_))));
+      if (n == 0) throw std::runtime_error("the stream ended before the range began");
+      skip_ -= n;
+    }
+    const size_t n =
+        inner_.read(buf.first(static_cast<size_t>(std::min<std::uint64_t>(buf.size(), left_))));
+    if (n == 0) throw std::runtime_error("the stream ended inside the range");
+    left_ -= n;
+    return n;
+  }
+  std::optional<std::uint64_t> size() const override { return length_; }
+
+ private:
+  ByteSource& inner_;
+  std::uint64_t skip_, left_, length_;
+};
+
+// Owns a chain of sources, each reading the one before it (storage object -> decryptor -> ...),
+// for a response that outlives the function that built it; reads from the last.
+class OwningChain final : public ByteSource {
+ public:
+  template <class... Parts>
+  explicit OwningChain(std::unique_ptr<Parts>... parts) {
+    (parts_.push_back(std::move(parts)), ...);
+  }
+  ~OwningChain() override {
+    while (!parts_.empty()) parts_.pop_back();  // the last first: each reads the one before
+  }
+  size_t read(std::span<char> out) override { return parts_.back()->read(out); }
+  std::optional<std::uint64_t> size() const override { return parts_.back()->size(); }
+
+ private:
+  std::vector<std::unique_ptr<ByteSource>> parts_;
 };
 
 }  // namespace relay

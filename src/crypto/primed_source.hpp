@@ -40,18 +40,4 @@ class PrimedSource final : public ByteSource {
   size_t pos_ = 0;
 };
 
-// Owns a chain of sources (storage object -> decryptor -> primed) for a response that outlives
-// the function that built it.
-class OwningChain final : public ByteSource {
- public:
-  OwningChain(std::unique_ptr<ByteSource> a, std::unique_ptr<ByteSource> b,
-              std::unique_ptr<ByteSource> c)
-      : a_(std::move(a)), b_(std::move(b)), c_(std::move(c)) {}
-  size_t read(std::span<char> out) override { return c_->read(out); }
-  std::optional<std::uint64_t> size() const override { return c_->size(); }
-
- private:
-  std::unique_ptr<ByteSource> a_, b_, c_;
-};
-
 }  // namespace relay::crypto

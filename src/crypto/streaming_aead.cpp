@@ -103,6 +103,43 @@ std::uint64_t ciphertext_size(std::uint64_t n, const StreamingParams& p) {
   return header_size(p) + n + segments * kTagSize;
 }
 
+std::optional<std::uint64_t> plaintext_size(std::uint64_t c, const StreamingParams& p) {
+  const std::uint64_t seg = p.segment_size;
+  if (c < header_size(p) + kTagSize) return std::nullopt;
+  // Every segment but the last is whole; the first holds the header.
+  const std::uint64_t segments = c <= seg ? 1 : 1 + (c - seg + seg - 1) / seg;
+  const std::uint64_t n = c - header_size(p) - segments * kTagSize;
+  if (ciphertext_size(n, p) != c) return std::nullopt;  // a last segment shorter than its tag
+  return n;
+}
+
+RangeReading range_reading(std::uint64_t first, std::uint64_t length, std::uint64_t object_size,
+                           const StreamingParams& p) {
+  const std::uint64_t in_first = plaintext_segment(0, p), in_rest = plaintext_segment(1, p);
+  // The segment holding plaintext byte `at`, and where it starts in plaintext and ciphertext.
+  auto holding = [&](std::uint64_t at) {
+    struct {
+      std::uint64_t segment, plaintext, ciphertext;
+    } s{0, 0, header_size(p)};
+    if (at >= in_first) {
+      s.segment = 1 + (at - in_first) / in_rest;
+      s.plaintext = in_first + (s.segment - 1) * in_rest;
+      s.ciphertext = s.segment * p.segment_size;
+    }
+    return s;
+  };
+  const auto start = holding(first);
+  const auto end = holding(first + (length == 0 ? 0 : length - 1));
+  const std::uint64_t stop =
+      std::min<std::uint64_t>((end.segment + 1) * p.segment_size, object_size);
+  RangeReading r;
+  r.ciphertext_first = start.ciphertext;
+  r.ciphertext_length = stop > start.ciphertext ? stop - start.ciphertext : 0;
+  r.segment = static_cast<std::uint32_t>(start.segment);
+  r.skip = first - start.plaintext;
+  return r;
+}
+
 namespace {
 
 // The encrypting half of the format, shared by the pull and the push encryptor: the header, the
@@ -263,26 +300,51 @@ struct DecryptingSource::Impl {
   size_t out_pos = 0;
   std::uint32_t segment = 0;
   bool started = false, done = false;
+  // Resumed (a byte range): the object's size, and where the next segment starts in it.
+  std::optional<std::uint64_t> object_size;
+  std::uint64_t at = 0;
+
+  void take_header(std::string_view header) {
+    const size_t hs = header_size(p);
+    if (header.size() < hs)
+      throw DecryptionError("decryption failed: the ciphertext is shorter than its header");
+    if (static_cast<unsigned char>(header[0]) != hs)
+      throw DecryptionError("decryption failed: unexpected header length");
+    std::string salt(header.substr(1, p.key_size));
+    prefix = header.substr(1 + p.key_size, kNoncePrefixSize);
+    key = hkdf(p.hash, master, salt, aad, p.key_size);
+    started = true;
+  }
 
   void read_header() {
-    const size_t hs = header_size(p);
-    fill(in, pending, hs);
-    if (pending.size() < hs)
-      throw DecryptionError("decryption failed: the ciphertext is shorter than its header");
-    if (static_cast<unsigned char>(pending[0]) != hs)
-      throw DecryptionError("decryption failed: unexpected header length");
-    std::string salt = pending.substr(1, p.key_size);
-    prefix = pending.substr(1 + p.key_size, kNoncePrefixSize);
-    key = hkdf(p.hash, master, salt, aad, p.key_size);
-    pending.erase(0, hs);
-    started = true;
+    fill(in, pending, header_size(p));
+    take_header(pending);
+    pending.erase(0, header_size(p));
   }
 
   void next_segment() {
     if (!started) read_header();
     size_t n = p.segment_size - (segment == 0 ? header_size(p) : 0);
-    fill(in, pending, n + 1);
-    bool last = pending.size() <= n;
+    bool last;
+    if (object_size) {
+      // The segment's length is known from the object's size; the ciphertext given may end at
+      // any segment's end (the range's).
+      n = static_cast<size_t>(std::min<std::uint64_t>(n, *object_size - at));
+      fill(in, pending, n);
+      if (pending.empty()) {
+        out.clear();
+        out_pos = 0;
+        done = true;
+        return;
+      }
+      if (pending.size() < n)
+        throw DecryptionError("decryption failed: truncated segment " + std::to_string(segment));
+      last = at + n == *object_size;
+      at += n;
+    } else {
+      fill(in, pending, n + 1);
+      last = pending.size() <= n;
+    }
     size_t take = std::min(n, pending.size());
     if (take < kTagSize)
       throw DecryptionError("decryption failed: truncated segment " + std::to_string(segment));
@@ -315,13 +377,23 @@ struct DecryptingSource::Impl {
 };
 
 DecryptingSource::DecryptingSource(ByteSource& ciphertext, const std::string& key,
-                                   const std::string& aad, StreamingParams params)
+                                   const std::string& aad, StreamingParams params,
+                                   std::optional<Resume> resume)
     : impl_(new Impl{ciphertext, params, key, aad}) {
   check_params(params);
   if (key.size() != params.key_size)
     throw std::invalid_argument("decryption key has the wrong size");
   if (EVP_DecryptInit_ex(impl_->ctx.get(), gcm(params.key_size), nullptr, nullptr, nullptr) != 1)
     throw std::runtime_error("AES-GCM init failed");
+  if (resume) {
+    impl_->take_header(resume->header);
+    impl_->segment = resume->segment;
+    impl_->object_size = resume->object_size;
+    impl_->at = resume->segment == 0 ? header_size(params)
+                                     : std::uint64_t{resume->segment} * params.segment_size;
+    if (impl_->at > resume->object_size)
+      throw DecryptionError("decryption failed: the segment is past the object's end");
+  }
 }
 
 DecryptingSource::~DecryptingSource() = default;

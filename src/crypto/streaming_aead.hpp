@@ -44,6 +44,32 @@ size_t header_size(const StreamingParams& p);
 // Ciphertext size of a plaintext of n bytes.
 std::uint64_t ciphertext_size(std::uint64_t plaintext_size, const StreamingParams& p);
 
+// The plaintext size of a ciphertext of n bytes; nullopt when no plaintext encrypts to that
+// size (a damaged object).
+std::optional<std::uint64_t> plaintext_size(std::uint64_t ciphertext_size,
+                                            const StreamingParams& p);
+
+// Reading plaintext bytes [first, first + length) of an object whose ciphertext is object_size
+// bytes: the ciphertext to read (the whole segments holding them), the segment it starts at,
+// and how many plaintext bytes of that segment come before `first`.
+struct RangeReading {
+  std::uint64_t ciphertext_first = 0, ciphertext_length = 0;
+  std::uint32_t segment = 0;
+  std::uint64_t skip = 0;
+};
+RangeReading range_reading(std::uint64_t first, std::uint64_t length, std::uint64_t object_size,
+                           const StreamingParams& p);
+
+// Decrypting part of an object (a byte range) instead of all of it: the object's header, read
+// apart, the segment the ciphertext given starts at, and the object's whole ciphertext size,
+// which says which segment is the last (its nonce differs). The ciphertext given may stop at any
+// segment's end; it must start at `segment`'s start (see range_reading()).
+struct Resume {
+  std::string header;
+  std::uint32_t segment = 0;
+  std::uint64_t object_size = 0;
+};
+
 class EncryptingSource final : public ByteSource {
  public:
   // key must be key_size bytes. salt and nonce_prefix are random unless given (tests only).
@@ -80,7 +106,8 @@ class EncryptingWriter final : public ByteSink {
 class DecryptingSource final : public ByteSource {
  public:
   DecryptingSource(ByteSource& ciphertext, const std::string& key,
-                   const std::string& associated_data, StreamingParams params = {});
+                   const std::string& associated_data, StreamingParams params = {},
+                   std::optional<Resume> resume = std::nullopt);
   ~DecryptingSource() override;
   // Throws DecryptionError.
   size_t read(std::span<char> out) override;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 namespace relay::crypto {
 namespace {
@@ -144,6 +145,97 @@ TEST(StreamingAead, RoundTripsEverySizeAroundSegmentBoundaries) {
       EXPECT_EQ(decrypt(ct, key, "job/input", p, chunk), pt) << n << " / " << chunk;
     }
   }
+}
+
+// What the gateway does for a byte range of an encrypted result: the header and the segments
+// holding the range, read apart, decrypted from there, the bytes before the range dropped.
+std::string decrypt_range(const std::string& ct, const std::string& key, const std::string& aad,
+                          StreamingParams p, std::uint64_t first, std::uint64_t length,
+                          std::uint64_t object_size = 0) {
+  if (object_size == 0) object_size = ct.size();
+  const auto r = range_reading(first, length, object_size, p);
+  Chunked window(ct.substr(r.ciphertext_first, r.ciphertext_length), 1000);
+  DecryptingSource dec(window, key, aad, p,
+                       Resume{ct.substr(0, header_size(p)), r.segment, object_size});
+  SliceSource slice(dec, r.skip, length);
+  return drain(slice, 777);
+}
+
+TEST(StreamingAead, PlaintextSizeInvertsCiphertextSize) {
+  StreamingParams p{16, HkdfHash::sha256, 64};
+  std::set<std::uint64_t> sizes;
+  for (std::uint64_t n = 0; n < 2000; ++n) {
+    const auto c = ciphertext_size(n, p);
+    sizes.insert(c);
+    EXPECT_EQ(plaintext_size(c, p), n) << n;
+  }
+  // Every other size is no ciphertext of ours (a last segment shorter than its tag, or no room
+  // for the header): a damaged object, not a size to serve.
+  for (std::uint64_t c = 0; c < *sizes.rbegin(); ++c)
+    if (!sizes.contains(c)) EXPECT_EQ(plaintext_size(c, p), std::nullopt) << c;
+}
+
+TEST(StreamingAead, AnyByteRangeDecryptsFromItsSegmentsAlone) {
+  StreamingParams p{32, HkdfHash::sha256, 256};
+  std::string key(32, 'k');
+  const size_t first = p.segment_size - header_size(p) - kTagSize, rest = p.segment_size - kTagSize;
+  std::mt19937 rng(7);
+  for (size_t n : {size_t{1}, first - 1, first, first + 1, first + rest, first + rest + 1,
+                   first + 5 * rest, size_t{3000}}) {
+    std::string pt(n, '\0');
+    for (size_t i = 0; i < n; ++i) pt[i] = static_cast<char>(i * 7 + 3);
+    const auto ct = encrypt(pt, key, "j/result.json", p);
+    // Every range starting or ending at or beside a segment boundary, and random ones.
+    std::vector<size_t> edges{0, n - 1};
+    for (size_t b = first; b < n; b += rest)
+      for (size_t e : {b - 1, b, b + 1})
+        if (e < n) edges.push_back(e);
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (size_t a : edges)
+      for (size_t b : edges)
+        if (a <= b) ranges.emplace_back(a, b);
+    for (int i = 0; i < 50; ++i) {
+      size_t a = rng() % n, b = rng() % n;
+      ranges.emplace_back(std::min(a, b), std::max(a, b));
+    }
+    for (auto [a, b] : ranges)
+      EXPECT_EQ(decrypt_range(ct, key, "j/result.json", p, a, b - a + 1), pt.substr(a, b - a + 1))
+          << "size " << n << ", bytes " << a << "-" << b;
+  }
+}
+
+TEST(StreamingAead, ARangeOfADamagedOrSwappedObjectFails) {
+  StreamingParams p{32, HkdfHash::sha256, 256};
+  std::string key(32, 'k');
+  std::string pt(1000, 'p');
+  const auto ct = encrypt(pt, key, "A/result.json", p);
+  const size_t seg = p.segment_size;
+  auto fails = [&](const std::string& c, const std::string& aad, std::uint64_t first,
+                   std::uint64_t length, std::uint64_t object_size = 0) {
+    try {
+      decrypt_range(c, key, aad, p, first, length, object_size);
+      return false;
+    } catch (const DecryptionError&) {
+      return true;
+    } catch (const std::runtime_error&) {  // the slice ran out
+      return true;
+    }
+  };
+  auto flipped = ct;
+  flipped[2 * seg + 10] ^= 1;
+  EXPECT_TRUE(fails(flipped, "A/result.json", 500, 100)) << "a bit flipped in the range's segment";
+  EXPECT_FALSE(fails(flipped, "A/result.json", 0, 100)) << "outside it: not read";
+  EXPECT_TRUE(fails(ct, "B/result.json", 500, 100)) << "job A's result presented as job B's";
+  // Truncated at a segment boundary: the object's (claimed) last segment was not sealed as last.
+  EXPECT_TRUE(fails(ct.substr(0, 3 * seg), "A/result.json", 500, 100, 3 * seg));
+  // Two segments swapped.
+  auto swapped =
+      ct.substr(0, seg) + ct.substr(2 * seg, seg) + ct.substr(seg, seg) + ct.substr(3 * seg);
+  EXPECT_TRUE(fails(swapped, "A/result.json", 300, 10));
+  // Another encryption of the same plaintext (another salt): its segments under this header.
+  const auto other = encrypt(pt, key, "A/result.json", p);
+  EXPECT_TRUE(
+      fails(ct.substr(0, header_size(p)) + other.substr(header_size(p)), "A/result.json", 600, 10));
 }
 
 TEST(StreamingAead, EveryTamperingIsAnErrorAndReleasesNothing) {

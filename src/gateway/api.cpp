@@ -220,7 +220,7 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   if (seg[3] == "events" && m == "GET")
     return with_route(job_events(ctx, svc, id, again), "GET /jobs/{service_type}/{id}/events");
   if (seg[3] == "result" && m == "GET")
-    return with_route(get_result(ctx, svc, id), "GET /jobs/{service_type}/{id}/result");
+    return with_route(get_result(req, ctx, svc, id), "GET /jobs/{service_type}/{id}/result");
   return error_response(404, "not_found", "no such route");
 }
 
@@ -291,7 +291,8 @@ Response Api::job_events(Context& ctx, const std::string& svc, const std::string
   return r;
 }
 
-Response Api::get_result(Context& ctx, const std::string& svc, const std::string& id) {
+Response Api::get_result(const Request& req, Context& ctx, const std::string& svc,
+                         const std::string& id) {
   auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
     return store.get(cfg_.service_types.at(svc).model, id);
   });
@@ -301,29 +302,51 @@ Response Api::get_result(Context& ctx, const std::string& svc, const std::string
     return error_response(
         409, "no_result",
         "the job is " + std::string(to_string(rec->status)) + "; results exist for completed jobs");
+  // A job's result never changes once it completed: its id tags it (strongly) for a client
+  // resuming a download (If-Range) or holding a copy (If-None-Match).
+  const std::string etag = "\"" + id + "\"";
   Response r;
+  // As the model answered (jobs from before this was recorded: JSON, as then assumed).
+  if (!rec->result_content_type.empty()) r.content_type = rec->result_content_type;
+  r.headers.emplace_back("ETag", etag);
+  r.headers.emplace_back("Accept-Ranges", "bytes");
+  // A result is the model's bytes, shaped by whoever sent the input: served from the
+  // gateway's origin (the dashboard's too), HTML or SVG among them must never run there. A
+  // browser that opens one gets it sandboxed, with no script and no sniffed type.
+  r.headers.emplace_back("Content-Security-Policy", "sandbox; default-src 'none'");
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  if (none_match(req.header("if-none-match"), etag)) {
+    r.status = 304;
+    return r;
+  }
+  std::optional<ByteRangeSpec> range;
+  if (if_range_holds(req.header("if-range"), etag)) range = parse_range(req.header("range"));
+  std::string key;
+  if (!rec->key_id.empty()) {
+    auto k = enc_.keyring.get(rec->key_id);
+    if (!k) {
+      log::error("result key not loaded", {{"job_id", id}, {"key_id", rec->key_id}});
+      return error_response(503, "key_unavailable",
+                            "the key this result was encrypted with is not loaded");
+    }
+    key = *k;
+  }
   try {
+    if (range) return with_result_range(std::move(r), *rec, key, *range);
     r.stream = storage_.open(rec->result_key, {});
-    // As the model answered (jobs from before this was recorded: JSON, as then assumed).
-    if (!rec->result_content_type.empty()) r.content_type = rec->result_content_type;
-    // A result is the model's bytes, shaped by whoever sent the input: served from the
-    // gateway's origin (the dashboard's too), HTML or SVG among them must never run there. A
-    // browser that opens one gets it sandboxed, with no script and no sniffed type.
-    r.headers.emplace_back("Content-Security-Policy", "sandbox; default-src 'none'");
-    r.headers.emplace_back("X-Content-Type-Options", "nosniff");
     if (!rec->key_id.empty()) {
-      auto key = enc_.keyring.get(rec->key_id);
-      if (!key) {
-        log::error("result key not loaded", {{"job_id", id}, {"key_id", rec->key_id}});
-        return error_response(503, "key_unavailable",
-                              "the key this result was encrypted with is not loaded");
+      // Its length, from the ciphertext's: a client sees how much is coming.
+      std::optional<std::uint64_t> size;
+      if (auto stored = r.stream->size()) {
+        size = crypto::plaintext_size(*stored, enc_.params);
+        if (!size) throw crypto::DecryptionError("the stored result has a size no ciphertext has");
       }
-      auto dec = std::make_unique<crypto::DecryptingSource>(*r.stream, *key, crypto::result_aad(id),
+      auto dec = std::make_unique<crypto::DecryptingSource>(*r.stream, key, crypto::result_aad(id),
                                                             enc_.params);
-      auto primed = std::make_unique<crypto::PrimedSource>(
-          *dec, std::nullopt);  // fails here, before any byte is sent
-      r.stream = std::make_unique<crypto::OwningChain>(std::move(r.stream), std::move(dec),
-                                                       std::move(primed));
+      auto primed = std::make_unique<crypto::PrimedSource>(*dec, size);  // fails here, before
+                                                                         // any byte is sent
+      r.stream =
+          std::make_unique<OwningChain>(std::move(r.stream), std::move(dec), std::move(primed));
     }
   } catch (const crypto::DecryptionError& e) {
     log::error("stored result does not decrypt", {{"job_id", id}, {"error", e.what()}});
@@ -335,6 +358,61 @@ Response Api::get_result(Context& ctx, const std::string& svc, const std::string
     log::error("cannot read a result", {{"job_id", id}, {"error", e.what()}});
     return error_response(503, "storage_unavailable", "the result could not be read; retry later");
   }
+  return r;
+}
+
+// A byte range of a result (a download resumed): 206 with the bytes and where they lie, 416 when
+// the range starts past the end. Of an encrypted result, only the segments holding the range are
+// read and decrypted (the header apart), each verified as a whole download's would be. Throws
+// as get_result's storage and decryption steps do.
+Response Api::with_result_range(Response r, const JobRecord& rec, const std::string& key,
+                                const ByteRangeSpec& range) {
+  const std::uint64_t stored = storage_.size_of(rec.result_key, {});
+  std::uint64_t size = stored;
+  if (!key.empty()) {
+    auto plain = crypto::plaintext_size(stored, enc_.params);
+    if (!plain) throw crypto::DecryptionError("the stored result has a size no ciphertext has");
+    size = *plain;
+  }
+  if (size == 0) {  // no byte to name: the whole (empty) result, as if no range was asked
+    r.stream = std::make_unique<MemorySource>("");
+    return r;
+  }
+  const auto span = resolve_range(range, size);
+  if (!span) {
+    Response e = error_response(416, "range_not_satisfiable",
+                                "the result is " + std::to_string(size) + " bytes");
+    e.headers.emplace_back("Content-Range", "bytes */" + std::to_string(size));
+    return e;
+  }
+  if (key.empty()) {
+    r.stream = storage_.open_range(rec.result_key, span->first, span->length, {});
+  } else {
+    const auto reading = crypto::range_reading(span->first, span->length, stored, enc_.params);
+    std::string header(crypto::header_size(enc_.params), '\0');
+    {
+      auto head = storage_.open_range(rec.result_key, 0, header.size(), {});
+      size_t got = 0;
+      while (got < header.size())
+        if (size_t n = head->read(std::span<char>(header.data() + got, header.size() - got)))
+          got += n;
+        else
+          throw crypto::DecryptionError("the stored result is shorter than its header");
+    }
+    auto ciphertext = storage_.open_range(rec.result_key, reading.ciphertext_first,
+                                          reading.ciphertext_length, {});
+    auto dec = std::make_unique<crypto::DecryptingSource>(
+        *ciphertext, key, crypto::result_aad(rec.id), enc_.params,
+        crypto::Resume{std::move(header), reading.segment, stored});
+    auto slice = std::make_unique<SliceSource>(*dec, reading.skip, span->length);
+    auto primed = std::make_unique<crypto::PrimedSource>(*slice, span->length);
+    r.stream = std::make_unique<OwningChain>(std::move(ciphertext), std::move(dec),
+                                             std::move(slice), std::move(primed));
+  }
+  r.status = 206;
+  r.headers.emplace_back("Content-Range", "bytes " + std::to_string(span->first) + "-" +
+                                              std::to_string(span->first + span->length - 1) + "/" +
+                                              std::to_string(size));
   return r;
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "crypto/keyring.hpp"
+#include "gateway/byte_range.hpp"
 #include "gateway/config.hpp"
 #include "gateway/job_json.hpp"
 #include "gateway/submission.hpp"
@@ -125,7 +126,10 @@ class Api {
   Response failure(std::exception_ptr e, std::string_view target);
   Response get_job(const Request& req, Context& ctx, const std::string& service_type,
                    const std::string& id, bool again);
-  Response get_result(Context& ctx, const std::string& service_type, const std::string& id);
+  Response get_result(const Request& req, Context& ctx, const std::string& service_type,
+                      const std::string& id);
+  Response with_result_range(Response r, const JobRecord& rec, const std::string& key,
+                             const ByteRangeSpec& range);
   Response job_events(Context& ctx, const std::string& service_type, const std::string& id,
                       bool again);
   Response cancel(Context& ctx, const std::string& service_type, const std::string& id);

@@ -112,9 +112,17 @@ const std::string& openapi_json() {
     "/jobs/{service_type}/{id}/result": {
       "parameters": [{"$ref": "#/components/parameters/serviceType"}, {"$ref": "#/components/parameters/id"}],
       "get": {"summary": "The stored result.json of a completed job", "operationId": "getResult",
+        "description": "The model's answer, in the content type it gave. A download resumes with Range (one byte range: bytes=first-last, first- or -suffix; several ranges are served whole) and If-Range with the ETag, the job's id quoted: the result never changes once the job completed. If-None-Match with it answers 304.",
+        "parameters": [{"name": "Range", "in": "header", "schema": {"type": "string"}},
+          {"name": "If-Range", "in": "header", "schema": {"type": "string"}},
+          {"name": "If-None-Match", "in": "header", "schema": {"type": "string"}}],
         "responses": {"200": {"description": "result.json", "content": {"application/json": {}}},
+          "206": {"description": "the range asked for (Content-Range says which)"},
+          "304": {"description": "the client's copy (If-None-Match) is this result"},
           "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
-          "409": {"$ref": "#/components/responses/Error"}, "503": {"$ref": "#/components/responses/Error"}}}
+          "409": {"$ref": "#/components/responses/Error"},
+          "416": {"description": "the range starts past the end (Content-Range: bytes */size)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+          "503": {"$ref": "#/components/responses/Error"}}}
     },
     "/healthz": {"get": {"summary": "Alive", "security": [], "responses": {"200": {"description": "alive"}}}},
     "/readyz": {"get": {"summary": "Redis and storage reachable", "security": [], "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}}}},

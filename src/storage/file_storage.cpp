@@ -78,8 +78,9 @@ class FileSource final : public ByteSource {
     // A stored object never changes (written whole, then renamed into place): once its size is
     // read, the end is known without the read(2) that would return 0 (one per job).
     if (done_ >= size_) return 0;
+    const size_t want = static_cast<size_t>(std::min<std::uint64_t>(buf.size(), size_ - done_));
     for (;;) {
-      ssize_t n = ::read(fd_.get(), buf.data(), buf.size());
+      ssize_t n = ::read(fd_.get(), buf.data(), want);
       if (n >= 0) {
         done_ += static_cast<std::uint64_t>(n);
         return static_cast<size_t>(n);
@@ -193,6 +194,11 @@ FileStorage::FileStorage(std::string root, bool fsync) : root_(std::move(root)),
 }
 
 std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_token stop) {
+  return open_range(key, 0, UINT64_MAX, std::move(stop));
+}
+
+std::unique_ptr<ByteSource> FileStorage::open_range(const std::string& key, std::uint64_t first,
+                                                    std::uint64_t length, std::stop_token stop) {
   check_key(key);
   std::string path = root_ + "/" + key;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -200,9 +206,20 @@ std::unique_ptr<ByteSource> FileStorage::open(const std::string& key, std::stop_
   FdGuard guard(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail_errno("cannot stat", key);
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (first > size || (first > 0 && ::lseek(fd, static_cast<off_t>(first), SEEK_SET) < 0))
+    throw StorageError(ErrorKind::invalid, "cannot read " + key + " from byte " +
+                                               std::to_string(first) + ": past its end");
   FileWriter::known_dir = path.substr(0, path.rfind('/'));
-  return std::make_unique<FileSource>(guard.release(), key, static_cast<std::uint64_t>(st.st_size),
+  return std::make_unique<FileSource>(guard.release(), key, std::min(length, size - first),
                                       std::move(stop));
+}
+
+std::uint64_t FileStorage::size_of(const std::string& key, std::stop_token) {
+  check_key(key);
+  struct stat st {};
+  if (::stat((root_ + "/" + key).c_str(), &st) != 0) fail_errno("cannot stat", key);
+  return static_cast<std::uint64_t>(st.st_size);
 }
 
 std::unique_ptr<ObjectWriter> FileStorage::create(const std::string& key, std::stop_token stop,

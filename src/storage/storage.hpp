@@ -59,6 +59,12 @@ class Storage {
   // Opens an object for streaming. Throws StorageError (not_found for a missing key). Reads from
   // the returned source throw StorageError, or Aborted once stop is requested.
   virtual std::unique_ptr<ByteSource> open(const std::string& key, std::stop_token stop) = 0;
+  // Bytes [first, first + length) of an object (a download resumed), within its size as
+  // size_of() gives it. The source's size() is `length`; like open() otherwise.
+  virtual std::unique_ptr<ByteSource> open_range(const std::string& key, std::uint64_t first,
+                                                 std::uint64_t length, std::stop_token stop) = 0;
+  // An object's size in bytes. Throws StorageError (not_found for a missing key).
+  virtual std::uint64_t size_of(const std::string& key, std::stop_token stop) = 0;
   // Starts writing an object (see ObjectWriter). `size`, when known, is exactly what will be
   // written (S3 then streams one PUT instead of buffering parts).
   virtual std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop,

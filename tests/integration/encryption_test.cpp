@@ -100,6 +100,21 @@ TEST_F(EncryptionTest, LargeInputsReachS3WholeAndTheModelExactly) {
   }
 }
 
+// A byte range of an encrypted result reads and decrypts only the segments holding it (small
+// segments here: a range crosses many), on S3; the whole download tells its plaintext length.
+TEST_F(EncryptionTest, AnEncryptedResultIsServedInByteRanges) {
+  S3Server s3;
+  Env env = keys("k1");
+  for (auto& [k, v] : s3.env()) env[k] = v;
+  env["RELAY_ENCRYPTION_SEGMENT_SIZE"] = "4096";
+  start_gateway(env);
+  InferenceServer inference({.result_bytes = 300'000});
+  auto id = submit_id("a result to resume");
+  ASSERT_EQ(start_relay(inference, env)->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  expect_ranges_served(id);
+}
+
 TEST_F(EncryptionTest, KeyRotationNeedsNoDowntime) {
   start_gateway(keys("k1"));
   auto old_job = submit_id("under key 1");

@@ -175,6 +175,77 @@ class GatewayTest : public ::testing::Test {
     return parse(http("GET", url("/jobs/echo/" + id + query)));
   }
   std::vector<std::string> list(const std::string& key) { return store_.list(key); }
+
+  // A completed job's result served in byte ranges (RFC 9110 §14), each the same bytes as the
+  // whole download's, and the conditions on its entity tag (If-Range, If-None-Match).
+  void expect_ranges_served(const std::string& id) {
+    const std::string path = url("/jobs/echo/" + id + "/result");
+    auto whole = http("GET", path);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    const std::string& all = whole.body;
+    const std::string size = std::to_string(all.size());
+    const std::string etag = whole.headers["etag"];
+    EXPECT_EQ(etag, "\"" + id + "\"");
+    EXPECT_EQ(whole.headers["accept-ranges"], "bytes");
+    EXPECT_EQ(whole.headers["content-length"], size) << "the whole result's length is told";
+    ASSERT_GT(all.size(), 70'000u) << "a result over a download chunk";
+    const size_t n = all.size();
+    struct Case {
+      std::string range;
+      size_t first, length;
+    } cases[] = {
+        {"bytes=0-0", 0, 1},
+        {"bytes=0-", 0, n},
+        {"bytes=100-", 100, n - 100},
+        {"bytes=-1000", n - 1000, 1000},
+        {"bytes=-" + std::to_string(n + 5), 0, n},
+        {"bytes=65530-65545", 65530, 16},
+        {"bytes=4000-69999", 4000, 66000},
+        {"bytes=" + std::to_string(n - 1) + "-" + std::to_string(n + 100), n - 1, 1},
+    };
+    for (const auto& c : cases) {
+      auto r = http("GET", path, {"Range: " + c.range});
+      EXPECT_EQ(r.status, 206) << c.range << ": " << r.body.substr(0, 200);
+      EXPECT_EQ(r.headers["content-range"], "bytes " + std::to_string(c.first) + "-" +
+                                                std::to_string(c.first + c.length - 1) + "/" + size)
+          << c.range;
+      EXPECT_EQ(r.headers["content-length"], std::to_string(c.length)) << c.range;
+      EXPECT_EQ(r.headers["etag"], etag) << c.range;
+      EXPECT_TRUE(r.body == all.substr(c.first, c.length))
+          << c.range << ": " << r.body.size() << " bytes, not the result's";
+    }
+    // Past the end: 416, and where the end is.
+    auto past = http("GET", path, {"Range: bytes=" + size + "-"});
+    EXPECT_EQ(past.status, 416) << past.body;
+    EXPECT_EQ(past.headers["content-range"], "bytes */" + size);
+    EXPECT_NE(past.body.find("range_not_satisfiable"), std::string::npos) << past.body;
+    // Served whole: several ranges, a range for another version (If-Range), another unit.
+    for (const std::vector<std::string>& h : std::vector<std::vector<std::string>>{
+             {"Range: bytes=0-1,5-6"},
+             {"Range: bytes=10-20", "If-Range: \"another\""},
+             {"Range: bytes=10-20", "If-Range: Wed, 21 Oct 2026 07:28:00 GMT"},
+             {"Range: items=0-1"}}) {
+      auto r = http("GET", path, h);
+      EXPECT_EQ(r.status, 200) << h.back();
+      EXPECT_TRUE(r.body == all) << h.back();
+    }
+    auto resumed = http("GET", path, {"Range: bytes=10-20", "If-Range: " + etag});
+    EXPECT_EQ(resumed.status, 206);
+    EXPECT_EQ(resumed.body, all.substr(10, 11));
+    // A copy the client holds: 304, no body.
+    for (const std::string& tag : {etag, "W/" + etag, std::string("*")}) {
+      auto r = http("GET", path, {"If-None-Match: " + tag});
+      EXPECT_EQ(r.status, 304) << tag;
+      EXPECT_EQ(r.body, "") << tag;
+      EXPECT_EQ(r.headers["etag"], etag) << tag;
+    }
+    EXPECT_EQ(http("GET", path, {"If-None-Match: \"another\""}).status, 200);
+    // HEAD: the range's header, no body.
+    auto head = http("HEAD", path, {"Range: bytes=-10"});
+    EXPECT_EQ(head.status, 206);
+    EXPECT_EQ(head.headers["content-length"], "10");
+    EXPECT_EQ(head.body, "");
+  }
   // Files under the storage root (all, or only the temporaries of uploads in progress), read
   // while the gateway may be removing folders: a vanished entry ends the walk, not the test.
   std::vector<std::filesystem::path> storage_files(bool only_temporaries = false) {

@@ -397,6 +397,16 @@ TEST_F(GatewayTest, ASlowReaderGetsTheWholeResult) {
   EXPECT_GT(took, std::chrono::seconds(2)) << "slower than body_idle_timeout in all";
 }
 
+// A result download resumes from any byte (Range), whole results carry their entity tag.
+TEST_F(GatewayTest, AResultIsServedInByteRanges) {
+  start_gateway();
+  InferenceServer inference({.result_bytes = 300'000});
+  auto id = submit_id("a result to resume");
+  ASSERT_EQ(start_relay(inference)->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  expect_ranges_served(id);
+}
+
 // A download answered with Connection: close whose last bytes still wait in the kernel for a
 // slow reader keeps its socket until they are delivered: closed at once, it was an orphan with
 // data, which Linux kills first under TCP memory pressure ("TCP: out of memory") — seen as a cut

@@ -68,6 +68,38 @@ TEST_P(StorageTest, PutGetRemoveRoundTrip) {
   EXPECT_NO_THROW(st_->remove("svc/a/input")) << "deleting a missing key is not an error";
 }
 
+std::string read_range(storage::Storage& st, const std::string& key, std::uint64_t first,
+                       std::uint64_t length) {
+  auto src = st.open_range(key, first, length, {});
+  EXPECT_EQ(src->size(), length);
+  std::string out, buf(7000, '\0');
+  while (size_t n = src->read(buf)) out.append(buf.data(), n);
+  return out;
+}
+
+TEST_P(StorageTest, AnyByteRangeOfAnObjectIsReadAlone) {
+  std::string data(300'000, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + i / 256);
+  MemorySource body(data);
+  st_->put("svc/r/result.json", body, {});
+  EXPECT_EQ(st_->size_of("svc/r/result.json", {}), data.size());
+  for (auto [first, length] : std::vector<std::pair<size_t, size_t>>{{0, 1},
+                                                                     {0, data.size()},
+                                                                     {1, data.size() - 1},
+                                                                     {299'999, 1},
+                                                                     {65'536, 100'000},
+                                                                     {123'457, 17}})
+    EXPECT_TRUE(read_range(*st_, "svc/r/result.json", first, length) == data.substr(first, length))
+        << first << "+" << length;
+  try {
+    st_->size_of("svc/none/result.json", {});
+    FAIL() << "a missing object has a size";
+  } catch (const storage::StorageError& e) {
+    EXPECT_EQ(e.kind(), storage::ErrorKind::not_found) << e.what();
+  }
+  EXPECT_THROW(st_->open_range("svc/none/result.json", 0, 1, {}), storage::StorageError);
+}
+
 TEST_P(StorageTest, MissingObjectIsNotFound) {
   try {
     st_->open("svc/nothing/input", {});
