@@ -1,22 +1,26 @@
 """What the sync and async clients share: building requests, reading answers, parsing events.
 
-No I/O here: client.py and aio.py send what these functions build, each with its own httpx
+No network I/O here: client.py and aio.py send what these functions build, each with its own httpx
 client, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import uuid
 from dataclasses import dataclass, field
 import time
-from typing import Any, BinaryIO, Callable, Dict, Generator, Iterable, List, Optional, Tuple, Union
+from typing import (Any, BinaryIO, Callable, Dict, Generator, Iterable, Iterator, List, Optional,
+                    Tuple, Union)
 
-from .errors import JobCancelled, JobFailed, RelayError, error_for
+from .errors import JobCancelled, JobFailed, RelayError, TransportError, error_for
 
 # An input: a path, a binary file object, or the bytes themselves.
 Input = Union[str, "os.PathLike[str]", bytes, bytearray, BinaryIO]
+FilePath = Union[str, "os.PathLike[str]"]
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -187,6 +191,75 @@ def decode_result(body: bytes, content_type: str) -> Union[Any, bytes]:
     if content_type.split(";")[0].strip().lower() == "application/json":
         return json.loads(body)
     return body
+
+
+@contextlib.contextmanager
+def file_once_whole(path: FilePath) -> Iterator[BinaryIO]:
+    """A file written as `<path>.part` and moved to `path` when the block ends; removed if the
+    block raises: a file at `path` is always whole."""
+    part = f"{os.fspath(path)}.part"
+    try:
+        with open(part, "wb") as f:
+            yield f
+        os.replace(part, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(part)
+        raise
+
+
+class ResultDownload:
+    """A result streamed into a file and resumed where a cut left it: the next request asks for
+    the bytes after those written (Range), on condition the result is still the one they came
+    from (If-Range with its ETag); a whole result sent instead starts the file over. The shells
+    do the I/O, this decides."""
+
+    def __init__(self, reconnect: int):
+        self.reconnect = reconnect
+        self.got = 0  # bytes written
+        self.total: Optional[int] = None
+        self.etag: Optional[str] = None
+        self.tries = 0
+
+    def request_headers(self) -> Dict[str, str]:
+        if self.got and self.etag:
+            return {"Range": f"bytes={self.got}-", "If-Range": self.etag}
+        return {}
+
+    def start(self, status: int, headers: Any, f: BinaryIO) -> None:
+        """Reads an answer's header: the rest of the result (206), or all of it (200), which
+        starts the file over."""
+        self.etag = headers.get("etag")
+        if status == 206:
+            m = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", headers.get("content-range", ""))
+            if not m or int(m.group(1)) != self.got:
+                raise RelayError(status, "bad_range", "the gateway answered another range: "
+                                 + headers.get("content-range", "none"))
+            self.total = int(m.group(3))
+            return
+        length = headers.get("content-length")
+        self.total = int(length) if length is not None else None
+        if self.got:
+            f.seek(0)
+            f.truncate()
+            self.got = 0
+
+    def write(self, f: BinaryIO, chunk: bytes) -> None:
+        f.write(chunk)
+        self.got += len(chunk)
+        if chunk:  # progress: the cuts counted are those in a row without any
+            self.tries = 0
+
+    @property
+    def whole(self) -> bool:
+        return self.total is None or self.got >= self.total
+
+    def after_cut(self) -> float:
+        """The pause before resuming; TransportError after `reconnect` cuts in a row."""
+        self.tries += 1
+        if self.tries > self.reconnect:
+            raise TransportError(0, "unreachable", "the result download kept dropping")
+        return min(0.2 * 2**self.tries, 5.0)
 
 
 def list_params(

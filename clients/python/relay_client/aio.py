@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator, Dict, Iterable, Optional, Tuple, Union
 import httpx
 
 from . import _core
-from ._core import Event, Input, Opened
+from ._core import Event, FilePath, Input, Opened
 from .errors import RelayError, TransportError
 
 
@@ -187,6 +187,25 @@ class AsyncJob:
     async def result(self) -> Any:
         r = await self._client._send(_core.Request("GET", f"{self._path}/result"))
         return _core.decode_result(r.content, r.headers.get("content-type", ""))
+
+    async def download(self, path: FilePath, reconnect: int = 5) -> int:
+        d = _core.ResultDownload(reconnect)
+        with _core.file_once_whole(path) as f:
+            while True:
+                try:
+                    async with self._client._http.stream(
+                            "GET", f"{self._path}/result", headers=d.request_headers()) as r:
+                        if r.status_code >= 400:
+                            await r.aread()
+                            _core.check(r.status_code, r.content, r.headers)
+                        d.start(r.status_code, r.headers, f)
+                        async for chunk in r.aiter_bytes():
+                            d.write(f, chunk)
+                    if d.whole:
+                        return d.got
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(d.after_cut())
 
     async def cancel(self) -> "AsyncJob":
         self.data = (await self._client._send(_core.Request("DELETE", self._path))).json()

@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterable, Iterator, Optional, Union
 import httpx
 
 from . import _core
-from ._core import Event, Input, Opened
+from ._core import Event, FilePath, Input, Opened
 from .errors import RelayError, TransportError
 
 
@@ -160,7 +160,8 @@ class Client:
 
 
 class Job:
-    """A job: `data` is its JSON as last read; refresh(), wait(), result(), cancel(), events()."""
+    """A job: `data` is its JSON as last read; refresh(), wait(), result(), download(), cancel(),
+    events()."""
 
     def __init__(self, client: Client, data: Dict[str, Any]):
         self._client = client
@@ -198,6 +199,28 @@ class Job:
         """The completed job's result: parsed JSON when the model answered JSON, else bytes."""
         r = self._client._send(_core.Request("GET", f"{self._path}/result"))
         return _core.decode_result(r.content, r.headers.get("content-type", ""))
+
+    def download(self, path: FilePath, reconnect: int = 5) -> int:
+        """Streams the completed job's result into the file at `path`, never whole in memory,
+        and returns its size. A download cut midway resumes where it stopped (up to `reconnect`
+        cuts in a row); the file appears at `path` only once whole."""
+        d = _core.ResultDownload(reconnect)
+        with _core.file_once_whole(path) as f:
+            while True:
+                try:
+                    with self._client._http.stream("GET", f"{self._path}/result",
+                                                   headers=d.request_headers()) as r:
+                        if r.status_code >= 400:
+                            r.read()
+                            _core.check(r.status_code, r.content, r.headers)
+                        d.start(r.status_code, r.headers, f)
+                        for chunk in r.iter_bytes():
+                            d.write(f, chunk)
+                    if d.whole:
+                        return d.got
+                except httpx.TransportError:
+                    pass
+                time.sleep(d.after_cut())
 
     def cancel(self) -> "Job":
         self.data = self._client._send(_core.Request("DELETE", self._path)).json()

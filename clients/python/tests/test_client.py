@@ -12,7 +12,8 @@ import pytest
 
 from conftest import API_KEY, OTHER_KEY, WEBHOOK_SECRET, wait_for
 from relay_client import (AsyncClient, AuthenticationFailed, Client, Conflict, InvalidRequest,
-                          JobCancelled, NotFound, WaitTimeout, WebhookVerificationError,
+                          JobCancelled, NotFound, TransportError, WaitTimeout,
+                          WebhookVerificationError,
                           verify_webhook)
 
 
@@ -168,3 +169,121 @@ def test_input_by_reference_is_sent_without_a_body(client):
     with pytest.raises(InvalidRequest) as e:
         client.submit("echo", input_url="s3://bucket/key.wav")
     assert e.value.code == "input_url_not_allowed"
+
+
+class CutResults:
+    """Fault injection: the first `cuts` result downloads end after `after` bytes with a read
+    error, as a dropped connection would; `rewrite` may change a request's headers first."""
+
+    def __init__(self, after, cuts, rewrite=None):
+        self.after, self.cuts, self.rewrite = after, cuts, rewrite
+        self.asked = []  # each result request's Range header
+
+    def cut(self, request, response, stream_type):
+        if not request.url.path.endswith("/result"):
+            return response
+        self.asked.append(request.headers.get("range"))
+        if self.cuts == 0:
+            return response
+        self.cuts -= 1
+        after = self.after
+
+        class Cut(stream_type):
+            def __iter__(self):
+                sent = 0
+                for chunk in response.stream:
+                    if sent + len(chunk) >= after:
+                        yield chunk[:after - sent]
+                        raise httpx.ReadError("cut", request=request)
+                    sent += len(chunk)
+                    yield chunk
+
+            async def __aiter__(self):
+                sent = 0
+                async for chunk in response.stream:
+                    if sent + len(chunk) >= after:
+                        yield chunk[:after - sent]
+                        raise httpx.ReadError("cut", request=request)
+                    sent += len(chunk)
+                    yield chunk
+
+        return httpx.Response(response.status_code, headers=response.headers, stream=Cut(),
+                              request=request)
+
+    def sync(self):
+        outer = self
+
+        class Transport(httpx.HTTPTransport):
+            def handle_request(self, request):
+                if outer.rewrite:
+                    outer.rewrite(request)
+                return outer.cut(request, super().handle_request(request), httpx.SyncByteStream)
+
+        return Transport()
+
+    def asynchronous(self):
+        outer = self
+
+        class Transport(httpx.AsyncHTTPTransport):
+            async def handle_async_request(self, request):
+                response = await super().handle_async_request(request)
+                return outer.cut(request, response, httpx.AsyncByteStream)
+
+        return Transport()
+
+
+def completed_job(client, data):
+    job = client.submit("echo", data, filename="big.bin")
+    job.wait(30)
+    whole = httpx.get(f"{client._http.base_url}/jobs/echo/{job.id}/result",
+                      headers={"X-API-Key": API_KEY}).content
+    assert len(whole) > 200  # the echo model's answer: over the cuts below
+    return job, whole
+
+
+def test_a_cut_download_resumes_where_it_stopped(client, stack, tmp_path):
+    job, whole = completed_job(client, b"r" * 100_000)
+    cuts = CutResults(after=60, cuts=2)
+    with Client(stack.url, api_key=API_KEY, transport=cuts.sync()) as c:
+        got = c.job("echo", job.id).download(tmp_path / "result.json")
+    assert got == len(whole) and (tmp_path / "result.json").read_bytes() == whole
+    assert cuts.asked == [None, "bytes=60-", "bytes=120-"]
+    assert not (tmp_path / "result.json.part").exists()
+
+
+def test_a_download_served_whole_on_resume_starts_over(client, stack, tmp_path):
+    job, whole = completed_job(client, b"s" * 1000)
+
+    def several_ranges(request):  # the gateway then answers with the whole result (200)
+        if "range" in request.headers:
+            request.headers["range"] = "bytes=0-1,5-6"
+
+    cuts = CutResults(after=100, cuts=1, rewrite=several_ranges)
+    with Client(stack.url, api_key=API_KEY, transport=cuts.sync()) as c:
+        got = c.job("echo", job.id).download(tmp_path / "r.json")
+    assert got == len(whole) and (tmp_path / "r.json").read_bytes() == whole
+    assert cuts.asked == [None, "bytes=0-1,5-6"]
+
+
+def test_a_download_that_keeps_dropping_fails_and_leaves_nothing(client, stack, tmp_path):
+    job, _ = completed_job(client, b"t" * 1000)
+    with Client(stack.url, api_key=API_KEY, transport=CutResults(0, cuts=99).sync()) as c:
+        with pytest.raises(TransportError):
+            c.job("echo", job.id).download(tmp_path / "r.json", reconnect=2)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(Conflict):  # a job without a result
+        client.submit("slow", b"x").download(tmp_path / "r.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_async_twin_downloads_and_resumes(client, stack, tmp_path):
+    job, whole = completed_job(client, b"u" * 5000)
+    cuts = CutResults(after=70, cuts=1)
+
+    async def main():
+        async with AsyncClient(stack.url, api_key=API_KEY, transport=cuts.asynchronous()) as c:
+            return await (await c.job("echo", job.id)).download(tmp_path / "a.json")
+
+    assert asyncio.run(main()) == len(whole)
+    assert (tmp_path / "a.json").read_bytes() == whole
+    assert cuts.asked == [None, "bytes=70-"]
