@@ -1,5 +1,7 @@
 #include "relayctl/http.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,15 +16,37 @@ namespace {
 struct MimeDeleter {
   void operator()(curl_mime* m) const noexcept { curl_mime_free(m); }
 };
-struct FileCloser {
-  void operator()(FILE* f) const noexcept { std::fclose(f); }
+// The body's destination, chosen at its first byte, when the status is known (SaveTo).
+struct Sink {
+  CURL* easy;
+  SaveTo save;
+  std::string* body;
+  bool to_file = false, chosen = false;
+
+  static size_t write(char* data, size_t size, size_t n, void* user) {
+    auto* k = static_cast<Sink*>(user);
+    if (!k->chosen) {
+      k->chosen = true;
+      const long status = http::response_code(k->easy);
+      k->to_file = k->save.file && status >= 200 && status < 300;
+      if (k->to_file && k->save.resuming && status != 206 &&
+          (std::fflush(k->save.file) != 0 || ::ftruncate(::fileno(k->save.file), 0) != 0 ||
+           std::fseek(k->save.file, 0, SEEK_SET) != 0))
+        return 0;  // fails the transfer (CURLE_WRITE_ERROR)
+    }
+    if (!k->to_file) {
+      k->body->append(data, size * n);
+      return size * n;
+    }
+    return std::fwrite(data, 1, size * n, k->save.file);
+  }
 };
 
 }  // namespace
 
 HttpAnswer http_call(const std::string& method, const std::string& url,
-                     const std::vector<std::string>& headers, const Upload* upload,
-                     const std::string& save_to, long timeout_ms) {
+                     const std::vector<std::string>& headers, const Upload* upload, SaveTo save_to,
+                     long timeout_ms) {
   HttpAnswer a;
   auto easy = http::make_easy();
   CURL* c = easy.get();
@@ -62,23 +86,11 @@ HttpAnswer http_call(const std::string& method, const std::string& url,
       curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     }
   }
-  std::unique_ptr<FILE, FileCloser> out;
-  if (!save_to.empty()) {
-    out.reset(std::fopen(save_to.c_str(), "wb"));
-    if (!out) {
-      a.error = "cannot write " + save_to + ": " + std::strerror(errno);
-      return a;
-    }
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, out.get());
-  } else {
-    // The whole answer (a result printed to stdout may be large: no cap here).
-    curl_write_callback to_string = [](char* d, size_t s, size_t n, void* u) {
-      static_cast<std::string*>(u)->append(d, s * n);
-      return s * n;
-    };
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_string);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &a.body);
-  }
+  // The whole answer, or a successful one's body in save_to's file (a result printed to stdout
+  // may be large: no cap here).
+  Sink sink{c, save_to, &a.body};
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Sink::write);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, &http::collect_headers);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &a.headers);
   CURLcode rc = http::Transfer(c).run();

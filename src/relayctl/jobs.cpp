@@ -4,10 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <thread>
 
 #include "common/time.hpp"
 #include "http/curl.hpp"
@@ -54,6 +58,48 @@ int api_error(const Options& o, const HttpAnswer& a) {
   else
     std::cerr << "relayctl: HTTP " << a.status << ": " << a.body << "\n";
   return 1;
+}
+
+// A result saved to a file: written as <file>.part and renamed once whole (an answer that is not
+// the result leaves nothing, and never touches a file already at that name); a cut download
+// resumes from the bytes it has (Range, If-Range on the result's ETag), up to five cuts in a row
+// without progress.
+int save_result(const Options& o, const std::string& url) {
+  const std::string part = o.out_file + ".part";
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(part.c_str(), "wb"),
+                                                       &std::fclose);
+  if (!file) throw std::runtime_error("cannot write " + part + ": " + std::strerror(errno));
+  auto fail = [&](int code) {
+    file.reset();
+    std::filesystem::remove(part);
+    return code;
+  };
+  long got = 0;
+  std::string etag;
+  for (int cuts = 0;;) {
+    auto headers = auth(o);
+    if (got > 0 && !etag.empty()) {
+      headers.push_back("Range: bytes=" + std::to_string(got) + "-");
+      headers.push_back("If-Range: " + etag);
+    }
+    auto a = http_call("GET", url + "/result", headers, nullptr, SaveTo{file.get(), got > 0});
+    const long now = std::ftell(file.get());
+    if (a.status == 200 || a.status == 206) {
+      if (std::fflush(file.get()) != 0)
+        throw std::runtime_error("cannot write " + part + ": " + std::strerror(errno));
+      file.reset();
+      std::filesystem::rename(part, o.out_file);
+      return 0;
+    }
+    if (a.status != 0 || now < 0) return fail(api_error(o, a));
+    cuts = now > got ? 1 : cuts + 1;  // in a row without progress
+    if (cuts > 5) return fail(api_error(o, a));
+    if (auto t = a.headers.find("etag"); t != a.headers.end()) etag = t->second;
+    got = now;
+    std::cerr << "relayctl: the download was cut (" << a.error << ") at " << got
+              << " bytes; resuming\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 << std::min(cuts, 4)));
+  }
 }
 
 std::optional<std::string> job_url(const Options& o, const std::string& r) {
@@ -179,12 +225,10 @@ int job(const Options& o, JobVerb verb) {
     return show(o, a);
   }
   if (verb == JobVerb::result) {
-    auto a = http_call("GET", *url + "/result", auth(o), nullptr, o.out_file);
-    if (a.status != 200) {
-      if (!o.out_file.empty()) std::filesystem::remove(o.out_file);
-      return api_error(o, a);
-    }
-    if (o.out_file.empty()) std::cout << a.body << (a.body.ends_with("\n") ? "" : "\n");
+    if (!o.out_file.empty()) return save_result(o, *url);
+    auto a = http_call("GET", *url + "/result", auth(o));
+    if (a.status != 200) return api_error(o, a);
+    std::cout << a.body << (a.body.ends_with("\n") ? "" : "\n");
     return 0;
   }
   auto a = http_call("DELETE", *url, auth(o));

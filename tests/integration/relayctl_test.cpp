@@ -1,13 +1,19 @@
 // `relayctl up` (the local stack and its scaler) and relayctl's commands, as a user runs them.
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 
+#include <atomic>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <regex>
+#include <thread>
 
 #include "harness.hpp"
 #include "http_client.hpp"
@@ -40,6 +46,101 @@ std::vector<pid_t> relay_children(pid_t parent) {
   if (d) ::closedir(d);
   return out;
 }
+
+// Fault injection between relayctl and the gateway: a loopback proxy that forwards each
+// connection as it is, but cuts the first `cuts` answers to a result request after `body_bytes`
+// bytes of their body (as a dropped connection would), and records each result request's Range.
+class CuttingProxy {
+ public:
+  CuttingProxy(int upstream_port, size_t body_bytes, int cuts)
+      : upstream_(upstream_port), body_bytes_(body_bytes), cuts_(cuts) {
+    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listen_, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listen_, 8) != 0 ||
+        ::getsockname(listen_, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("proxy: cannot listen");
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~CuttingProxy() {
+    stop_ = true;
+    thread_.join();
+    ::close(listen_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::vector<std::string> ranges() {
+    std::lock_guard lock(mu_);
+    return ranges_;
+  }
+
+ private:
+  void run() {
+    while (!stop_) {
+      pollfd p{listen_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      int client = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client >= 0) serve(client);
+    }
+  }
+  void serve(int client) {
+    int up = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(upstream_));
+    bool cut = false;
+    std::string request, answer;
+    size_t header_end = std::string::npos;
+    if (::connect(up, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {up, POLLIN, 0}};
+      char buf[16384];
+      while (!stop_ && ::poll(fds, 2, 5000) > 0) {
+        if (fds[0].revents) {  // relayctl's request
+          ssize_t n = ::recv(client, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          request.append(buf, static_cast<size_t>(n));
+          ::send(up, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
+          std::smatch m;
+          if (request.find("\r\n\r\n") != std::string::npos &&
+              request.find("/result HTTP/1.1") != std::string::npos) {
+            std::lock_guard lock(mu_);
+            std::regex range("\r\nRange: ([^\r]*)\r\n", std::regex::icase);
+            ranges_.push_back(std::regex_search(request, m, range) ? m[1].str() : "");
+            cut = cuts_ > 0;
+            if (cut) --cuts_;
+          }
+        }
+        if (fds[1].revents) {  // the gateway's answer
+          ssize_t n = ::recv(up, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          answer.append(buf, static_cast<size_t>(n));
+          if (header_end == std::string::npos) header_end = answer.find("\r\n\r\n");
+          size_t pass = static_cast<size_t>(n);
+          if (cut && header_end != std::string::npos) {
+            const size_t limit = header_end + 4 + body_bytes_;
+            const size_t before = answer.size() - static_cast<size_t>(n);
+            pass = before >= limit ? 0 : std::min(pass, limit - before);
+          }
+          ::send(client, buf, pass, MSG_NOSIGNAL);
+          if (pass < static_cast<size_t>(n)) break;  // cut: both ends closed
+        }
+      }
+    }
+    ::close(up);
+    ::close(client);
+  }
+
+  int upstream_, port_ = 0, listen_ = -1;
+  size_t body_bytes_;
+  int cuts_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<std::string> ranges_;
+  std::thread thread_;
+};
 
 class RelayctlTest : public ::testing::Test {
  protected:
@@ -80,8 +181,9 @@ class RelayctlTest : public ::testing::Test {
     return json::parse(http("GET", gw() + "/jobs/echo/" + id).body).as_object();
   }
   // Runs relayctl with args; returns {exit code, stdout}.
-  std::pair<int, std::string> ctl(const std::string& args) {
-    std::string cmd = std::string(RELAY_TEST_RELAYCTL_BIN) + " --gateway " + gw() +
+  std::pair<int, std::string> ctl(const std::string& args) { return ctl_via(gw(), args); }
+  std::pair<int, std::string> ctl_via(const std::string& gateway, const std::string& args) {
+    std::string cmd = std::string(RELAY_TEST_RELAYCTL_BIN) + " --gateway " + gateway +
                       " --redis-url " + redis_url_ + " " + args + " 2>/dev/null";
     FILE* p = ::popen(cmd.c_str(), "r");
     std::string out;
@@ -143,6 +245,43 @@ TEST_F(RelayctlTest, CancellingAPendingJobPrintsItOnce) {
   auto j = json::parse(out, ec);
   ASSERT_FALSE(ec) << "exactly one JSON document: " << out;
   EXPECT_EQ(j.as_object().at("status").as_string(), "cancelled");
+}
+
+// relayctl result -o: a download cut midway resumes from the bytes it has (Range, If-Range), and
+// the file appears whole or not at all.
+TEST_F(RelayctlTest, ASavedResultResumesACutDownload) {
+  start_up(0);
+  const std::string id = submit_echo(std::string(5000, 'r'));
+  ASSERT_TRUE(wait_until([&] { return job(id).at("status").as_string() == "completed"; }, 30s));
+  const std::string whole = http("GET", gw() + "/jobs/echo/" + id + "/result").body;
+  ASSERT_GT(whole.size(), 150u);
+  TempDir dir;
+  const std::string out = dir.path() + "/result.json";
+  {
+    CuttingProxy proxy(port_, 60, 2);
+    auto [code, printed] = ctl_via(proxy.url(), "result echo/" + id + " -o " + out);
+    EXPECT_EQ(code, 0) << printed;
+    EXPECT_EQ(proxy.ranges(), (std::vector<std::string>{"", "bytes=60-", "bytes=120-"}));
+  }
+  std::ifstream f(out, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), whole);
+  EXPECT_FALSE(fs::exists(out + ".part"));
+  // Cut every time at once: gives up, leaves nothing, and keeps a file already at that name.
+  std::ofstream(out) << "kept";
+  {
+    CuttingProxy proxy(port_, 0, 99);
+    auto [code, printed] = ctl_via(proxy.url(), "result echo/" + id + " -o " + out);
+    EXPECT_EQ(code, 1);
+  }
+  std::ifstream kept(out);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "kept");
+  EXPECT_FALSE(fs::exists(out + ".part"));
+  // An answer that is not the result (409: no result yet) leaves nothing either.
+  auto [code, printed] =
+      ctl("result echo/11111111-1111-4111-8111-111111111111 -o " + dir.path() + "/none.json");
+  EXPECT_EQ(code, 1);
+  EXPECT_FALSE(fs::exists(dir.path() + "/none.json"));
+  EXPECT_FALSE(fs::exists(dir.path() + "/none.json.part"));
 }
 
 TEST_F(RelayctlTest, CommandsWithJsonAndExitCodes) {
