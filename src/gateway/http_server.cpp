@@ -508,6 +508,17 @@ struct HttpServer::Impl {
         co_await close_after_answer(stream, /*unread_body=*/true);
         co_return;
       }
+      // RFC 9112 §3.2: an HTTP/1.1 request without Host, and any with more than one, is 400 —
+      // requests a proxy in front may route by another Host than the one it forwards.
+      if (const auto hosts = req.count(http::field::host);
+          hosts > 1 || (hosts == 0 && req.version() >= 11)) {
+        Response no = error_response(
+            400, "bad_request",
+            hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
+        co_await write(stream, no, true);
+        co_await close_after_answer(stream, /*unread_body=*/true);
+        co_return;
+      }
       Request r;
       // HEAD is GET without the body (RFC 9110 §9.3.2): uptime monitors and load balancers
       // probe with it. It is answered as GET is, then only the header is written.

@@ -1091,6 +1091,33 @@ TEST_F(GatewayTest, HeadIsGetWithoutTheBody) {
   EXPECT_TRUE(in.ends_with("\r\n\r\n")) << "no event: " << in;
 }
 
+// RFC 9112 §3.2: an HTTP/1.1 request names its Host once; one without (or with two) is 400 and
+// the connection closed. HTTP/1.0 predates Host.
+TEST_F(GatewayTest, AnHttp11RequestNamesItsHostOnce) {
+  start_gateway();
+  auto answer = [&](const std::string& request) {
+    int fd = raw_connect(gateway_->url());
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string in;
+    for (std::string more; (more = recv_some(fd, 10)).size();) in += more;
+    ::close(fd);
+    return in;
+  };
+  std::string a = answer("GET /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(a.starts_with("HTTP/1.1 400")) << a;
+  EXPECT_NE(a.find("needs a Host header"), std::string::npos) << a;
+  a = answer("GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  EXPECT_TRUE(a.starts_with("HTTP/1.1 400")) << a;
+  EXPECT_NE(a.find("more than one Host"), std::string::npos) << a;
+  // A refused submission stores nothing.
+  a = answer("POST /jobs/echo?filename=x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_TRUE(a.starts_with("HTTP/1.1 400")) << a;
+  EXPECT_EQ(stored_files(), 0u);
+  EXPECT_TRUE(answer("GET /healthz HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 200")) << "1.0";
+  EXPECT_TRUE(answer("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                  .starts_with("HTTP/1.1 200"));
+}
+
 // Every answer carries the time it was made (RFC 9110: an origin server with a clock must),
 // as an HTTP date: refusals of a header, of a route and of a method, and HEAD, as much as a 200.
 TEST_F(GatewayTest, EveryAnswerIsDated) {
