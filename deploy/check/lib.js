@@ -268,6 +268,7 @@ function checkTrigger(where, trigger, relay, list) {
 function checkContainersGeneric(where, pod) {
   const errors = [];
   const spec = pod?.spec || {};
+  if (spec.enableServiceLinks !== false) errors.push(`${where}: enableServiceLinks must be false (Kubernetes would add <SERVICE>_HOST/_PORT variables for every Service in the namespace; RELAY_* variables are configuration)`);
   if (spec.restartPolicy !== undefined && !enums.podRestartPolicy.includes(spec.restartPolicy)) errors.push(`${where}: restartPolicy ${spec.restartPolicy} is not one of ${enums.podRestartPolicy}`);
   for (const c of [...(spec.containers || []), ...(spec.initContainers || [])]) {
     if (c.imagePullPolicy !== undefined && !enums.imagePullPolicy.includes(c.imagePullPolicy)) errors.push(`${where}: ${c.name} imagePullPolicy ${c.imagePullPolicy} is not one of ${enums.imagePullPolicy}`);

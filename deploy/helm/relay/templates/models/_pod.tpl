@@ -29,6 +29,9 @@ spec:
   {{- end }}
   serviceAccountName: {{ include "relay.serviceAccountName" $root }}
   automountServiceAccountToken: {{ $v.serviceAccount.automountToken }}
+  # No <SERVICE>_HOST/_PORT variables for every Service in the namespace: the relay reads
+  # RELAY_* variables as its configuration, and a Service named relay-… would add some.
+  enableServiceLinks: false
   {{- with $v.imagePullSecrets }}
   imagePullSecrets:
     {{- toYaml . | nindent 4 }}
