@@ -27,6 +27,16 @@ namespace json = boost::json;
 
 }  // namespace
 
+std::string origin_form(std::string_view target) {
+  if (target.starts_with('/')) return std::string(target);
+  auto u = boost::urls::parse_absolute_uri(target);
+  if (!u || (u->scheme() != "http" && u->scheme() != "https")) return std::string(target);
+  std::string out(u->encoded_path());
+  if (out.empty()) out = "/";
+  if (u->has_query()) out += "?" + std::string(u->encoded_query());
+  return out;
+}
+
 Response error_response(unsigned status, const std::string& code, const std::string& message) {
   Response r;
   r.status = status;

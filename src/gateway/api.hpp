@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,11 @@ struct Response {
 };
 
 Response error_response(unsigned status, const std::string& code, const std::string& message);
+
+// A request target as the routes read it, the origin form (path and query): the absolute form
+// (`GET http://host/path?q`, sent through a proxy; RFC 9112 §3.2.2: a server must accept it)
+// reduced to it, anything else as it came (refused later if malformed).
+std::string origin_form(std::string_view target);
 
 class Api {
  public:

@@ -524,7 +524,7 @@ struct HttpServer::Impl {
       // probe with it. It is answered as GET is, then only the header is written.
       const bool head = req.method() == http::verb::head;
       r.method = head ? std::string("GET") : std::string(req.method_string());
-      r.target = std::string(req.target());
+      r.target = origin_form(req.target());
       r.header = [&req](std::string_view name) -> std::string {
         auto it = req.find(name);
         return it == req.end() ? std::string() : std::string(it->value());

@@ -175,6 +175,16 @@ class GatewayTest : public ::testing::Test {
     return parse(http("GET", url("/jobs/echo/" + id + query)));
   }
   std::vector<std::string> list(const std::string& key) { return store_.list(key); }
+  // A request sent as given on a connection of its own; everything the gateway answers until it
+  // closes (or 10 s of silence).
+  std::string raw_request(const std::string& request) {
+    int fd = raw_connect(gateway_->url());
+    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    std::string in;
+    for (std::string more; (more = recv_some(fd, 10)).size();) in += more;
+    ::close(fd);
+    return in;
+  }
 
   // A completed job's result served in byte ranges (RFC 9110 §14), each the same bytes as the
   // whole download's, and the conditions on its entity tag (If-Range, If-None-Match).

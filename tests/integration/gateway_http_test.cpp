@@ -1095,27 +1095,40 @@ TEST_F(GatewayTest, HeadIsGetWithoutTheBody) {
 // the connection closed. HTTP/1.0 predates Host.
 TEST_F(GatewayTest, AnHttp11RequestNamesItsHostOnce) {
   start_gateway();
-  auto answer = [&](const std::string& request) {
-    int fd = raw_connect(gateway_->url());
-    ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-    std::string in;
-    for (std::string more; (more = recv_some(fd, 10)).size();) in += more;
-    ::close(fd);
-    return in;
-  };
-  std::string a = answer("GET /healthz HTTP/1.1\r\n\r\n");
+  std::string a = raw_request("GET /healthz HTTP/1.1\r\n\r\n");
   EXPECT_TRUE(a.starts_with("HTTP/1.1 400")) << a;
   EXPECT_NE(a.find("needs a Host header"), std::string::npos) << a;
-  a = answer("GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  a = raw_request("GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
   EXPECT_TRUE(a.starts_with("HTTP/1.1 400")) << a;
   EXPECT_NE(a.find("more than one Host"), std::string::npos) << a;
   // A refused submission stores nothing.
-  a = answer("POST /jobs/echo?filename=x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  a = raw_request("POST /jobs/echo?filename=x HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
   EXPECT_TRUE(a.starts_with("HTTP/1.1 400")) << a;
   EXPECT_EQ(stored_files(), 0u);
-  EXPECT_TRUE(answer("GET /healthz HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 200")) << "1.0";
-  EXPECT_TRUE(answer("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+  EXPECT_TRUE(raw_request("GET /healthz HTTP/1.0\r\n\r\n").starts_with("HTTP/1.1 200")) << "1.0";
+  EXPECT_TRUE(raw_request("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                   .starts_with("HTTP/1.1 200"));
+}
+
+// RFC 9112 §3.2.2: a server must accept a target in the absolute form (what a client sends
+// through a proxy): routed by its path and query as the origin form is.
+TEST_F(GatewayTest, ATargetInTheAbsoluteFormIsRoutedByItsPath) {
+  start_gateway();
+  const std::string base = gateway_->url();
+  std::string a = raw_request("POST " + base +
+                              "/jobs/echo?filename=abs.txt HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                              "5\r\nConnection: close\r\n\r\nhello");
+  ASSERT_TRUE(a.starts_with("HTTP/1.1 202")) << a;
+  const auto id = str(json::parse(a.substr(a.find("\r\n\r\n") + 4)).as_object(), "id");
+  EXPECT_EQ(str(job(id).at("input").as_object(), "filename"), "abs.txt") << "its query was read";
+  a = raw_request("GET " + base + "/jobs/echo/" + id +
+                  " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(a.starts_with("HTTP/1.1 200")) << a;
+  EXPECT_NE(a.find(id), std::string::npos) << a;
+  a = raw_request("GET http://another.example HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(a.starts_with("HTTP/1.1 404")) << "an empty path is /: " << a;
+  a = raw_request("GET ftp://x/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(a.starts_with("HTTP/1.1 400")) << a;
 }
 
 // Every answer carries the time it was made (RFC 9110: an origin server with a clock must),
