@@ -75,6 +75,7 @@ constexpr std::size_t kSmallPiece = 16 * 1024;
 constexpr std::size_t kDownloadChunk = 64 * 1024;  // a stored object's piece on its way out
 constexpr std::size_t kRead = 256 * 1024;          // Beast's read buffer for a chunked body
 constexpr auto kHold = std::chrono::seconds(1);
+constexpr const char* kEventStream = "text/event-stream";  // a job's live events
 
 // Now as an HTTP date (RFC 9110 §5.6.7), which every answer carries (§6.6.1: an origin server
 // with a clock must): formatted once a second per thread.
@@ -604,7 +605,7 @@ struct HttpServer::Impl {
       if (resp.event && head) {
         // What an event stream's header would say; no events.
         resp.event.reset();
-        resp.content_type = "text/event-stream";
+        resp.content_type = kEventStream;
         resp.headers.emplace_back("Cache-Control", "no-store");
         resp.body.clear();
         resp.close = true;
@@ -837,7 +838,7 @@ struct HttpServer::Impl {
   asio::awaitable<void> event_stream(beast::tcp_stream& stream, const Request& r, Response first) {
     static constexpr auto kKeepAlive = std::chrono::seconds(15);
     http::response<http::buffer_body> out{http::status::ok, 11};
-    out.set(http::field::content_type, "text/event-stream");
+    out.set(http::field::content_type, kEventStream);
     out.set(http::field::date, http_date());
     out.set(http::field::cache_control, "no-store");
     out.set("X-Accel-Buffering", "no");  // nginx: pass events on as they come
@@ -911,7 +912,7 @@ struct HttpServer::Impl {
       out.keep_alive(!close);
       if (resp.stream) {
         if (auto n = resp.stream->size()) out.content_length(*n);
-      } else if (resp.content_type != "text/event-stream") {
+      } else if (resp.content_type != kEventStream) {
         out.content_length(resp.body.size());
       }
       co_await http::async_write(stream, out, asio::use_awaitable);
