@@ -19,6 +19,7 @@
 #include "gateway/openapi.hpp"
 #include "redis/job_store.hpp"
 #include "redis/retry.hpp"
+#include "storage/resuming_source.hpp"
 
 namespace relay::gateway {
 namespace {
@@ -343,7 +344,9 @@ Response Api::get_result(const Request& req, Context& ctx, const std::string& sv
   }
   try {
     if (range) return with_result_range(std::move(r), *rec, key, *range);
-    r.stream = storage_.open(rec->result_key, {});
+    // (A dropped storage connection mid-way resumes where it stopped: ResumingSource.)
+    r.stream =
+        std::make_unique<storage::ResumingSource>(storage_, rec->result_key, std::stop_token{});
     if (!rec->key_id.empty()) {
       // Its length, from the ciphertext's: a client sees how much is coming.
       std::optional<std::uint64_t> size;
@@ -396,7 +399,8 @@ Response Api::with_result_range(Response r, const JobRecord& rec, const std::str
     return e;
   }
   if (key.empty()) {
-    r.stream = storage_.open_range(rec.result_key, span->first, span->length, {});
+    r.stream = std::make_unique<storage::ResumingSource>(
+        storage_, rec.result_key, std::stop_token{}, span->first, span->length);
   } else {
     const auto reading = crypto::range_reading(span->first, span->length, stored, enc_.params);
     std::string header(crypto::header_size(enc_.params), '\0');
@@ -409,8 +413,9 @@ Response Api::with_result_range(Response r, const JobRecord& rec, const std::str
         else
           throw crypto::DecryptionError("the stored result is shorter than its header");
     }
-    auto ciphertext = storage_.open_range(rec.result_key, reading.ciphertext_first,
-                                          reading.ciphertext_length, {});
+    auto ciphertext = std::make_unique<storage::ResumingSource>(
+        storage_, rec.result_key, std::stop_token{}, reading.ciphertext_first,
+        reading.ciphertext_length);
     auto dec = std::make_unique<crypto::DecryptingSource>(
         *ciphertext, key, crypto::result_aad(rec.id), enc_.params,
         crypto::Resume{std::move(header), reading.segment, stored});

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 
+#include "common/backoff.hpp"
 #include "common/errors.hpp"
 #include "common/json_members.hpp"
 #include "common/log.hpp"
@@ -15,11 +16,15 @@
 #include "sidecar/inference_client.hpp"
 #include "storage/input_url.hpp"
 #include "storage/object_keys.hpp"
+#include "storage/resuming_source.hpp"
 
 namespace relay::sidecar {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Tries of the result's upload before the job fails upload_failed (storage unavailable only).
+constexpr int kUploadAttempts = 4;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -145,7 +150,8 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
                                  job.input_max_size, cfg.storage.s3_timeout};
       input = storage::open_input_url(cfg.storage, o, job.input_url, control.token());
     } else {
-      input = storage.open(job.input_key, control.token());
+      // A dropped connection mid-way is resumed from where it stopped, unseen by the model.
+      input = std::make_unique<storage::ResumingSource>(storage, job.input_key, control.token());
     }
     download_ms += ms_since(t_open);
     TimedSource downloaded(*input);
@@ -205,14 +211,27 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     } else {
       stage = Stage::upload;
       auto t_up = Clock::now();
-      auto body = resp.body.reader();
       std::string result_key = result_object_key(job.service_type, job.id);
-      if (key) {
-        // The result is sealed with the job's key, bound to "<id>/result.json".
-        crypto::EncryptingSource sealed(*body, *key, crypto::result_aad(job.id), enc.params);
-        storage.put(result_key, sealed, control.token());
-      } else {
-        storage.put(result_key, *body, control.token());
+      // The answer is in the spool: a storage blip (unreachable, 5xx, a reset) is retried here
+      // rather than fail the job and cost the model's work again.
+      Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(4));
+      for (int attempt = 1;; ++attempt) {
+        try {
+          auto body = resp.body.reader();
+          if (key) {
+            // The result is sealed with the job's key, bound to "<id>/result.json".
+            crypto::EncryptingSource sealed(*body, *key, crypto::result_aad(job.id), enc.params);
+            storage.put(result_key, sealed, control.token());
+          } else {
+            storage.put(result_key, *body, control.token());
+          }
+          break;
+        } catch (const storage::StorageError& e) {
+          if (e.kind() != storage::ErrorKind::unavailable || attempt >= kUploadAttempts) throw;
+          log::warn("result upload failed; retrying",
+                    {{"job_id", job.id}, {"attempt", attempt}, {"error", e.what()}});
+          if (!sleep_unless_stopped(backoff.next(), control.token())) throw Aborted();
+        }
       }
       timings.set("upload", ms_since(t_up));
       result.disposition = Disposition::completed;
@@ -246,8 +265,11 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
                       : e.kind() == storage::ErrorKind::unavailable ? "input_fetch_failed"
                                                                     : "input_unreadable",
                       e.what());
-    else
+    else {
       result = failed(stage == Stage::upload ? "upload_failed" : "download_failed", e.what());
+      // (Already retried in place: ResumingSource for the input, kUploadAttempts for the result.)
+      result.storage_unavailable = e.kind() == storage::ErrorKind::unavailable;
+    }
   } catch (const InferenceError& e) {
     result = failed(e.code(), e.what());
   } catch (const std::exception& e) {

@@ -42,11 +42,12 @@ enum class Disposition {
 
 struct JobResult {
   Disposition disposition = Disposition::failed;
-  std::string error_code;           // when failed
-  std::string error_message;        // when failed
-  std::string result_key;           // when completed
-  std::string result_content_type;  // when completed: the model's, for GET .../result
-  long http_status = 0;             // when the model answered with an error
+  std::string error_code;            // when failed
+  std::string error_message;         // when failed
+  std::string result_key;            // when completed
+  std::string result_content_type;   // when completed: the model's, for GET .../result
+  long http_status = 0;              // when the model answered with an error
+  bool storage_unavailable = false;  // failed on storage that a later attempt may find back
   std::optional<std::chrono::milliseconds> retry_after;  // the model's Retry-After
   Timings timings;                                       // milliseconds per stage
 };

@@ -21,7 +21,7 @@ json::array failures_of(const JobRecord& job) {
 bool retryable(const JobResult& r) {
   if (r.disposition != Disposition::failed) return false;
   if (r.error_code == "inference_unreachable" || r.error_code == "inference_timeout" ||
-      r.error_code == "input_fetch_failed")
+      r.error_code == "input_fetch_failed" || r.storage_unavailable)
     return true;
   return r.error_code == "inference_failed" && (r.http_status >= 500 || r.http_status == 429);
 }

@@ -41,6 +41,14 @@ TEST(RetryPolicy, OnlyFailuresThatMayPassAreRetried) {
   for (const char* never : {"timed_out", "expired", "download_failed", "invalid_job",
                             "unknown_operation", "decryption_failed"})
     EXPECT_FALSE(retryable(failure(never))) << never;
+  // Storage that was unreachable (or 5xx, or kept dropping) may be back for a later attempt; a
+  // missing or forbidden object will not.
+  for (const char* storage : {"download_failed", "upload_failed"}) {
+    JobResult blip = failure(storage);
+    blip.storage_unavailable = true;
+    EXPECT_TRUE(retryable(blip)) << storage;
+    EXPECT_FALSE(retryable(failure(storage))) << storage;
+  }
   JobResult cancelled = failure("inference_failed", 503);
   cancelled.disposition = Disposition::cancelled;
   EXPECT_FALSE(retryable(cancelled));

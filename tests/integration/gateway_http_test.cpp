@@ -407,6 +407,28 @@ TEST_F(GatewayTest, AResultIsServedInByteRanges) {
   expect_ranges_served(id);
 }
 
+// The gateway's read of a result from S3 drops mid-way (twice): the client's download goes on
+// from where storage stopped, whole — a whole download and a range alike.
+TEST_F(GatewayTest, AResultDownloadRidesOutADroppedStorageConnection) {
+  S3Server s3({}, {"--cut-gets", "2", "--cut-match", "result.json", "--cut-after", "100000"});
+  start_gateway(s3.env());
+  InferenceServer inference({.result_bytes = 300'000});
+  auto id = submit_id("a result read through a flaky store");
+  ASSERT_EQ(start_relay(inference, s3.env())->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  auto whole = http("GET", url("/jobs/echo/" + id + "/result"));
+  auto part = http("GET", url("/jobs/echo/" + id + "/result"), {"Range: bytes=50000-"});
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: GET"), 2u) << s3.log();
+  // (Read back once the faults are spent: awscli would meet them too.)
+  const std::string stored = s3.aws_cat("jobs/echo/" + id + "/result.json");
+  ASSERT_GT(stored.size(), 300'000u);
+  EXPECT_EQ(whole.status, 200);
+  EXPECT_TRUE(whole.body == stored) << whole.body.size() << " bytes of " << stored.size();
+  EXPECT_EQ(part.status, 206);
+  EXPECT_TRUE(part.body == stored.substr(50000)) << part.body.size();
+  EXPECT_EQ(occurrences(gateway_->log(), "storage read failed; resuming"), 2u) << gateway_->log();
+}
+
 // A download answered with Connection: close whose last bytes still wait in the kernel for a
 // slow reader keeps its socket until they are delivered: closed at once, it was an orphan with
 // data, which Linux kills first under TCP memory pressure ("TCP: out of memory") — seen as a cut

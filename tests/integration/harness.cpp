@@ -232,7 +232,8 @@ std::string Process::log() const {
   return ss.str();
 }
 
-S3Server::S3Server(const std::string& credentials_file) : port_(free_port()) {
+S3Server::S3Server(const std::string& credentials_file, std::vector<std::string> faults)
+    : port_(free_port()) {
   std::vector<std::string> argv{RELAY_TEST_NODE, RELAY_TEST_S3_SERVER,
                                 "--port",        std::to_string(port_),
                                 "--dir",         dir_.path() + "/data"};
@@ -240,6 +241,7 @@ S3Server::S3Server(const std::string& credentials_file) : port_(free_port()) {
     argv.push_back("--credentials-file");
     argv.push_back(credentials_file);
   }
+  argv.insert(argv.end(), faults.begin(), faults.end());
   proc_ = std::make_unique<Process>(argv, Env{}, dir_.path() + "/s3.log");
   if (!wait_until([&] { return port_open(port_); }, 20s))
     throw std::runtime_error("S3 test server did not start: " + proc_->log());

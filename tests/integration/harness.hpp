@@ -204,7 +204,8 @@ class S3Server {
  public:
   // credentials_file: accept the temporary credentials listed there (tests/s3/server.js)
   // instead of the fixed test key.
-  explicit S3Server(const std::string& credentials_file = {});
+  explicit S3Server(const std::string& credentials_file = {},
+                    std::vector<std::string> faults = {});  // server.js's fault flags
   ~S3Server();
   int port() const { return port_; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }

@@ -89,6 +89,32 @@ TEST_F(RelayTest, HappyPathOnS3BehindSignatureCheck) {
   EXPECT_EQ(s3.log().find("rejected"), std::string::npos) << s3.log();
 }
 
+// A storage blip does not fail a job: an input download whose connection drops mid-way resumes
+// from where it stopped (the model receives the input whole, once), and a result upload S3
+// refuses (503) is tried again — the model's work is not lost.
+TEST_F(RelayTest, StorageBlipsAreRiddenOut) {
+  S3Server s3({}, {"--cut-gets", "2", "--cut-match", "/input", "--cut-after", "300000",
+                   "--fail-puts", "2", "--fail-match", "result.json"});
+  InferenceServer inference;
+  auto env = base_env(inference, s3);
+  auto st = storage_for(env);
+  std::string input(1024 * 1024 + 5, '\0');
+  for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<char>(i * 7 + i / 1000);
+  auto id = submit(*st, input, {.filename = "clip.bin"});
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  auto rec = record(id);
+  ASSERT_EQ(rec.status, JobStatus::completed) << rec.error_message << "\n" << s3.log();
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 1u) << "the model was asked once";
+  std::string result = s3.aws_cat("jobs/" + rec.result_key);
+  EXPECT_EQ(file_part(result).at("sha256").as_string(), sha256_hex(input)) << "the whole input";
+  // Both faults happened, both times.
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: GET"), 2u) << s3.log();
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: 503 for PUT"), 2u) << s3.log();
+  EXPECT_EQ(occurrences(relay->log(), "storage read failed; resuming"), 2u) << relay->log();
+  EXPECT_EQ(occurrences(relay->log(), "result upload failed; retrying"), 2u) << relay->log();
+}
+
 TEST_F(RelayTest, PriorityJobIsTakenFirst) {
   InferenceServer inference;
   auto env = base_env(inference);

@@ -46,6 +46,30 @@ TEST_F(GatewayTest, AModelThatRecoversCompletesOnALaterAttempt) {
   EXPECT_EQ(relay->wait_exit(20s), 0);
 }
 
+// Storage that stays unavailable through the relay's own retries of the upload (four 503s)
+// fails the attempt, not the job: a later attempt stores the result. (A missing object would
+// not be retried: RetryPolicy.OnlyFailuresThatMayPassAreRetried.)
+TEST_F(GatewayTest, AnAttemptThatCouldNotReachStorageIsRetried) {
+  S3Server s3({}, {"--fail-puts", "4", "--fail-match", "result.json"});
+  Env env = s3.env();
+  env["RELAY_GC_EXPIRE_INTERVAL"] = "100ms";
+  start_gateway(env);
+  InferenceServer inference;
+  const std::string id = str(parse(submit("input", {}, {{"max_attempts", "2"}})), "id");
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "8s";
+  auto relay = start_relay(inference, env, {"--max-jobs", "0"});
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 40s))
+      << relay->log() << s3.log();
+  auto failures = failures_of(job(id));
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].at("code").as_string(), "upload_failed");
+  EXPECT_NE(std::string(failures[0].at("message").as_string()).find("503"), std::string::npos);
+  EXPECT_EQ(predicts(inference), 2u);
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: 503 for PUT"), 4u);
+  relay->signal(SIGTERM);
+  EXPECT_EQ(relay->wait_exit(20s), 0);
+}
+
 // A 4xx says the request is wrong: trying again cannot help. One attempt, failed, recorded.
 TEST_F(GatewayTest, AModelsBadRequestIsNotRetried) {
   start_gateway({{"RELAY_GC_EXPIRE_INTERVAL", "100ms"}});

@@ -9,6 +9,7 @@
 
 #include "common/errors.hpp"
 #include "harness.hpp"
+#include "storage/resuming_source.hpp"
 
 namespace relay::testing {
 namespace {
@@ -201,6 +202,47 @@ TEST_P(StorageTest, StoppedTransferIsAborted) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StorageTest, ::testing::Values("file", "s3"));
+
+// ResumingSource against an S3 that drops connections: a few drops are ridden out (the bytes
+// come whole, each once), a store that keeps dropping fails the read after kAttempts in a row.
+// ResumingSource against an S3 that drops connections: drops after some progress are ridden out
+// however many (the bytes come whole, each once); a store that drops every transfer before a
+// byte fails after kAttempts in a row, at its open or a read.
+TEST(ResumingSource, RidesOutDroppedConnectionsAndGivesUpOnAStoreThatKeepsDropping) {
+  struct Case {
+    const char *cuts, *after;
+    bool whole;
+  } cases[] = {{"3", "70000", true}, {"99", "70000", true}, {"99", "0", false}};
+  for (const auto& c : cases) {
+    S3Server s3({}, {"--cut-gets", c.cuts, "--cut-match", "obj", "--cut-after", c.after});
+    storage::Config config;
+    config.url = "s3://" + s3.bucket() + "/pfx";
+    config.s3_endpoint = s3.endpoint();
+    config.s3_path_style = true;
+    for (auto& [k, v] : s3.env())
+      if (k.starts_with("AWS_")) ::setenv(k.c_str(), v.c_str(), 1);
+    auto st = storage::make_storage(config);
+    std::string data(250'000, '\0');
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13 + i / 333);
+    MemorySource body(data);
+    st->put("svc/j/obj", body, {});
+    const std::string what = std::string(c.cuts) + " cuts after " + c.after;
+    try {
+      storage::ResumingSource src(*st, "svc/j/obj", {});
+      EXPECT_EQ(src.size(), data.size());
+      std::string got, buf(50'000, '\0');
+      while (size_t n = src.read(buf)) got.append(buf.data(), n);
+      EXPECT_TRUE(c.whole) << what << ": read whole";
+      EXPECT_TRUE(got == data) << what << ": " << got.size();
+    } catch (const storage::StorageError& e) {
+      EXPECT_FALSE(c.whole) << what << ": " << e.what();
+      EXPECT_EQ(e.kind(), storage::ErrorKind::unavailable);
+      EXPECT_EQ(occurrences(s3.log(), "s3 fault: GET"),
+                static_cast<size_t>(storage::ResumingSource::kAttempts))
+          << what;
+    }
+  }
+}
 
 TEST(FileStorage, KeysCannotEscapeTheRoot) {
   TempDir dir;

@@ -8,6 +8,10 @@
 // and container-credentials server (tests/aws/credentials_server.py): one JSON object a line,
 // {"akid", "secret", "token", "expires_ms"}, re-read at every request. Like S3, a request signed
 // with expired credentials is refused with 400 ExpiredToken.
+// Fault injection (each for the first N requests whose URL contains the given text):
+//   --fail-puts N --fail-match TEXT    PUTs answered 503 SlowDown (as S3 under load does)
+//   --cut-gets N --cut-match TEXT --cut-after BYTES   GETs whose connection drops after BYTES
+//                                                     bytes of the body (a reset mid-download)
 // Prints "ready <port>" on stdout once it listens.
 'use strict';
 const http = require('http');
@@ -33,6 +37,11 @@ const secretAccessKey = arg('secret-key', 'relaytestsecret');
 const sessionToken = arg('session-token', undefined);
 const region = arg('region', 'us-east-1');
 const credentialsFile = arg('credentials-file', undefined);
+const faults = {
+  failPuts: Number(arg('fail-puts', '0')), failMatch: arg('fail-match', ''),
+  cutGets: Number(arg('cut-gets', '0')), cutMatch: arg('cut-match', ''),
+  cutAfter: Number(arg('cut-after', '0')),
+};
 
 // The credentials a request's access key id names: the fixed ones, or an issued set.
 function lookup(akid) {
@@ -153,6 +162,29 @@ async function main() {
         !Number.isInteger(Number(req.headers['content-length'] ?? 'x'))) {
       req.resume();
       return fail(res, 411, 'MissingContentLength', 'You must provide the Content-Length HTTP header.');
+    }
+    if (req.method === 'PUT' && faults.failPuts > 0 && req.url.includes(faults.failMatch)) {
+      faults.failPuts--;
+      process.stderr.write(`s3 fault: 503 for PUT ${req.url}\n`);
+      req.resume();
+      return fail(res, 503, 'SlowDown', 'Please reduce your request rate.');
+    }
+    if (req.method === 'GET' && faults.cutGets > 0 && req.url.includes(faults.cutMatch)) {
+      faults.cutGets--;
+      process.stderr.write(`s3 fault: GET ${req.url} cut after ${faults.cutAfter} bytes\n`);
+      let sent = 0;
+      const write = res.write.bind(res);
+      res.write = (chunk, ...rest) => {
+        const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
+        if (sent + buf.length <= faults.cutAfter) {
+          sent += buf.length;
+          return write(buf, ...rest);
+        }
+        write(buf.subarray(0, faults.cutAfter - sent));
+        sent = faults.cutAfter;
+        setImmediate(() => res.socket && res.socket.destroy());
+        return false;
+      };
     }
     // Verified; s3rver would check the key against its own built-in one, so it sees an
     // anonymous request.

@@ -1,0 +1,82 @@
+#pragma once
+// An object read to its end across broken transfers. When a read fails on what a retry may fix
+// (ErrorKind::unavailable: a connection reset, S3 unreachable or answering 5xx), the rest is
+// opened again from the byte the read stopped at (Storage::open_range), with backoff, a few
+// times in a row at most: one dropped connection no longer fails a long download — an input
+// streamed into the model (the model sees nothing of it), a result on its way to a client.
+// Needs the object's size (file storage and S3 give it); without it, the failure is passed on.
+
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+
+#include "common/backoff.hpp"
+#include "common/errors.hpp"
+#include "common/log.hpp"
+#include "storage/storage.hpp"
+
+namespace relay::storage {
+
+class ResumingSource final : public ByteSource {
+ public:
+  static constexpr int kAttempts = 5;  // reads and reopens failed in a row before giving up
+
+  // The whole object (length nullopt), or bytes [first, first + length) of it. Opening is
+  // retried as reading is.
+  ResumingSource(Storage& storage, std::string key, std::stop_token stop, std::uint64_t first = 0,
+                 std::optional<std::uint64_t> length = std::nullopt)
+      : storage_(storage), key_(std::move(key)), stop_(std::move(stop)), first_(first) {
+    retrying([&] {
+      if (length) {
+        source_ = storage_.open_range(key_, first, *length, stop_);
+        length_ = length;
+      } else {
+        source_ = storage_.open(key_, stop_);
+        length_ = source_->size();
+      }
+      opened_ = true;
+      return size_t{0};
+    });
+  }
+
+  size_t read(std::span<char> buf) override {
+    return retrying([&] {
+      if (!source_) source_ = storage_.open_range(key_, first_ + done_, *length_ - done_, stop_);
+      const size_t n = source_->read(buf);
+      done_ += n;
+      return n;
+    });
+  }
+  std::optional<std::uint64_t> size() const override { return length_; }
+
+ private:
+  // f, again after a failure a retry may fix, up to kAttempts in a row. A read goes on from
+  // where the last one stopped, which needs the size (file storage and S3 give it).
+  template <class F>
+  size_t retrying(F&& f) {
+    for (int failures = 0;;) {
+      try {
+        return f();
+      } catch (const StorageError& e) {
+        if (e.kind() != ErrorKind::unavailable || (opened_ && !length_) || ++failures >= kAttempts)
+          throw;
+        log::warn("storage read failed; resuming",
+                  {{"key", key_}, {"at_byte", first_ + done_}, {"error", e.what()}});
+        source_.reset();
+        if (!sleep_unless_stopped(backoff_.next(), stop_)) throw Aborted();
+      }
+    }
+  }
+
+  Storage& storage_;
+  std::string key_;
+  std::stop_token stop_;
+  std::uint64_t first_, done_ = 0;
+  bool opened_ = false;
+  std::optional<std::uint64_t> length_;
+  std::unique_ptr<ByteSource> source_;
+  Backoff backoff_{std::chrono::milliseconds(200), std::chrono::seconds(3)};
+};
+
+}  // namespace relay::storage
