@@ -10,6 +10,7 @@
 
 #include "storage/file_storage.hpp"
 #include "storage/input_url.hpp"
+#include "storage/resuming_source.hpp"
 
 namespace relay::storage {
 
@@ -130,7 +131,8 @@ std::unique_ptr<ByteSource> open_input_url(const Config& storage, const InputUrl
     } catch (const std::invalid_argument& e) {
       throw StorageError(ErrorKind::invalid, e.what());
     }
-    auto object = bucket->open(rest.substr(slash + 1), stop);
+    // A dropped connection mid-way resumes from where it stopped, as for the job's own input.
+    auto object = std::make_unique<ResumingSource>(*bucket, rest.substr(slash + 1), stop);
     source = std::make_unique<OwningSource>(std::move(bucket), std::move(object));
   } else if (url.starts_with("https://")) {
     HttpsOpenFn open = nullptr;

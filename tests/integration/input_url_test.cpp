@@ -83,9 +83,10 @@ class InputUrlTest : public GatewayTest {
   }
 };
 
+// (The S3 inputs' reads are cut twice mid-way: resumed, the model still gets the exact bytes.)
 TEST_F(InputUrlTest, S3AndHttpsInputsReachTheModelAndNothingIsStored) {
   HttpsOrigin origin;
-  S3Server s3;
+  S3Server s3({}, {"--cut-gets", "2", "--cut-match", "media/clip.bin", "--cut-after", "1000000"});
   const std::string data = bytes(3 << 20);
   origin.put("clip.bin", data);
   TempDir local;
@@ -116,6 +117,8 @@ TEST_F(InputUrlTest, S3AndHttpsInputsReachTheModelAndNothingIsStored) {
     ASSERT_EQ(str(j, "status"), "completed") << j;
     EXPECT_EQ(sha_seen_by_model(id), sha256_hex(data)) << "the model got the exact bytes";
   }
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: GET"), 2u) << s3.log();
+  EXPECT_EQ(occurrences(relay->log(), "storage read failed; resuming"), 2u) << relay->log();
   EXPECT_EQ(str(job(ids[0]).at("input").as_object(), "filename"), "clip.bin");
   EXPECT_EQ(str(job(ids[4]).at("input").as_object(), "filename"), "a.bin");
 }
