@@ -1,7 +1,9 @@
 // The https:// inputs of storage/input_url.hpp, on libcurl (in relay-s3.so).
 #include <boost/url/parse.hpp>
 #include <boost/url/url.hpp>
+#include <cstdio>
 
+#include "common/backoff.hpp"
 #include "common/errors.hpp"
 #include "http/destination.hpp"
 #include "http/pull_source.hpp"
@@ -27,9 +29,11 @@ http::Resolver& resolver(std::chrono::milliseconds timeout) {
   return r;
 }
 
-// One hop: the URL checked, its addresses pinned for the connection.
+// One hop: the URL checked, its addresses pinned for the connection. `request`: extra request
+// header lines, kept alive by the caller for the transfer's life.
 std::unique_ptr<http::PullSource> get(const InputUrlOptions& o, const std::string& url,
-                                      std::stop_token stop) {
+                                      std::stop_token stop,
+                                      const http::Headers* request = nullptr) {
   std::vector<std::string> addresses;
   if (auto why = http::check_destination(
           url, {{"https"}, o.allow_private, "input_url", "input_urls.allow_private"}, &addresses,
@@ -50,6 +54,7 @@ std::unique_ptr<http::PullSource> get(const InputUrlOptions& o, const std::strin
   auto headers = std::make_unique<http::Headers>();
   headers->add(entry);  // kept alive with the transfer: CURLOPT_RESOLVE's list
   curl_easy_setopt(easy.get(), CURLOPT_RESOLVE, headers->get());
+  if (request) curl_easy_setopt(easy.get(), CURLOPT_HTTPHEADER, request->get());
   curl_easy_setopt(easy.get(), CURLOPT_URL, url.c_str());
   curl_easy_setopt(easy.get(), CURLOPT_PROTOCOLS_STR, "https");
   curl_easy_setopt(easy.get(), CURLOPT_FOLLOWLOCATION, 0L);  // each hop is checked here
@@ -74,15 +79,18 @@ std::unique_ptr<http::PullSource> get(const InputUrlOptions& o, const std::strin
       });
 }
 
-}  // namespace
+// The first hop's answer, redirects followed, and the URL that gave it.
+struct Opened {
+  std::unique_ptr<http::PullSource> source;
+  std::string url;
+};
 
-std::unique_ptr<ByteSource> open_https(const InputUrlOptions& o, const std::string& url,
-                                       std::stop_token stop) {
+Opened follow(const InputUrlOptions& o, const std::string& url, std::stop_token stop) {
   std::string at = url;
   for (int hop = 0; hop <= kMaxRedirects; ++hop) {
     auto source = get(o, at, stop);
     const long status = source->status();
-    if (status < 300 || status >= 400) return source;
+    if (status < 300 || status >= 400) return {std::move(source), at};
     auto it = source->response_headers().find("location");
     if (it == source->response_headers().end())
       throw StorageError(ErrorKind::other, "HTTP " + std::to_string(status) + " without Location");
@@ -94,6 +102,85 @@ std::unique_ptr<ByteSource> open_https(const InputUrlOptions& o, const std::stri
     at = std::string(next.buffer());
   }
   throw StorageError(ErrorKind::other, "more than 5 redirects");
+}
+
+// An https input read to its end across dropped connections, where its origin allows: when the
+// first answer gave a length and a strong validator (an ETag, else Last-Modified), a transfer
+// that fails on what a retry may fix is asked again for the rest (Range from the byte it stopped
+// at, If-Range naming that version), with backoff, up to five failures in a row without
+// progress. An origin that answers anything but the rest of that same version (200: no ranges,
+// or the file changed) ends the attempt as a drop did before (input_fetch_failed, retried).
+class ResumingHttpsSource final : public ByteSource {
+ public:
+  static constexpr int kAttempts = 5;
+
+  ResumingHttpsSource(const InputUrlOptions& o, const std::string& url, std::stop_token stop)
+      : options_(o), stop_(std::move(stop)) {
+    auto opened = follow(options_, url, stop_);
+    url_ = std::move(opened.url);
+    source_ = std::move(opened.source);
+    length_ = source_->size();
+    const auto& h = source_->response_headers();
+    if (auto e = h.find("etag"); e != h.end() && !e->second.starts_with("W/"))
+      validator_ = e->second;
+    else if (auto m = h.find("last-modified"); m != h.end())
+      validator_ = m->second;
+  }
+
+  size_t read(std::span<char> buf) override {
+    for (int failures = 0;;) {
+      try {
+        if (!source_) reopen();
+        const size_t n = source_->read(buf);
+        done_ += n;
+        return n;
+      } catch (const StorageError& e) {
+        if (e.kind() != ErrorKind::unavailable || !length_ || validator_.empty() ||
+            ++failures >= kAttempts)
+          throw;
+        // (No log line: this module has no logger; the attempt's outcome says what happened.)
+        source_.reset();
+        if (!sleep_unless_stopped(backoff_.next(), stop_)) throw Aborted();
+      }
+    }
+  }
+  std::optional<std::uint64_t> size() const override { return length_; }
+
+ private:
+  // The rest of the same version, or a StorageError (unavailable: the attempt may be retried).
+  void reopen() {
+    request_ = std::make_unique<http::Headers>();
+    request_->add("Range: bytes=" + std::to_string(done_) + "-");
+    request_->add("If-Range: " + validator_);
+    auto next = get(options_, url_, stop_, request_.get());
+    const auto& h = next->response_headers();
+    const auto range = h.find("content-range");
+    unsigned long long from = 0;
+    if (next->status() != 206 || range == h.end() ||
+        std::sscanf(range->second.c_str(), "bytes %llu-", &from) != 1 || from != done_) {
+      validator_.clear();  // no more tries in place: the attempt ends (and may be retried)
+      throw StorageError(ErrorKind::unavailable, "the input's origin cannot resume it (HTTP " +
+                                                     std::to_string(next->status()) +
+                                                     ") after a dropped connection");
+    }
+    source_ = std::move(next);
+  }
+
+  InputUrlOptions options_;
+  std::stop_token stop_;
+  std::string url_, validator_;
+  std::optional<std::uint64_t> length_;
+  std::uint64_t done_ = 0;
+  std::unique_ptr<http::Headers> request_;  // before source_: it outlives the transfer
+  std::unique_ptr<http::PullSource> source_;
+  Backoff backoff_{std::chrono::milliseconds(200), std::chrono::seconds(3)};
+};
+
+}  // namespace
+
+std::unique_ptr<ByteSource> open_https(const InputUrlOptions& o, const std::string& url,
+                                       std::stop_token stop) {
+  return std::make_unique<ResumingHttpsSource>(o, url, std::move(stop));
 }
 
 }  // namespace relay::storage

@@ -15,13 +15,21 @@ namespace {
 // The HTTPS origin (tests/inputs/https_server.py) with a certificate from a test CA.
 class HttpsOrigin {
  public:
-  HttpsOrigin() : port_(free_port()) {
+  // faults: https_server.py's (--cut N --cut-after BYTES, for /flaky/).
+  explicit HttpsOrigin(std::vector<std::string> faults = {}) : port_(free_port()) {
     make_test_pki(pki_.path());
-    proc_ = std::make_unique<Process>(
-        std::vector<std::string>{"/usr/bin/python3", RELAY_TEST_HTTPS_ORIGIN, "--port",
-                                 std::to_string(port_), "--dir", files_.path(), "--cert",
-                                 pki_.path() + "/server.crt", "--key", pki_.path() + "/server.key"},
-        Env{}, files_.path() + "/origin.log");
+    std::vector<std::string> argv{"/usr/bin/python3",
+                                  RELAY_TEST_HTTPS_ORIGIN,
+                                  "--port",
+                                  std::to_string(port_),
+                                  "--dir",
+                                  files_.path(),
+                                  "--cert",
+                                  pki_.path() + "/server.crt",
+                                  "--key",
+                                  pki_.path() + "/server.key"};
+    argv.insert(argv.end(), faults.begin(), faults.end());
+    proc_ = std::make_unique<Process>(argv, Env{}, files_.path() + "/origin.log");
     if (!wait_until([&] { return port_open(port_); }, 20s))
       throw std::runtime_error("https origin did not start: " + proc_->log());
   }
@@ -32,6 +40,10 @@ class HttpsOrigin {
     std::ofstream(files_.path() + "/" + name, std::ios::binary) << data;
   }
   std::string ca() const { return pki_.path() + "/ca.crt"; }
+  std::string requests() const {
+    std::ifstream f(files_.path() + "/requests.log");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
 
  private:
   TempDir pki_, files_;
@@ -121,6 +133,27 @@ TEST_F(InputUrlTest, S3AndHttpsInputsReachTheModelAndNothingIsStored) {
   EXPECT_EQ(occurrences(relay->log(), "storage read failed; resuming"), 2u) << relay->log();
   EXPECT_EQ(str(job(ids[0]).at("input").as_object(), "filename"), "clip.bin");
   EXPECT_EQ(str(job(ids[4]).at("input").as_object(), "filename"), "a.bin");
+}
+
+// An https input whose connection drops mid-way (twice) is asked for the rest (Range, If-Range
+// on its ETag): the model gets the exact bytes, in one request.
+TEST_F(InputUrlTest, AnHttpsInputResumesAfterADroppedConnection) {
+  HttpsOrigin origin({"--cut", "2", "--cut-after", "1000000"});
+  S3Server s3;
+  const std::string data = bytes(3 << 20);
+  origin.put("clip.bin", data);
+  start(origin.url("/"));
+  auto r = submit_url(origin.url("/flaky/clip.bin"));
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string id = str(parse(r), "id");
+  InferenceServer inference;
+  auto relay = start_relay(inference, relay_env(origin, s3));
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  auto j = job(id);
+  ASSERT_EQ(str(j, "status"), "completed") << j << relay->log();
+  EXPECT_EQ(sha_seen_by_model(id), sha256_hex(data));
+  EXPECT_EQ(occurrences(origin.requests(), "cut"), 2u) << origin.requests();
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 1u);
 }
 
 // An input host whose name server does not answer holds the relay only until the job's stop:
