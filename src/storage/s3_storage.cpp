@@ -9,6 +9,7 @@
 #include <cstring>
 #include <future>
 
+#include "common/backoff.hpp"
 #include "common/errors.hpp"
 #include "http/curl.hpp"
 #include "http/pull_source.hpp"
@@ -194,6 +195,24 @@ constexpr std::uint64_t kMaxSinglePut = 5ULL << 30;
 std::string S3Storage::request(const std::string& method, const std::string& key,
                                const std::string& query, std::string_view payload,
                                std::string* etag, std::stop_token stop) const {
+  // A PUT (an object or a part, from memory) is tried again when S3 is unreachable, answers 5xx
+  // or throttles (429, 503 SlowDown — which S3 expects clients to retry), as AWS's SDKs do: a
+  // PUT is idempotent and its payload is at hand. The multipart steps around it (create,
+  // complete, abort) are not: a second create would leave an upload behind.
+  Backoff backoff(std::chrono::milliseconds(100), std::chrono::seconds(1));
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return request_once(method, key, query, payload, etag, stop);
+    } catch (const StorageError& e) {
+      if (method != "PUT" || e.kind() != ErrorKind::unavailable || attempt >= kPutAttempts) throw;
+      if (!sleep_unless_stopped(backoff.next(), stop)) throw Aborted();
+    }
+  }
+}
+
+std::string S3Storage::request_once(const std::string& method, const std::string& key,
+                                    const std::string& query, std::string_view payload,
+                                    std::string* etag, std::stop_token stop) const {
   auto easy = http::make_easy();
   Headers headers;
   configure(easy.get(), method, object_url(key, query), &headers);

@@ -26,6 +26,9 @@ class S3Storage final : public Storage {
   void remove(const std::string& key) override;
   void check() override;
 
+  // Tries of a PUT (an object or a part from memory) when S3 is unavailable (see request()).
+  static constexpr int kPutAttempts = 3;
+
   // Exposed for tests: the URL of an object (with an already encoded, sorted query).
   std::string object_url(const std::string& key, const std::string& query = {}) const;
 
@@ -36,6 +39,9 @@ class S3Storage final : public Storage {
   // Throws StorageError for a transfer failure or an HTTP error.
   std::string request(const std::string& method, const std::string& key, const std::string& query,
                       std::string_view payload, std::string* etag, std::stop_token stop) const;
+  std::string request_once(const std::string& method, const std::string& key,
+                           const std::string& query, std::string_view payload, std::string* etag,
+                           std::stop_token stop) const;
   friend class S3Writer;
   friend class StreamedPut;
 

@@ -46,11 +46,12 @@ TEST_F(GatewayTest, AModelThatRecoversCompletesOnALaterAttempt) {
   EXPECT_EQ(relay->wait_exit(20s), 0);
 }
 
-// Storage that stays unavailable through the relay's own retries of the upload (four 503s)
-// fails the attempt, not the job: a later attempt stores the result. (A missing object would
+// Storage that stays unavailable through the retries of the upload (the S3 client's three tries
+// of each of the relay's four: twelve 503s) fails the attempt, not the job: a later attempt
+// stores the result. (A missing object would
 // not be retried: RetryPolicy.OnlyFailuresThatMayPassAreRetried.)
 TEST_F(GatewayTest, AnAttemptThatCouldNotReachStorageIsRetried) {
-  S3Server s3({}, {"--fail-puts", "4", "--fail-match", "result.json"});
+  S3Server s3({}, {"--fail-puts", "12", "--fail-match", "result.json"});
   Env env = s3.env();
   env["RELAY_GC_EXPIRE_INTERVAL"] = "100ms";
   start_gateway(env);
@@ -65,7 +66,7 @@ TEST_F(GatewayTest, AnAttemptThatCouldNotReachStorageIsRetried) {
   EXPECT_EQ(failures[0].at("code").as_string(), "upload_failed");
   EXPECT_NE(std::string(failures[0].at("message").as_string()).find("503"), std::string::npos);
   EXPECT_EQ(predicts(inference), 2u);
-  EXPECT_EQ(occurrences(s3.log(), "s3 fault: 503 for PUT"), 4u);
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: 503 for PUT"), 12u);
   relay->signal(SIGTERM);
   EXPECT_EQ(relay->wait_exit(20s), 0);
 }

@@ -244,6 +244,45 @@ TEST(ResumingSource, RidesOutDroppedConnectionsAndGivesUpOnAStoreThatKeepsDroppi
   }
 }
 
+// S3 throttling or failing a PUT (503) is retried by the client, kPutAttempts tries in all, for
+// an object from memory and for each part of a multipart upload; past that it fails unavailable.
+TEST(S3Storage, APutRefusedFor503IsTriedAgain) {
+  for (const char* fails : {"2", "3"}) {
+    for (const char* match : {"small", "partNumber=2"}) {
+      S3Server s3({}, {"--fail-puts", fails, "--fail-match", match});
+      storage::Config config;
+      config.url = "s3://" + s3.bucket() + "/pfx";
+      config.s3_endpoint = s3.endpoint();
+      config.s3_path_style = true;
+      config.s3_part_size = 5 << 20;
+      for (auto& [k, v] : s3.env())
+        if (k.starts_with("AWS_")) ::setenv(k.c_str(), v.c_str(), 1);
+      auto st = storage::make_storage(config);
+      const bool small = std::string(match) == "small";
+      std::string data(small ? 1000 : (12 << 20), 'd');
+      for (size_t i = 0; i < data.size(); i += 4093) data[i] = static_cast<char>(i);
+      const std::string key = small ? "svc/j/small" : "svc/j/large";
+      const std::string what = std::string(match) + " refused " + fails + " times";
+      try {
+        if (small) {
+          MemorySource body(data);
+          st->put(key, body, {});
+        } else {
+          Unsized body(data);  // a multipart upload: parts from memory
+          st->put(key, body, {});
+        }
+        EXPECT_EQ(std::string(fails), "2") << what;
+        EXPECT_TRUE(read_all(*st, key) == data) << what;
+      } catch (const storage::StorageError& e) {
+        EXPECT_EQ(std::string(fails), "3") << what << ": " << e.what();
+        EXPECT_EQ(e.kind(), storage::ErrorKind::unavailable) << what;
+        EXPECT_THROW(st->open(key, {}), storage::StorageError) << what << ": nothing stored";
+      }
+      EXPECT_EQ(occurrences(s3.log(), "s3 fault: 503 for PUT"), std::stoul(fails)) << what;
+    }
+  }
+}
+
 TEST(FileStorage, KeysCannotEscapeTheRoot) {
   TempDir dir;
   storage::Config c;
