@@ -1,14 +1,18 @@
-// libFuzzer target for the streaming AEAD decryptor (issue 4). Two modes, picked by the first
+// libFuzzer target for the streaming AEAD decryptor (issue 4). Three modes, picked by the first
 // byte: (0) the input is a ciphertext, decrypted as is: it must decrypt or throw
 // DecryptionError, nothing else; (1) the input is a plaintext plus damage instructions: it is
 // encrypted, damaged (bit flips, truncation, appended bytes), decrypted: an undamaged stream
 // must come back exactly, a damaged one must throw — and whatever was released before must be
-// a prefix of the plaintext (nothing unverified ever leaves the decryptor).
+// a prefix of the plaintext (nothing unverified ever leaves the decryptor); (2) a byte range of
+// an encrypted plaintext, decrypted from its segments alone as the gateway serves a Range, the
+// ciphertext perhaps with a bit flipped: exactly the range's bytes when no byte it reads was
+// damaged, else an error, and never a byte that is not the range's.
 
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
+#include "common/byte_stream.hpp"
 #include "crypto/streaming_aead.hpp"
 
 using namespace relay;
@@ -21,6 +25,42 @@ std::string drain(ByteSource& s, std::string* released) {
   return *released;
 }
 
+// Mode 2: bytes 0-3 choose the range and the damage, the rest is the plaintext.
+int range_mode(const crypto::StreamingParams& p, const std::string& key, const std::string& input) {
+  if (input.size() < 5) return 0;
+  const auto b = [&](size_t i) { return static_cast<uint8_t>(input[i]); };
+  const std::string plaintext = input.substr(4);
+  const uint64_t first = (b(0) * 131u) % plaintext.size();
+  const uint64_t length = 1 + (b(1) * 257u) % (plaintext.size() - first);
+  MemorySource src(plaintext);
+  crypto::EncryptingSource enc(src, key, "fuzz", p);
+  std::string ct, tmp;
+  ct = drain(enc, &tmp);
+  const auto r = crypto::range_reading(first, length, ct.size(), p);
+  const size_t hs = crypto::header_size(p);
+  bool damaged = false;
+  if (b(2) % 2) {  // one bit flipped somewhere; it matters if the range's reading covers it
+    const size_t at = (b(2) * 263u + b(3)) % ct.size();
+    ct[at] ^= static_cast<char>(1u << (b(3) % 8));
+    damaged =
+        at < hs || (at >= r.ciphertext_first && at < r.ciphertext_first + r.ciphertext_length);
+  }
+  const std::string expected = plaintext.substr(first, length);
+  std::string released;
+  try {
+    MemorySource window(ct.substr(r.ciphertext_first, r.ciphertext_length));
+    crypto::DecryptingSource dec(window, key, "fuzz", p,
+                                 crypto::Resume{ct.substr(0, hs), r.segment, ct.size()});
+    SliceSource slice(dec, r.skip, length);
+    drain(slice, &released);
+    if (damaged || released != expected) std::abort();  // damage unnoticed, or wrong bytes
+  } catch (const std::runtime_error&) {  // DecryptionError, or the window ending early
+    if (!damaged) std::abort();
+    if (expected.compare(0, released.size(), released) != 0) std::abort();  // unverified bytes
+  }
+  return 0;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -29,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                   static_cast<size_t>(64 + data[1] % 64)};
   const std::string key(32, 'k');
   std::string input(reinterpret_cast<const char*>(data) + 2, size - 2);
-  if (data[0] % 2 == 0) {
+  if (data[0] % 3 == 2) return range_mode(p, key, input);
+  if (data[0] % 3 == 0) {
     MemorySource src(input);
     crypto::DecryptingSource dec(src, key, "fuzz", p);
     std::string released;
