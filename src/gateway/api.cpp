@@ -26,6 +26,13 @@ namespace {
 
 namespace json = boost::json;
 
+// An encrypted result's length, from its ciphertext's; a size no ciphertext has is damage.
+std::uint64_t result_plaintext_size(std::uint64_t stored, const crypto::StreamingParams& p) {
+  auto plain = crypto::plaintext_size(stored, p);
+  if (!plain) throw crypto::DecryptionError("the stored result has a size no ciphertext has");
+  return *plain;
+}
+
 }  // namespace
 
 std::string origin_form(std::string_view target) {
@@ -350,10 +357,7 @@ Response Api::get_result(const Request& req, Context& ctx, const std::string& sv
     if (!rec->key_id.empty()) {
       // Its length, from the ciphertext's: a client sees how much is coming.
       std::optional<std::uint64_t> size;
-      if (auto stored = r.stream->size()) {
-        size = crypto::plaintext_size(*stored, enc_.params);
-        if (!size) throw crypto::DecryptionError("the stored result has a size no ciphertext has");
-      }
+      if (auto stored = r.stream->size()) size = result_plaintext_size(*stored, enc_.params);
       auto dec = std::make_unique<crypto::DecryptingSource>(*r.stream, key, crypto::result_aad(id),
                                                             enc_.params);
       auto primed = std::make_unique<crypto::PrimedSource>(*dec, size);  // fails here, before
@@ -381,12 +385,7 @@ Response Api::get_result(const Request& req, Context& ctx, const std::string& sv
 Response Api::with_result_range(Response r, const JobRecord& rec, const std::string& key,
                                 const ByteRangeSpec& range) {
   const std::uint64_t stored = storage_.size_of(rec.result_key, {});
-  std::uint64_t size = stored;
-  if (!key.empty()) {
-    auto plain = crypto::plaintext_size(stored, enc_.params);
-    if (!plain) throw crypto::DecryptionError("the stored result has a size no ciphertext has");
-    size = *plain;
-  }
+  const std::uint64_t size = key.empty() ? stored : result_plaintext_size(stored, enc_.params);
   if (size == 0) {  // no byte to name: the whole (empty) result, as if no range was asked
     r.stream = std::make_unique<MemorySource>("");
     return r;

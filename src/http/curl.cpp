@@ -1,6 +1,7 @@
 #include "http/curl.hpp"
 
 #include <cctype>
+#include <cstdio>
 #include <mutex>
 
 #include "common/errors.hpp"
@@ -87,6 +88,15 @@ std::optional<std::pair<std::string, std::string>> header_line(std::string_view 
          (v.back() == '\r' || v.back() == '\n' || v.back() == ' ' || v.back() == '\t'))
     v.remove_suffix(1);
   return std::pair{std::move(name), std::string(v)};
+}
+
+std::optional<ContentRange> content_range(const HeaderMap& headers) {
+  const auto it = headers.find("content-range");
+  unsigned long long first = 0, last = 0;
+  if (it == headers.end() ||
+      std::sscanf(it->second.c_str(), "bytes %llu-%llu/", &first, &last) != 2 || last < first)
+    return std::nullopt;
+  return ContentRange{first, last};
 }
 
 size_t collect_headers(char* data, size_t size, size_t n, void* user) {

@@ -105,6 +105,13 @@ std::optional<std::pair<std::string, std::string>> header_line(std::string_view 
 // headers are read (S3's ETag, a webhook receiver's Retry-After, relayctl's answers).
 size_t collect_headers(char* data, size_t size, size_t n, void* user);
 
+// A 206's Content-Range, "bytes first-last/total": which bytes came (nullopt when absent or
+// otherwise). S3 reads of a range and resumed https inputs check it against what they asked.
+struct ContentRange {
+  std::uint64_t first = 0, last = 0;
+};
+std::optional<ContentRange> content_range(const HeaderMap& headers);
+
 // A CURLOPT_WRITEFUNCTION that appends to the std::string in its user pointer, up to 1 MiB:
 // for error documents and small XML/JSON answers, never for payloads.
 size_t append_to_string(char* data, size_t size, size_t n, void* user);

@@ -1,7 +1,6 @@
 // The https:// inputs of storage/input_url.hpp, on libcurl (in relay-s3.so).
 #include <boost/url/parse.hpp>
 #include <boost/url/url.hpp>
-#include <cstdio>
 
 #include "common/backoff.hpp"
 #include "common/errors.hpp"
@@ -153,11 +152,8 @@ class ResumingHttpsSource final : public ByteSource {
     request_->add("Range: bytes=" + std::to_string(done_) + "-");
     request_->add("If-Range: " + validator_);
     auto next = get(options_, url_, stop_, request_.get());
-    const auto& h = next->response_headers();
-    const auto range = h.find("content-range");
-    unsigned long long from = 0;
-    if (next->status() != 206 || range == h.end() ||
-        std::sscanf(range->second.c_str(), "bytes %llu-", &from) != 1 || from != done_) {
+    const auto came = http::content_range(next->response_headers());
+    if (next->status() != 206 || !came || came->first != done_) {
       validator_.clear();  // no more tries in place: the attempt ends (and may be retried)
       throw StorageError(ErrorKind::unavailable, "the input's origin cannot resume it (HTTP " +
                                                      std::to_string(next->status()) +

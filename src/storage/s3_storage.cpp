@@ -5,7 +5,6 @@
 #include "storage/s3_storage.hpp"
 
 #include <boost/url/parse.hpp>
-#include <cstdio>
 #include <cstring>
 #include <future>
 
@@ -160,14 +159,12 @@ std::unique_ptr<ByteSource> S3Storage::open_range(const std::string& key, std::u
   std::uint64_t skip = first;
   if (body->status() == 206) {
     const auto& h = body->response_headers();
-    const auto range = h.find("content-range");
-    unsigned long long from = 0, to = 0;
-    if (range == h.end() ||
-        std::sscanf(range->second.c_str(), "bytes %llu-%llu/", &from, &to) != 2 || from != first ||
-        to + 1 < first + length)
-      throw StorageError(ErrorKind::other, "GET " + key + ": the store answered another range (" +
-                                               (range == h.end() ? "none" : range->second) + ")");
-    if (to + 1 == first + length) return body;
+    const auto came = http::content_range(h);
+    if (!came || came->first != first || came->last + 1 < first + length)
+      throw StorageError(ErrorKind::other,
+                         "GET " + key + ": the store answered another range (" +
+                             (h.contains("content-range") ? h.at("content-range") : "none") + ")");
+    if (came->last + 1 == first + length) return body;
     skip = 0;
   }
   auto slice = std::make_unique<SliceSource>(*body, skip, length);
