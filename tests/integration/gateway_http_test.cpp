@@ -446,10 +446,11 @@ TEST_F(GatewayTest, ADownloadsLastBytesAreNotLeftToAnOrphanedSocket) {
   sockaddr_in mine{};
   socklen_t len = sizeof mine;
   ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len), 0);
-  // The gateway's side of this connection in /proc/net/tcp: its state and inode (0: no process
-  // holds it).
+  // The gateway's side of this connection in /proc/net/tcp: its state, the bytes it has not
+  // sent yet, and its inode (0: no process holds it).
   struct Side {
     std::string state;
+    unsigned long unsent = 0;
     long inode = -1;
   };
   auto gateway_side = [&]() -> Side {
@@ -462,23 +463,28 @@ TEST_F(GatewayTest, ADownloadsLastBytesAreNotLeftToAnOrphanedSocket) {
       std::string sl, local, remote, st, queues, tr, retr, uid, timeout;
       long inode = -1;
       f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
-      if ((remote + " ").ends_with(want)) return {st, inode};
+      if ((remote + " ").ends_with(want)) return {st, std::stoul(queues, nullptr, 16), inode};
     }
     return {};
   };
   // The gateway writes what the kernel takes and half-closes (FIN_WAIT1, "04"); from then on its
-  // socket must stay its own while the reader has not read. (A run short of socket memory gives
-  // the gateway a smaller send buffer: the reader then takes 64 KiB at a time until it is done.)
+  // socket must stay its own while bytes are unsent. (A run short of socket memory gives the
+  // gateway a smaller send buffer: the reader then takes 64 KiB at a time until it is done.)
   std::string got;
   std::vector<char> buf(64 * 1024);
   bool finished = false;
-  for (int i = 0; i < 24 && !finished; ++i) {
-    finished = wait_until([&] { return gateway_side().state == "04"; }, 5s);
+  for (int i = 0; i < 600 && !finished; ++i) {
+    finished = wait_until([&] { return gateway_side().state == "04"; }, 200ms);
     if (ssize_t n = finished ? 0 : ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT); n > 0)
       got.append(buf.data(), static_cast<size_t>(n));
   }
   ASSERT_TRUE(finished) << "the gateway never finished writing";
-  EXPECT_FALSE(wait_until([&] { return gateway_side().inode <= 0; }, 1s))
+  EXPECT_FALSE(wait_until(
+      [&] {
+        const auto side = gateway_side();
+        return side.unsent > 0 && side.inode <= 0;
+      },
+      1s))
       << "the gateway's socket is an orphan with data queued";
   for (ssize_t n; (n = ::recv(fd, buf.data(), buf.size(), 0)) > 0;)
     got.append(buf.data(), static_cast<size_t>(n));
