@@ -265,5 +265,47 @@ TEST(ListenAddress, IpLiteralsAndLocalhostWithAPortInRange) {
   }
 }
 
+// server.cors_origins: a YAML list (or one origin), or comma-separated in the environment; each
+// an origin as a browser sends it, or "*" — anything else is refused at start, naming the key.
+TEST(GatewayConfig, CorsOriginsAreListedAndChecked) {
+  gateway::Config c;
+  auto s = gateway::schema(c);
+  s.load_string(
+      "server:\n  cors_origins:\n    - https://app.example.com\n    - "
+      "http://localhost:3000\n",
+      env_of({}));
+  EXPECT_EQ(c.cors_origins,
+            (std::vector<std::string>{"https://app.example.com", "http://localhost:3000"}));
+  s.load_string("server:\n  cors_origins: '*'\n", env_of({}));
+  EXPECT_EQ(c.cors_origins, std::vector<std::string>{"*"});
+  s.load_string(
+      "", env_of({{"RELAY_SERVER_CORS_ORIGINS", " https://a.example, https://b.example:8443,"}}));
+  EXPECT_EQ(c.cors_origins,
+            (std::vector<std::string>{"https://a.example", "https://b.example:8443"}));
+  s.load_string("", env_of({}));
+  EXPECT_TRUE(c.cors_origins.empty()) << "none by default";
+
+  for (const char* bad : {"https://app.example.com/", "app.example.com", "https://*.example.com",
+                          "https://app.example.com:99999"}) {
+    const std::map<std::string, std::string> env = {{"RELAY_SERVICE_TYPES", "a=m"},
+                                                    {"RELAY_AUTH_ENABLED", "false"},
+                                                    {"RELAY_SERVER_CORS_ORIGINS", bad}};
+    try {
+      gateway::load("", env_of(env));
+      ADD_FAILURE() << bad << " was taken as an origin";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("'server.cors_origins'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  try {
+    gateway::Config d;
+    gateway::schema(d).load_string("server:\n  cors_origins: {a: b}\n", env_of({}));
+    ADD_FAILURE() << "a mapping was taken as a list of origins";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("'server.cors_origins'"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace relay::config

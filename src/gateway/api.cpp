@@ -68,6 +68,32 @@ Response method_not_allowed(const char* allow, const std::string& message) {
   r.headers.emplace_back("Allow", allow);
   return r;
 }
+
+// The methods a route has (its Allow), by the shape of its path alone — an OPTIONS request,
+// a browser's preflight among them, comes without a key; nullptr: no such route. (The
+// operator's routes are not listed: the dashboard calls them from the gateway's own origin.)
+const char* methods_of(const std::vector<std::string>& seg) {
+  constexpr const char* kRead = "GET, HEAD, OPTIONS";
+  if (seg.size() == 1 && (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "metrics" ||
+                          seg[0] == "openapi.json"))
+    return kRead;
+  if (seg.empty() || seg[0] != "jobs") return nullptr;
+  switch (seg.size()) {
+    case 1:
+      return kRead;
+    case 2:
+      return "GET, HEAD, POST, OPTIONS";
+    case 3:
+      return "GET, HEAD, DELETE, OPTIONS";
+    case 4:
+      return seg[3] == "events" || seg[3] == "result" ? kRead : nullptr;
+    default:
+      return nullptr;
+  }
+}
+
+// Every method the server has, for `OPTIONS *` (RFC 9110 §9.3.7: the server's, not a route's).
+constexpr const char* kAllMethods = "GET, HEAD, POST, DELETE, OPTIONS";
 }  // namespace
 
 Api::Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption,
@@ -77,7 +103,8 @@ Api::Api(const Config& config, storage::Storage& storage, const crypto::Encrypti
       enc_(encryption),
       resolver_(resolver),
       redis_(config.redis.endpoint()),
-      keys_(config.redis.keys()) {
+      keys_(config.redis.keys()),
+      cors_(config.cors_origins) {
   if (config.redis.endpoint().cluster_seeds.empty() || config.redis.wait_replicas == 0)
     submits_ =
         std::make_unique<redis::Batcher>(config.redis.endpoint(), config.redis.wait_replicas);
@@ -165,22 +192,53 @@ Response Api::failure(std::exception_ptr e, std::string_view target) {
   }
 }
 
+Response Api::options(const Request& req, const char* methods) const {
+  if (!methods) return error_response(404, "not_found", "no such route");
+  Response r;
+  r.status = 204;
+  r.content_type.clear();
+  r.headers.emplace_back("Allow", methods);
+  // A preflight (WHATWG Fetch §3.2.2): a browser asking whether a page on `origin` may send
+  // the request it holds.
+  const std::string origin = req.header("origin");
+  if (origin.empty() || req.header("access-control-request-method").empty()) return r;
+  auto cors = cors_.for_preflight(origin, methods, req.header("access-control-request-headers"));
+  if (!cors)
+    return error_response(403, "origin_not_allowed",
+                          "pages on " + origin.substr(0, 200) +
+                              " may not call this API from a browser (server.cors_origins)");
+  r.headers.insert(r.headers.end(), cors->begin(), cors->end());
+  return r;
+}
+
+void Api::decorate(const Request& req, Response& r) const {
+  if (req.method == "OPTIONS" || req.target.starts_with("/admin/") ||
+      req.target.starts_with("/dashboard"))
+    return;
+  for (auto& h : cors_.for_answer(req.header("origin"))) r.headers.push_back(std::move(h));
+}
+
 Response Api::route(const Request& req, Context& ctx, bool again) {
-  auto target = boost::urls::parse_origin_form(req.target);
-  if (!target) return error_response(400, "bad_request", "malformed request target");
-  std::vector<std::string> seg;
-  for (auto s : target->segments()) seg.push_back(std::string(s));
-  const std::string& m = req.method;
   auto with_route = [](Response r, const char* route) {
     r.route = route;
     return r;
   };
+  const std::string& m = req.method;
+  if (m == "OPTIONS" && req.target == "*") {
+    Response r = options(req, kAllMethods);
+    return with_route(std::move(r), "OPTIONS");
+  }
+  auto target = boost::urls::parse_origin_form(req.target);
+  if (!target) return error_response(400, "bad_request", "malformed request target");
+  std::vector<std::string> seg;
+  for (auto s : target->segments()) seg.push_back(std::string(s));
+  if (m == "OPTIONS") return with_route(options(req, methods_of(seg)), "OPTIONS");
 
   if (seg.size() == 1 &&
       (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "metrics" ||
        seg[0] == "openapi.json") &&
       m != "GET")
-    return method_not_allowed("GET, HEAD", "use GET");
+    return method_not_allowed(methods_of(seg), "use GET");
   if (seg.size() == 1 && m == "GET") {
     if (seg[0] == "healthz") {
       Response r;
@@ -213,7 +271,7 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   ctx.tenant = *tenant;
   if (seg.size() == 1) {
     if (m == "GET") return with_route(list_jobs(req, ctx, ""), "GET /jobs");
-    return method_not_allowed("GET, HEAD", "use GET to list jobs");
+    return method_not_allowed(methods_of(seg), "use GET to list jobs");
   }
   const std::string& svc = seg[1];
   if (!cfg_.service_types.count(svc))
@@ -221,7 +279,7 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   if (seg.size() == 2) {
     if (m == "POST") return with_route(submit(req, ctx, svc), "POST /jobs/{service_type}");
     if (m == "GET") return with_route(list_jobs(req, ctx, svc), "GET /jobs/{service_type}");
-    return method_not_allowed("GET, HEAD, POST", "use POST to submit a job, GET to list");
+    return method_not_allowed(methods_of(seg), "use POST to submit a job, GET to list");
   }
   const std::string& id = seg[2];
   if (!is_valid_job_id(id))
@@ -231,10 +289,10 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
     if (m == "GET")
       return with_route(get_job(req, ctx, svc, id, again), "GET /jobs/{service_type}/{id}");
     if (m == "DELETE") return with_route(cancel(ctx, svc, id), "DELETE /jobs/{service_type}/{id}");
-    return method_not_allowed("GET, HEAD, DELETE", "use GET or DELETE");
+    return method_not_allowed(methods_of(seg), "use GET or DELETE");
   }
   if ((seg[3] == "events" || seg[3] == "result") && m != "GET")
-    return method_not_allowed("GET, HEAD", "use GET");
+    return method_not_allowed(methods_of(seg), "use GET");
   if (seg[3] == "events" && m == "GET")
     return with_route(job_events(ctx, svc, id, again), "GET /jobs/{service_type}/{id}/events");
   if (seg[3] == "result" && m == "GET")

@@ -19,6 +19,7 @@
 #include "crypto/keyring.hpp"
 #include "gateway/byte_range.hpp"
 #include "gateway/config.hpp"
+#include "gateway/cors.hpp"
 #include "gateway/job_json.hpp"
 #include "gateway/submission.hpp"
 #include "http/resolver.hpp"
@@ -113,6 +114,10 @@ class Api {
   // The answers that need neither Redis nor storage (liveness, the API document), given at once
   // on the I/O thread: they never queue behind uploads on the blocking pool. nullopt otherwise.
   static std::optional<Response> answer_at_once(const Request& req);
+  // Adds what a browser needs to let a page on another origin read the answer (CORS, for the
+  // origins in server.cors_origins): called on every answer but a preflight's and the
+  // operator's (the dashboard is served from the gateway's own origin).
+  void decorate(const Request& req, Response& r) const;
   // Where a Response's `commit` goes (Batcher::submit); null when no answer has one.
   redis::Batcher* group_commit() const { return submits_.get(); }
   // Requests waiting for Redis stop waiting (their steps throw Aborted, answered 503): for a
@@ -147,6 +152,8 @@ class Api {
   std::optional<std::string> admin_role(const Request& req) const;  // "admin", "read"
   Response ready();
   Response metrics_text();
+  // OPTIONS: the route's methods (nullptr: no such route), and a browser's preflight answered.
+  Response options(const Request& req, const char* methods) const;
   std::optional<std::string> tenant_of(const Request& req) const;
 
   const Config& cfg_;
@@ -160,6 +167,7 @@ class Api {
   std::unique_ptr<redis::Batcher> submits_;
   redis::Keys keys_;
   std::stop_source stop_;
+  Cors cors_;
 };
 
 }  // namespace relay::gateway

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "common/time.hpp"
+#include "gateway/cors.hpp"
 #include "gateway/webhook_signature.hpp"
 
 namespace relay::gateway {
@@ -40,6 +41,39 @@ config::Schema schema(Config& c) {
   s.string("server.priority_header", &c.priority_header, "",
            "When set, a submission carrying this header is queued at the front (`LPUSH`), e.g. "
            "`X-Priority`.");
+  s.section(
+      "server.cors_origins", "",
+      "Web origins whose pages may call the API from a browser (CORS): `https://app.example.com` "
+      "(scheme, host and port, as a browser sends them), or `*` for any. Answers to their "
+      "requests name them in `Access-Control-Allow-Origin`, and their preflights (`OPTIONS`) "
+      "are answered 204. Access still takes an API key: this decides whether a browser lets a "
+      "page on another origin read the answers. None by default (the dashboard is served from "
+      "the gateway's own origin). Environment form: comma-separated.",
+      [&c] { c.cors_origins.clear(); },
+      [&c](const YAML::Node& n) {
+        c.cors_origins.clear();
+        if (n.IsScalar()) {
+          c.cors_origins.push_back(n.as<std::string>());
+          return;
+        }
+        if (!n.IsSequence() && !n.IsNull())
+          bad("server.cors_origins", "expected a list of origins (https://host[:port])");
+        for (const auto& o : n) {
+          if (!o.IsScalar()) bad("server.cors_origins", "expected origins (https://host[:port])");
+          c.cors_origins.push_back(o.as<std::string>());
+        }
+      },
+      [&c](const std::string& text) {
+        c.cors_origins.clear();
+        for (size_t start = 0; start <= text.size();) {
+          const size_t comma = std::min(text.find(',', start), text.size());
+          std::string item = text.substr(start, comma - start);
+          while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+          while (!item.empty() && item.back() == ' ') item.pop_back();
+          if (!item.empty()) c.cors_origins.push_back(std::move(item));
+          start = comma + 1;
+        }
+      });
   s.integer("server.max_body_size", &c.max_body_size, 5LL << 30, 0, 1LL << 50,
             "Largest accepted input, bytes (413 beyond).");
   s.integer("server.max_header_size", &c.max_header_size, 16384, 1024, 1 << 20,
@@ -311,6 +345,10 @@ void parse_tenant_quotas(Config& c) {
 
 void validate(const Config& c) {
   config::listen_address("server.listen", c.listen);
+  for (const auto& origin : c.cors_origins)
+    if (origin != "*")
+      if (auto why = origin_problem(origin))
+        bad("server.cors_origins", "'" + origin + "': " + *why + " (or * for any origin)");
   config::validate_redis(c.redis);
   config::validate_storage(c.storage);
   config::validate_log(c.log);

@@ -33,6 +33,7 @@ struct ServiceType {
 struct Config {
   std::string listen;           // host:port
   std::string priority_header;  // present on a submission -> LPUSH (seed, "Priority jobs")
+  std::vector<std::string> cors_origins;  // web origins browsers may call the API from (cors.hpp)
   std::int64_t max_body_size = 0;
   std::int64_t max_header_size = 0;
   std::chrono::milliseconds max_wait{};             // bound on ?wait=

@@ -602,6 +602,7 @@ struct HttpServer::Impl {
       }
 
       if (!resp.wait_job.empty()) resp = co_await long_poll(r, std::move(resp));
+      api.decorate(r, resp);
       if (resp.event && head) {
         // What an event stream's header would say; no events.
         resp.event.reset();
@@ -842,6 +843,7 @@ struct HttpServer::Impl {
     out.set(http::field::date, http_date());
     out.set(http::field::cache_control, "no-store");
     out.set("X-Accel-Buffering", "no");  // nginx: pass events on as they come
+    for (auto& [k, v] : first.headers) out.set(k, v);
     out.keep_alive(false);
     out.chunked(true);
     out.body().data = nullptr;
@@ -906,7 +908,7 @@ struct HttpServer::Impl {
     stream.expires_after(cfg.body_idle_timeout);
     if (head) {
       http::response<http::empty_body> out{static_cast<http::status>(resp.status), 11};
-      out.set(http::field::content_type, resp.content_type);
+      if (!resp.content_type.empty()) out.set(http::field::content_type, resp.content_type);
       out.set(http::field::date, http_date());
       for (auto& [k, v] : resp.headers) out.set(k, v);
       out.keep_alive(!close);
@@ -920,12 +922,13 @@ struct HttpServer::Impl {
     }
     if (!resp.stream) {
       http::response<http::string_body> out{static_cast<http::status>(resp.status), 11};
-      out.set(http::field::content_type, resp.content_type);
+      if (!resp.content_type.empty()) out.set(http::field::content_type, resp.content_type);
       out.set(http::field::date, http_date());
       for (auto& [k, v] : resp.headers) out.set(k, v);
       out.keep_alive(!close);
       out.body() = std::move(resp.body);
-      out.prepare_payload();
+      // 204 and 304 have no body, and say no length either (RFC 9110 §8.6, §15.4.5).
+      if (resp.status != 204 && resp.status != 304) out.prepare_payload();
       co_await http::async_write(stream, out, asio::use_awaitable);
       co_return;
     }

@@ -4,6 +4,8 @@
 // dead-lettered job is requeued from the UI and completes; pausing holds a model's jobs out of
 // pending (what the scaler counts); a read-only operator cannot change anything.
 // With RELAY_SCREENSHOTS_DIR set, the main pages are saved there (the README's pictures).
+// And a web app on another origin calls the API from the browser (CORS): allowed when its origin
+// is in server.cors_origins, kept from the answers when it is not.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
@@ -12,6 +14,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import net from "node:net";
+import http from "node:http";
 import puppeteer from "puppeteer-core";
 
 const RELAYCTL = process.env.RELAYCTL;
@@ -21,6 +24,9 @@ const ADMIN = "dashboard-admin-key", VIEWER = "dashboard-viewer-key";
 const sha = (s) => createHash("sha256").update(s).digest("hex");
 
 let up, base, redisUrl, browser, dataDir;
+// Two web apps on origins of their own (another port is another origin): the first listed in
+// server.cors_origins, the second not.
+let appServer, appOrigin, strangerOrigin;
 const consoleErrors = [];
 
 async function freePort() {
@@ -68,10 +74,18 @@ async function shot(page, name) {
 before(async () => {
   assert.ok(RELAYCTL, "set RELAYCTL to the relayctl binary");
   dataDir = mkdtempSync(join(tmpdir(), "relay-dashboard-"));
+  appServer = http.createServer((req, res) => {
+    res.writeHead(200, { "Content-Type": "text/html" });
+    res.end("<!doctype html><title>app</title>");
+  });
+  await new Promise((r) => appServer.listen(0, "127.0.0.1", r));
+  appOrigin = "http://127.0.0.1:" + appServer.address().port;
+  strangerOrigin = "http://localhost:" + appServer.address().port;  // another host: another origin
   const port = await freePort();
   base = "http://127.0.0.1:" + port;
   up = spawn(RELAYCTL, ["up", "--port", String(port), "--max-relays", "2", "--data-dir", dataDir], {
-    env: { ...process.env, RELAY_ADMIN_API_KEYS: `${sha(ADMIN)}=admin,${sha(VIEWER)}=read` },
+    env: { ...process.env, RELAY_ADMIN_API_KEYS: `${sha(ADMIN)}=admin,${sha(VIEWER)}=read`,
+           RELAY_SERVER_CORS_ORIGINS: appOrigin },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let log = "";
@@ -89,6 +103,7 @@ after(async () => {
     up.kill("SIGTERM");
     await new Promise((r) => up.once("exit", r));
   }
+  if (appServer) appServer.close();
   rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -170,4 +185,58 @@ test("a read-only operator sees everything and cannot change anything", async ()
   await page.waitForSelector("#login:not([hidden])");
   await context.close();
   assert.deepEqual(consoleErrors.filter((e) => !e.includes("403")), []);
+});
+
+// What a web app does from its own origin: a submission with headers that need a preflight
+// (Authorization, Idempotency-Key), the Location it was told, a long-poll, an error it must be
+// able to read, and the job's live events. In the browser, under its CORS rules.
+async function fromTheApp(origin) {
+  const page = await browser.newPage();  // (not newPage(): a refused origin logs errors on purpose)
+  try {
+    await page.goto(origin + "/", { waitUntil: "load" });
+    return await page.evaluate(async (base) => {
+      try {
+        const form = new FormData();
+        form.append("file", new Blob(["from a web app"]), "in.txt");
+        const submitted = await fetch(base + "/jobs/echo", {
+          method: "POST", body: form,
+          headers: { Authorization: "Bearer app-user", "Idempotency-Key": "cors-" + Math.random() },
+        });
+        const location = submitted.headers.get("Location");
+        const { id } = await submitted.json();
+        const done = await (await fetch(base + location + "?wait=30")).json();
+        const cancel = await fetch(base + location, { method: "DELETE" });
+        const refusal = await cancel.json();
+        const event = await new Promise((resolve, reject) => {
+          const es = new EventSource(base + location + "/events");
+          // (Each event is named by the job's status.)
+          es.addEventListener("completed", (e) => { es.close(); resolve(JSON.parse(e.data)); });
+          es.onerror = () => { es.close(); reject(new Error("event stream refused")); };
+        });
+        return { status: submitted.status, id, location, done: done.status, cancel: cancel.status,
+                 refusal: refusal.error.code, event: event.status };
+      } catch (e) {
+        return { error: String(e) };
+      }
+    }, base);
+  } finally {
+    await page.close();
+  }
+}
+
+test("a web app on a listed origin calls the API from the browser; another origin cannot", async () => {
+  const app = await fromTheApp(appOrigin);
+  assert.equal(app.error, undefined, app.error);
+  assert.equal(app.status, 202);
+  assert.equal(app.location, "/jobs/echo/" + app.id, "Location is exposed to the page");
+  assert.equal(app.done, "completed");
+  assert.equal(app.cancel, 409, "an ended job's cancel is refused");
+  assert.equal(app.refusal, "job_finished", "and the page reads why");
+  assert.equal(app.event, "completed");
+
+  const pending = Number(redis("LLEN", "relay:echo:pending"));
+  const stranger = await fromTheApp(strangerOrigin);
+  assert.match(stranger.error || "", /TypeError|Failed to fetch/, JSON.stringify(stranger));
+  // Its preflight was refused: the submission was never sent.
+  assert.equal(Number(redis("LLEN", "relay:echo:pending")), pending);
 });

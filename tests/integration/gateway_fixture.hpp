@@ -248,6 +248,7 @@ class GatewayTest : public ::testing::Test {
       EXPECT_EQ(r.status, 304) << tag;
       EXPECT_EQ(r.body, "") << tag;
       EXPECT_EQ(r.headers["etag"], etag) << tag;
+      EXPECT_FALSE(r.headers.contains("content-length")) << tag << ": a 304 says no length of 0";
     }
     EXPECT_EQ(http("GET", path, {"If-None-Match: \"another\""}).status, 200);
     // HEAD: the range's header, no body.

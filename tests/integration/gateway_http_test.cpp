@@ -1125,6 +1125,99 @@ TEST_F(GatewayTest, HeadIsGetWithoutTheBody) {
   EXPECT_TRUE(in.ends_with("\r\n\r\n")) << "no event: " << in;
 }
 
+// OPTIONS says a route's methods, and answers a browser's preflight for the origins listed in
+// server.cors_origins (without a key: a browser never sends one on a preflight); the answers to
+// requests from those origins name them, so that their pages may read them — errors included —
+// and a page on any other origin may not.
+TEST_F(GatewayTest, BrowsersOnTheListedOriginsMayCallTheApi) {
+  const std::string app = "https://app.example.com";
+  start_gateway({{"RELAY_SERVER_CORS_ORIGINS", app + ", http://localhost:3000"},
+                 {"RELAY_AUTH_ENABLED", "true"},
+                 {"RELAY_AUTH_API_KEYS", sha256_hex("key-a") + "=tenant-a"}});
+  const std::string job = "/jobs/echo/11111111-1111-4111-8111-111111111111";
+  const std::tuple<std::string, std::string, std::string> preflights[] = {
+      {"/jobs/echo", "POST", "GET, HEAD, POST, OPTIONS"},
+      {"/jobs", "GET", "GET, HEAD, OPTIONS"},
+      {job, "DELETE", "GET, HEAD, DELETE, OPTIONS"},
+      {job + "/result", "GET", "GET, HEAD, OPTIONS"},
+      {job + "/events", "GET", "GET, HEAD, OPTIONS"},
+      {"/healthz", "GET", "GET, HEAD, OPTIONS"},
+  };
+  for (const auto& [path, method, methods] : preflights) {
+    auto r = http("OPTIONS", url(path),
+                  {"Origin: " + app, "Access-Control-Request-Method: " + method,
+                   "Access-Control-Request-Headers: authorization, content-type, idempotency-key"});
+    EXPECT_EQ(r.status, 204) << path << ": " << r.body;
+    EXPECT_EQ(r.body, "") << path;
+    EXPECT_FALSE(r.headers.contains("content-length")) << path << ": a 204 has none (RFC 9110)";
+    EXPECT_EQ(r.headers["access-control-allow-origin"], app) << path;
+    EXPECT_EQ(r.headers["access-control-allow-methods"], methods) << path;
+    EXPECT_EQ(r.headers["access-control-allow-headers"],
+              "authorization, content-type, idempotency-key")
+        << path;
+    EXPECT_EQ(r.headers["access-control-max-age"], "600") << path;
+    EXPECT_EQ(r.headers["allow"], methods) << path;
+    EXPECT_FALSE(r.headers.contains("access-control-allow-credentials")) << path;
+  }
+  // Another origin's preflight is refused, saying why; an unknown route is not found.
+  auto other = http("OPTIONS", url("/jobs/echo"),
+                    {"Origin: https://evil.example.com", "Access-Control-Request-Method: POST"});
+  EXPECT_EQ(other.status, 403) << other.body;
+  EXPECT_EQ(error_code(other), "origin_not_allowed");
+  EXPECT_FALSE(other.headers.contains("access-control-allow-origin"));
+  auto nowhere =
+      http("OPTIONS", url("/nope"), {"Origin: " + app, "Access-Control-Request-Method: GET"});
+  EXPECT_EQ(nowhere.status, 404) << nowhere.body;
+  // OPTIONS that is no preflight: the route's methods (RFC 9110 §9.3.7), the server's for "*".
+  auto plain = http("OPTIONS", url(job));
+  EXPECT_EQ(plain.status, 204) << plain.body;
+  EXPECT_EQ(plain.headers["allow"], "GET, HEAD, DELETE, OPTIONS");
+  EXPECT_FALSE(plain.headers.contains("access-control-allow-origin"));
+  const std::string star =
+      raw_request("OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(star.starts_with("HTTP/1.1 204")) << star;
+  EXPECT_NE(star.find("Allow: GET, HEAD, POST, DELETE, OPTIONS\r\n"), std::string::npos) << star;
+
+  // The requests themselves: a page on the origin reads the answers, errors included.
+  auto submitted = submit("x", {"Origin: " + app, "Authorization: Bearer key-a"});
+  ASSERT_EQ(submitted.status, 202) << submitted.body;
+  EXPECT_EQ(submitted.headers["access-control-allow-origin"], app);
+  EXPECT_EQ(submitted.headers["vary"], "Origin");
+  EXPECT_NE(submitted.headers["access-control-expose-headers"].find("Location"), std::string::npos);
+  const std::string id = str(parse(submitted), "id");
+  const std::string path = "/jobs/echo/" + id;
+  for (const auto& [method, target, key, status] :
+       std::vector<std::tuple<std::string, std::string, std::string, long>>{
+           {"GET", path, "key-a", 200},
+           {"HEAD", path + "/events", "key-a", 200},
+           {"GET", path, "wrong", 401},
+           {"GET", path + "/result", "key-a", 409},
+           {"GET", "/healthz", "", 200},
+           {"GET", "/nope", "", 404}}) {
+    auto r = http(method, url(target), {"Origin: http://localhost:3000", "X-API-Key: " + key});
+    EXPECT_EQ(r.status, status) << method << " " << target << ": " << r.body;
+    EXPECT_EQ(r.headers["access-control-allow-origin"], "http://localhost:3000")
+        << method << " " << target;
+  }
+  // Another origin's page, or a client that is no browser, is told nothing of CORS.
+  auto foreign = http("GET", url(path), {"Origin: https://evil.example.com", "X-API-Key: key-a"});
+  EXPECT_EQ(foreign.status, 200) << "CORS decides what a browser shows, not access";
+  EXPECT_FALSE(foreign.headers.contains("access-control-allow-origin"));
+  EXPECT_EQ(foreign.headers["vary"], "Origin");
+  auto direct = http("GET", url(path), {"X-API-Key: key-a"});
+  EXPECT_FALSE(direct.headers.contains("access-control-allow-origin"));
+  EXPECT_FALSE(direct.headers.contains("vary"));
+
+  // By default no origin is listed: preflights are refused, answers name no origin.
+  start_gateway();
+  auto refused =
+      http("OPTIONS", url("/jobs/echo"), {"Origin: " + app, "Access-Control-Request-Method: POST"});
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  auto unnamed = http("GET", url("/healthz"), {"Origin: " + app});
+  EXPECT_EQ(unnamed.status, 200);
+  EXPECT_FALSE(unnamed.headers.contains("access-control-allow-origin"));
+}
+
 // RFC 9112 §3.2: an HTTP/1.1 request names its Host once; one without (or with two) is 400 and
 // the connection closed. HTTP/1.0 predates Host.
 TEST_F(GatewayTest, AnHttp11RequestNamesItsHostOnce) {

@@ -350,9 +350,12 @@ TEST_F(GatewayTest, AWrongMethodIsToldTheRoutesMethods) {
   start_gateway();
   const std::string job = "/jobs/echo/11111111-1111-4111-8111-111111111111";
   const std::tuple<std::string, std::string, std::string> cases[] = {
-      {"PUT", "/jobs/echo", "GET, HEAD, POST"}, {"DELETE", "/jobs", "GET, HEAD"},
-      {"PATCH", job, "GET, HEAD, DELETE"},      {"DELETE", job + "/result", "GET, HEAD"},
-      {"POST", job + "/events", "GET, HEAD"},   {"POST", "/healthz", "GET, HEAD"},
+      {"PUT", "/jobs/echo", "GET, HEAD, POST, OPTIONS"},
+      {"DELETE", "/jobs", "GET, HEAD, OPTIONS"},
+      {"PATCH", job, "GET, HEAD, DELETE, OPTIONS"},
+      {"DELETE", job + "/result", "GET, HEAD, OPTIONS"},
+      {"POST", job + "/events", "GET, HEAD, OPTIONS"},
+      {"POST", "/healthz", "GET, HEAD, OPTIONS"},
   };
   for (const auto& [method, path, allow] : cases) {
     auto r = http(method, url(path));
