@@ -7,6 +7,7 @@
 #include "http/destination.hpp"
 #include "http/pull_source.hpp"
 #include "storage/input_url.hpp"
+#include "storage/resume.hpp"
 
 namespace relay::storage {
 namespace {
@@ -127,21 +128,16 @@ class ResumingHttpsSource final : public ByteSource {
   }
 
   size_t read(std::span<char> buf) override {
-    for (int failures = 0;;) {
-      try {
-        if (!source_) reopen();
-        const size_t n = source_->read(buf);
-        done_ += n;
-        return n;
-      } catch (const StorageError& e) {
-        if (e.kind() != ErrorKind::unavailable || !length_ || validator_.empty() ||
-            ++failures >= kAttempts)
-          throw;
+    return resume_after_failures(
+        [&] {
+          if (!source_) reopen();
+          const size_t n = source_->read(buf);
+          done_ += n;
+          return n;
+        },
+        kAttempts, backoff_, stop_, [&] { return length_ && !validator_.empty(); },
         // (No log line: this module has no logger; the attempt's outcome says what happened.)
-        source_.reset();
-        if (!sleep_unless_stopped(backoff_.next(), stop_)) throw Aborted();
-      }
-    }
+        [&](const StorageError&) { source_.reset(); });
   }
   std::optional<std::uint64_t> size() const override { return length_; }
 

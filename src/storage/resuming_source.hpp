@@ -11,10 +11,8 @@
 #include <stop_token>
 #include <string>
 
-#include "common/backoff.hpp"
-#include "common/errors.hpp"
 #include "common/log.hpp"
-#include "storage/storage.hpp"
+#include "storage/resume.hpp"
 
 namespace relay::storage {
 
@@ -55,18 +53,13 @@ class ResumingSource final : public ByteSource {
   // where the last one stopped, which needs the size (file storage and S3 give it).
   template <class F>
   size_t retrying(F&& f) {
-    for (int failures = 0;;) {
-      try {
-        return f();
-      } catch (const StorageError& e) {
-        if (e.kind() != ErrorKind::unavailable || (opened_ && !length_) || ++failures >= kAttempts)
-          throw;
-        log::warn("storage read failed; resuming",
-                  {{"key", key_}, {"at_byte", first_ + done_}, {"error", e.what()}});
-        source_.reset();
-        if (!sleep_unless_stopped(backoff_.next(), stop_)) throw Aborted();
-      }
-    }
+    return resume_after_failures(
+        f, kAttempts, backoff_, stop_, [&] { return !opened_ || length_.has_value(); },
+        [&](const StorageError& e) {
+          log::warn("storage read failed; resuming",
+                    {{"key", key_}, {"at_byte", first_ + done_}, {"error", e.what()}});
+          source_.reset();
+        });
   }
 
   Storage& storage_;
