@@ -1177,6 +1177,13 @@ TEST_F(GatewayTest, BrowsersOnTheListedOriginsMayCallTheApi) {
       raw_request("OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_TRUE(star.starts_with("HTTP/1.1 204")) << star;
   EXPECT_NE(star.find("Allow: GET, HEAD, POST, DELETE, OPTIONS\r\n"), std::string::npos) << star;
+  // A 204 has no body and says no length: the next answer on the connection follows at once.
+  const std::string two = raw_request(
+      "OPTIONS /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(two.starts_with("HTTP/1.1 204")) << two;
+  EXPECT_EQ(two.find("Content-Length: 0"), std::string::npos) << two;
+  EXPECT_NE(two.find("\r\n\r\nHTTP/1.1 200 OK\r\n"), std::string::npos) << two;
 
   // The requests themselves: a page on the origin reads the answers, errors included.
   auto submitted = submit("x", {"Origin: " + app, "Authorization: Bearer key-a"});
