@@ -127,7 +127,8 @@ std::optional<std::string> Api::tenant_of(const Request& req) const {
   return it->second;
 }
 
-std::optional<Response> Api::answer_at_once(const Request& req) {
+std::optional<Response> Api::answer_at_once(const Request& req) const {
+  if (req.method == "OPTIONS" && !req.has_body) return options(req);
   if (req.method != "GET" || req.has_body) return std::nullopt;
   const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
   Response r;
@@ -192,11 +193,20 @@ Response Api::failure(std::exception_ptr e, std::string_view target) {
   }
 }
 
-Response Api::options(const Request& req, const char* methods) const {
+Response Api::options(const Request& req) const {
+  const char* methods = kAllMethods;
+  if (req.target != "*") {
+    auto target = boost::urls::parse_origin_form(req.target);
+    if (!target) return error_response(400, "bad_request", "malformed request target");
+    std::vector<std::string> seg;
+    for (auto s : target->segments()) seg.push_back(std::string(s));
+    methods = methods_of(seg);
+  }
   if (!methods) return error_response(404, "not_found", "no such route");
   Response r;
   r.status = 204;
   r.content_type.clear();
+  r.route = "OPTIONS";
   r.headers.emplace_back("Allow", methods);
   // A preflight (WHATWG Fetch §3.2.2): a browser asking whether a page on `origin` may send
   // the request it holds.
@@ -224,15 +234,11 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
     return r;
   };
   const std::string& m = req.method;
-  if (m == "OPTIONS" && req.target == "*") {
-    Response r = options(req, kAllMethods);
-    return with_route(std::move(r), "OPTIONS");
-  }
+  if (m == "OPTIONS") return options(req);  // (with a body; see answer_at_once)
   auto target = boost::urls::parse_origin_form(req.target);
   if (!target) return error_response(400, "bad_request", "malformed request target");
   std::vector<std::string> seg;
   for (auto s : target->segments()) seg.push_back(std::string(s));
-  if (m == "OPTIONS") return with_route(options(req, methods_of(seg)), "OPTIONS");
 
   if (seg.size() == 1 &&
       (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "metrics" ||

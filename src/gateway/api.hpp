@@ -111,9 +111,10 @@ class Api {
   // Blocking. `again` is true for a request the server asks about again after waiting: a
   // long-poll whose wait ended (answer whatever the state), an event stream's job that changed.
   Response handle(const Request& req, bool again = false);
-  // The answers that need neither Redis nor storage (liveness, the API document), given at once
-  // on the I/O thread: they never queue behind uploads on the blocking pool. nullopt otherwise.
-  static std::optional<Response> answer_at_once(const Request& req);
+  // The answers that need neither Redis nor storage (liveness, the API document, OPTIONS), given
+  // at once on the I/O thread: they never queue behind uploads on the blocking pool. nullopt
+  // otherwise.
+  std::optional<Response> answer_at_once(const Request& req) const;
   // Adds what a browser needs to let a page on another origin read the answer (CORS, for the
   // origins in server.cors_origins): called on every answer but a preflight's and the
   // operator's (the dashboard is served from the gateway's own origin).
@@ -152,8 +153,9 @@ class Api {
   std::optional<std::string> admin_role(const Request& req) const;  // "admin", "read"
   Response ready();
   Response metrics_text();
-  // OPTIONS: the route's methods (nullptr: no such route), and a browser's preflight answered.
-  Response options(const Request& req, const char* methods) const;
+  // OPTIONS: the route's methods, by its path alone (`*`: the server's), and a browser's
+  // preflight answered.
+  Response options(const Request& req) const;
   std::optional<std::string> tenant_of(const Request& req) const;
 
   const Config& cfg_;

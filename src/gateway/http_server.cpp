@@ -551,7 +551,7 @@ struct HttpServer::Impl {
         r.body_complete = body.done();
         // (No co_await inside ?: — GCC 12 miscompiles it.)
         std::optional<redis::Batcher::Outcome> sent;  // of the answer's commit, when it had one
-        if (auto at_once = Api::answer_at_once(r)) {
+        if (auto at_once = api.answer_at_once(r)) {
           resp = std::move(*at_once);
         } else {
           Handled h = co_await handle_and_commit(pool, [&] { return api.handle(r); });
