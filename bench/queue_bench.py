@@ -31,7 +31,7 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
   input in Redis, in the job; Relay in storage, Redis holding its key.
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|oneshot|sizes] [--relays=1]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -49,7 +49,8 @@ from ports import free_port, wait_port  # noqa: E402
 
 BIN = sys.argv[1]
 JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")), "20000"))
-# --only=relay or --only=bullmq: one side's throughput run (for profiling).
+# --only=relay or --only=bullmq: one side's throughput run (for profiling); --only=delay: the
+# 20 ms case alone, both sides and the model's pace.
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
 # --input-bytes=N: the main runs' input size (the by-size runs have their own, SIZES).
 INPUT_BYTES = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--input-bytes=")),
@@ -564,8 +565,15 @@ def main():
         redis_cli(port, "CONFIG", "RESETSTAT")
 
     try:
+        if ONLY == "delay":
+            # The 20 ms case alone, both sides, and the model's own pace.
+            fresh()
+            results["delay"]["bullmq"] = bullmq_side(port, redis.pid, work, DELAY_JOBS, 20, 4)
+            fresh()
+            results["delay"]["relay"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
+            results["model_pace_ms"] = model_pace(20)
         for side in ("bullmq", "bullmq_model", "bullmq_work", "relay"):
-            if ONLY in ("oneshot", "sizes"):
+            if ONLY in ("oneshot", "sizes", "delay"):
                 break
             if ONLY and ONLY != side:
                 continue
@@ -637,6 +645,20 @@ def main():
     if ONLY == "sizes":
         by_size()
         return
+    def delay_table():
+        d = results["delay"]
+        out(f"\n{DELAY_JOBS} jobs of 20 ms \"inference\", 4 workers (ideal: 4 / 20 ms = 200 "
+            "jobs/s)\n")
+        out("| | jobs/s | of ideal | CPU-µs/job, system |")
+        out("|---|---|---|---|")
+        for side, r in d.items():
+            out(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
+                f"{r['jobs_per_s'] / 200:.1%} | {r['cpu_us_per_job']:.0f} |")
+        pace = results["model_pace_ms"]
+        out(f"\nThe no-op model alone takes {pace:.2f} ms per \"20 ms\" request here (its timer "
+            f"fires late): 4 workers can do at most {4000 / pace:.1f} jobs/s with it; Relay did "
+            f"{d['relay']['jobs_per_s'] / (4000 / pace):.1%} of that.")
+
     if ONLY == "oneshot":
         o = results["oneshot"]
         out(f"Relay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
@@ -645,6 +667,9 @@ def main():
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
              "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
              "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
+    if ONLY == "delay":
+        delay_table()
+        return
     out(f"\n{JOBS} jobs, {INPUT_NAME} inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
     out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
           "| Redis reads/job | load generator CPU-µs/job |")
@@ -669,16 +694,7 @@ def main():
     out(f"Relay / BullMQ doing Relay's work: throughput "
         f"{t['relay']['jobs_per_s'] / t['bullmq_work']['jobs_per_s']:.2f}x, CPU per job "
         f"{t['relay']['cpu_us_per_job'] / t['bullmq_work']['cpu_us_per_job']:.2f}x (for information)")
-    out(f"\n{DELAY_JOBS} jobs of 20 ms \"inference\", 4 workers (ideal: 4 / 20 ms = 200 jobs/s)\n")
-    out("| | jobs/s | of ideal | CPU-µs/job, system |")
-    out("|---|---|---|---|")
-    for side, r in d.items():
-        out(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
-              f"{r['jobs_per_s'] / 200:.1%} | {r['cpu_us_per_job']:.0f} |")
-    pace = results["model_pace_ms"]
-    out(f"\nThe no-op model alone takes {pace:.2f} ms per \"20 ms\" request here (its timer fires "
-        f"late): 4 workers can do at most {4000 / pace:.1f} jobs/s with it; Relay did "
-        f"{d['relay']['jobs_per_s'] / (4000 / pace):.1%} of that.")
+    delay_table()
     out(f"\nSubmit-to-completion latency at {LATENCY_RATE} jobs/s, {LATENCY_JOBS} jobs (client "
           f"observed: BullMQ by QueueEvents, Relay by long-poll)\n")
     out("| | p50 ms | p99 ms |")
