@@ -10,14 +10,16 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import net from "node:net";
 import http from "node:http";
 import puppeteer from "puppeteer-core";
 
 const RELAYCTL = process.env.RELAYCTL;
+const REPO = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SHOTS = process.env.RELAY_SCREENSHOTS_DIR || "";
 const ADMIN = "dashboard-admin-key", VIEWER = "dashboard-viewer-key";
@@ -74,7 +76,14 @@ async function shot(page, name) {
 before(async () => {
   assert.ok(RELAYCTL, "set RELAYCTL to the relayctl binary");
   dataDir = mkdtempSync(join(tmpdir(), "relay-dashboard-"));
+  // The app's page, and the JavaScript client (clients/js) served as the app would serve it.
+  const clientModule = readFileSync(join(REPO, "clients", "js", "relay-client.mjs"));
   appServer = http.createServer((req, res) => {
+    if (req.url === "/relay-client.mjs") {
+      res.writeHead(200, { "Content-Type": "text/javascript" });
+      res.end(clientModule);
+      return;
+    }
     res.writeHead(200, { "Content-Type": "text/html" });
     res.end("<!doctype html><title>app</title>");
   });
@@ -239,4 +248,34 @@ test("a web app on a listed origin calls the API from the browser; another origi
   assert.match(stranger.error || "", /TypeError|Failed to fetch/, JSON.stringify(stranger));
   // Its preflight was refused: the submission was never sent.
   assert.equal(Number(redis("LLEN", "relay:echo:pending")), pending);
+});
+
+test("the JavaScript client works in a page on a listed origin", async () => {
+  const page = await browser.newPage();
+  try {
+    await page.goto(appOrigin + "/", { waitUntil: "load" });
+    const got = await page.evaluate(async (base) => {
+      const { Client, JobCancelled } = await import("/relay-client.mjs");
+      const relay = new Client(base, { apiKey: "a-browser-user" });
+      const job = await relay.submit("echo", new Blob(["in the browser"]), { filename: "page.txt",
+                                                                          params: { n: 1 } });
+      const names = [];
+      for await (const e of job.events()) names.push(e.name);
+      const answer = await job.result();
+      const listed = [];
+      for await (const j of relay.jobs({ serviceType: "echo", limit: 5 })) listed.push(j.id);
+      let refused = "";
+      try {
+        await relay.job("echo", job.id).cancel();
+      } catch (e) {
+        refused = e.code;
+      }
+      return { status: job.status, last: names.at(-1), file: answer.parts.find((p) => p.name === "file").filename,
+               listed: listed.includes(job.id), refused, typed: typeof JobCancelled };
+    }, base);
+    assert.deepEqual(got, { status: "completed", last: "completed", file: "page.txt", listed: true,
+                            refused: "job_finished", typed: "function" });
+  } finally {
+    await page.close();
+  }
 });

@@ -1,0 +1,228 @@
+// The JavaScript client against a real stack it starts: redis-server, the gateway (auth on),
+// relays and the no-op model — the project's binaries from $RELAY_BIN_DIR (default build/bin).
+// Run: node --test clients/js/test/
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdtempSync, rmSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import net from "node:net";
+import {
+  Client, RelayError, JobFailed, JobCancelled, WaitTimeout, SseParser,
+} from "../relay-client.mjs";
+
+const REPO = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const BIN = process.env.RELAY_BIN_DIR || join(REPO, "build", "bin");
+const KEY = "js-client-key", OTHER = "js-other-tenant";
+const sha = (s) => createHash("sha256").update(s).digest("hex");
+const procs = [];
+let root, url;
+
+async function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
+  });
+}
+async function listening(port, what) {
+  const deadline = Date.now() + 20000;
+  for (;;) {
+    const ok = await new Promise((resolve) => {
+      const s = net.connect(port, "127.0.0.1", () => { s.destroy(); resolve(true); });
+      s.on("error", () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(what + " did not listen on " + port);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+function start(argv, env) {
+  const p = spawn(argv[0], argv.slice(1), { env: { ...process.env, ...env }, stdio: "ignore" });
+  procs.push(p);
+  return p;
+}
+
+before(async () => {
+  assert.ok(existsSync(join(BIN, "relay-gateway")), `no relay-gateway in ${BIN}: build first, or set RELAY_BIN_DIR`);
+  root = mkdtempSync(join(tmpdir(), "relay-js-"));
+  const redisPort = await freePort();
+  start(["redis-server", "--port", String(redisPort), "--save", "", "--appendonly", "no", "--dir", root], {});
+  await listening(redisPort, "redis-server");
+  const common = { RELAY_REDIS_URL: `redis://127.0.0.1:${redisPort}`, RELAY_STORAGE_URL: `file://${root}/storage` };
+  // echo: the no-op model at once; slow: 1.5 s with three progress reports; broken: HTTP 500.
+  for (const [model, extra] of [["m1", []], ["m2", ["--delay-ms", "1500", "--progress-steps", "3"]],
+                                ["m3", ["--status", "500"]]]) {
+    const port = await freePort();
+    start([join(BIN, "relay-inference-noop"), "--listen", `127.0.0.1:${port}`, ...extra], {});
+    await listening(port, "relay-inference-noop");
+    for (let i = 0; i < 2; i++)
+      start([join(BIN, "relay"), "--max-jobs", "0"], {
+        ...common, RELAY_MODEL: model, RELAY_INFERENCE_URL: `http://127.0.0.1:${port}`,
+        RELAY_INFERENCE_ROUTES: "default=/predict,transcribe=/transcribe",
+        RELAY_QUEUE_POP_TIMEOUT: "1h", RELAY_RELAY_PROGRESS_INTERVAL: "50ms", RELAY_RELAY_HEALTH_INTERVAL: "50ms",
+      });
+  }
+  const gwPort = await freePort();
+  start([join(BIN, "relay-gateway")], {
+    ...common, RELAY_SERVER_LISTEN: `127.0.0.1:${gwPort}`, RELAY_SERVICE_TYPES: "echo=m1,slow=m2,broken=m3",
+    RELAY_AUTH_ENABLED: "true", RELAY_AUTH_API_KEYS: `${sha(KEY)}=js,${sha(OTHER)}=other`,
+  });
+  await listening(gwPort, "relay-gateway");
+  url = `http://127.0.0.1:${gwPort}`;
+});
+
+after(async () => {
+  for (const p of procs.reverse()) p.kill("SIGTERM");
+  await Promise.all(procs.map((p) => (p.exitCode !== null ? null : new Promise((r) => p.once("exit", r)))));
+  if (root) rmSync(root, { recursive: true, force: true });
+});
+
+const client = () => new Client(url, { apiKey: KEY });
+const filePart = (answer) => answer.parts.find((p) => p.name === "file");
+const hex = (bytes) => createHash("sha256").update(bytes).digest("hex");
+
+test("submit bytes, wait, and read the result", async () => {
+  const data = new Uint8Array(1 << 20).map((_, i) => i % 251);
+  const job = await client().submit("echo", data, {
+    filename: "clip.bin", operation: "transcribe", params: { lang: "en", n: 0.1 },
+  });
+  assert.equal(job.status, "pending");
+  assert.equal(job.serviceType, "echo");
+  assert.equal(await job.wait(30), job);
+  assert.equal(job.status, "completed");
+  const answer = await job.result();
+  assert.equal(answer.path, "/transcribe");
+  assert.equal(filePart(answer).sha256, hex(data));
+  assert.equal(filePart(answer).filename, "clip.bin");
+  const fields = Object.fromEntries(answer.parts.map((p) => [p.name, p.value]));
+  assert.equal(fields.lang, "en");
+  assert.equal(fields.n, "0.1");
+  // A Blob and a string; run() is submit then wait.
+  const ran = await client().run("echo", "hello", { filename: "a.txt", contentType: "text/plain" });
+  assert.equal(filePart(await ran.result()).sha256, hex("hello"));
+  const blob = await client().run("echo", new Blob(["blob"], { type: "text/plain" }), { filename: "b.txt" });
+  assert.equal(filePart(await blob.result()).filename, "b.txt");
+});
+
+test("errors are typed, with the API's codes", async () => {
+  await assert.rejects(new Client(url, { apiKey: "wrong" }).submit("echo", "x"),
+    (e) => e instanceof RelayError && e.status === 401 && e.code === "unauthorized");
+  await assert.rejects(client().submit("nope", "x"), (e) => e.status === 404 && e.code === "unknown_service_type");
+  await assert.rejects(client().submit("echo", "x", { ttl: "soon" }), (e) => e.status === 400);
+  await assert.rejects(client().job("echo", "11111111-1111-4111-8111-111111111111").refresh(),
+    (e) => e.status === 404 && e.code === "job_not_found");
+  // Another tenant's job is not found.
+  const mine = await client().submit("echo", "mine");
+  await assert.rejects(new Client(url, { apiKey: OTHER }).job("echo", mine.id).refresh(), (e) => e.status === 404);
+  // Nobody there.
+  await assert.rejects(new Client("http://127.0.0.1:9", { apiKey: KEY, retries: 0 }).submit("echo", "x"),
+    (e) => e instanceof RelayError && e.status === 0 && e.code === "unreachable");
+  await assert.rejects(client().submit("echo", null), TypeError);
+});
+
+test("a wait that times out, a cancel, and a cancelled job", async () => {
+  const job = await client().submit("slow", "x");
+  await assert.rejects(job.wait(0.2), WaitTimeout);
+  await job.cancel();
+  assert.ok(["cancelled", "processing", "pending"].includes(job.status), job.status);
+  await assert.rejects(job.wait(30), JobCancelled);
+  await assert.rejects(job.cancel(), (e) => e.status === 409);
+});
+
+test("a failed job rejects its wait with JobFailed", async () => {
+  const job = await client().submit("broken", "x");
+  await assert.rejects(job.wait(30), (e) => e instanceof JobFailed && e.code !== "" &&
+    e.job.status === "failed" && e.job.id === job.id);
+  await assert.rejects(job.result(), (e) => e.status === 409 && e.code === "no_result");
+});
+
+test("listings follow their pages", async () => {
+  const c = client();
+  const ids = [];
+  for (let i = 0; i < 5; i++) ids.push((await c.submit("echo", "page", { idempotencyKey: `js-list-${i}` })).id);
+  const listed = [];
+  for await (const j of c.jobs({ serviceType: "echo", pageSize: 2, limit: 200 })) listed.push(j.id);
+  assert.ok(listed.indexOf(ids[4]) < listed.indexOf(ids[0]), "newest first");
+  for (const id of ids) assert.ok(listed.includes(id));
+  assert.equal(new Set(listed).size, listed.length, "each job once");
+  const byKey = [];
+  for await (const j of c.jobs({ idempotencyKey: "js-list-3" })) byKey.push(j.id);
+  assert.deepEqual(byKey, [ids[3]]);
+  let n = 0;
+  for await (const _ of c.jobs({ serviceType: "echo", limit: 3 })) n++;
+  assert.equal(n, 3);
+});
+
+test("a submission whose answer was lost is sent again and makes one job", async () => {
+  let calls = 0;
+  const losing = async (input, init) => {
+    const r = await fetch(input, init);
+    if (++calls === 1) {
+      await r.arrayBuffer();
+      throw new TypeError("fetch failed: the answer was lost");
+    }
+    return r;
+  };
+  const job = await new Client(url, { apiKey: KEY, fetch: losing }).submit("echo", "exactly once", { filename: "once-js.txt" });
+  assert.equal(calls, 2);
+  const named = [];
+  for await (const j of client().jobs({ serviceType: "echo", limit: 100 }))
+    if (j.data.input.filename === "once-js.txt") named.push(j.id);
+  assert.deepEqual(named, [job.id]);
+});
+
+test("live events until the end, resumed after a cut", async () => {
+  const job = await client().submit("slow", "x");
+  const names = [];
+  for await (const e of job.events()) names.push(e.name);
+  assert.ok(["pending", "processing", "progress"].includes(names[0]), names.join());
+  assert.equal(names.at(-1), "completed");
+  assert.ok(names.includes("progress"), names.join());
+  assert.equal(job.status, "completed");
+  assert.ok(job.data.progress.fraction > 0);
+
+  // The first stream is cut after its first event: the client resumes with Last-Event-ID.
+  const cut = await client().submit("slow", "y");
+  let streams = 0;
+  const lastIds = [];
+  const cutting = async (input, init) => {
+    const r = await fetch(input, init);
+    if (!String(input).endsWith("/events")) return r;
+    lastIds.push(init.headers["Last-Event-ID"] || "");
+    if (++streams > 1) return r;
+    // Its bytes up to the end of the first whole event, then the connection "drops".
+    const reader = r.body.getReader();
+    const chunks = [];
+    let text = "";
+    while (!text.includes("\n\n")) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      text += new TextDecoder().decode(value);
+    }
+    reader.cancel().catch(() => {});
+    const body = new ReadableStream({
+      pull(controller) {  // (an error in start() would discard what was enqueued)
+        if (chunks.length) controller.enqueue(chunks.shift());
+        else controller.error(new TypeError("terminated"));
+      },
+    });
+    return new Response(body, { status: r.status, headers: r.headers });
+  };
+  const seen = [];
+  for await (const e of new Client(url, { apiKey: KEY, fetch: cutting }).job("slow", cut.id).events()) seen.push(e);
+  assert.ok(streams >= 2, "the stream was opened again");
+  assert.equal(lastIds[0], "");
+  assert.notEqual(lastIds[1], "", "resumed from the last event seen");
+  assert.equal(seen.at(-1).name, "completed");
+});
+
+test("the SSE parser takes lines split anywhere", () => {
+  const p = new SseParser();
+  const text = 'id: 1\nevent: processing\ndata: {"id":"a","status":"processing"}\n\n: keep-alive\n\nid: 2\r\nevent: completed\r\ndata: {"id":"a","status":"completed"}\r\n\r\n';
+  const events = [];
+  for (let i = 0; i < text.length; i += 3) events.push(...p.feed(text.slice(i, i + 3)));
+  assert.deepEqual(events.map((e) => [e.id, e.name, e.job.status]), [["1", "processing", "processing"], ["2", "completed", "completed"]]);
+});
