@@ -226,3 +226,44 @@ test("the SSE parser takes lines split anywhere", () => {
   for (let i = 0; i < text.length; i += 3) events.push(...p.feed(text.slice(i, i + 3)));
   assert.deepEqual(events.map((e) => [e.id, e.name, e.job.status]), [["1", "processing", "processing"], ["2", "completed", "completed"]]);
 });
+
+test("the client uses only what the gateway's /openapi.json documents", async () => {
+  const doc = await (await fetch(url + "/openapi.json")).json();
+  const used = [];
+  const recording = (input, init) => {
+    const u = new URL(String(input));
+    used.push({ method: init.method.toLowerCase(), path: u.pathname, query: [...u.searchParams.keys()],
+                fields: init.body instanceof FormData ? [...init.body.keys()] : [] });
+    return fetch(input, init);
+  };
+  const c = new Client(url, { apiKey: KEY, fetch: recording, retries: 0 });
+  const job = await c.submit("echo", "documented", {
+    filename: "d.txt", operation: "transcribe", params: { a: 1 }, ttl: "1m", timeout: 30, maxAttempts: 2,
+  });
+  await c.submit("echo", null, { inputUrl: "https://example.com/in.wav", ttl: 60 }).catch(() => {});
+  await job.wait(30);
+  await job.result();
+  for await (const _ of job.events()) { /* to its end */ }
+  await job.cancel().catch(() => {});
+  for await (const _ of c.jobs({ serviceType: "echo", status: ["completed", "failed"], since: "2020-01-01T00:00:00Z",
+                                 until: "2100-01-01T00:00:00Z", idempotencyKey: "none", limit: 1 })) { /* one */ }
+  for await (const _ of c.jobs({ limit: 3, pageSize: 1 })) { /* pages, with their cursor */ }
+
+  const param = (p) => (p.$ref ? doc.components.parameters[p.$ref.split("/").at(-1)] : p).name;
+  const templates = Object.keys(doc.paths).map((t) => ({
+    t, re: new RegExp("^" + t.replace(/\{[^}]+\}/g, "[^/]+") + "$") }));
+  assert.ok(used.length >= 8, JSON.stringify(used));
+  for (const u of used) {
+    const match = templates.find((x) => x.re.test(u.path));
+    assert.ok(match, `${u.method} ${u.path} is no documented path`);
+    const op = doc.paths[match.t][u.method];
+    assert.ok(op, `${u.method} ${match.t} is not documented`);
+    const names = new Set([...(op.parameters || []), ...(doc.paths[match.t].parameters || [])].map(param));
+    const form = op.requestBody?.content?.["multipart/form-data"]?.schema?.properties || {};
+    for (const q of u.query) assert.ok(names.has(q), `query parameter ${q} of ${u.method} ${match.t}`);
+    for (const f of u.fields) assert.ok(f in form, `form field ${f} of ${u.method} ${match.t}`);
+  }
+  const job_fields = doc.components.schemas.Job.properties;
+  for (const f of ["id", "service_type", "status", "error", "progress", "input"])
+    assert.ok(f in job_fields, `job field ${f}`);
+});
