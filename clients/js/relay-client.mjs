@@ -264,6 +264,58 @@ export class Job {
     return type === "application/json" ? r.json() : new Uint8Array(await r.arrayBuffer());
   }
 
+  /**
+   * Node: streams the completed job's result into the file at `path`, never whole in memory,
+   * and resolves with its size. A download cut midway resumes where it stopped (Range, with
+   * If-Range on the result's ETag so two versions never mix; `reconnect` cuts in a row without
+   * progress at most); the file appears at `path` only once whole (`<path>.part` until then).
+   */
+  async download(path, { reconnect = 5 } = {}) {
+    const fs = await import("node:fs/promises");
+    const part = path + ".part";
+    const file = await fs.open(part, "w");
+    let got = 0, total = null, etag = null, tries = 0;
+    try {
+      for (;;) {
+        const headers = got && etag ? { Range: `bytes=${got}-`, "If-Range": etag } : {};
+        try {
+          const r = await this.client.request("GET", this.path + "/result", { headers });
+          etag = r.headers.get("etag");
+          if (r.status === 206) {
+            const m = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(r.headers.get("content-range") || "");
+            if (!m || Number(m[1]) !== got)
+              throw new RelayError(206, "bad_range", "the gateway answered another range: " +
+                                   r.headers.get("content-range"));
+            total = Number(m[3]);
+          } else {
+            // The whole result (first, or the result is not the one resumed): from the start.
+            const length = r.headers.get("content-length");
+            total = length == null ? null : Number(length);
+            got = 0;
+            await file.truncate(0);
+          }
+          for await (const chunk of r.body) {
+            await file.write(chunk, 0, chunk.length, got);
+            got += chunk.length;
+            if (chunk.length) tries = 0;  // the cuts counted are those in a row without progress
+          }
+          if (total == null || got >= total) break;
+        } catch (e) {
+          if (!(e instanceof RelayError && e.status === 0) && !(e instanceof TypeError)) throw e;
+        }
+        if (++tries > reconnect) throw new RelayError(0, "unreachable", "the result download kept dropping");
+        await sleep(Math.min(0.2 * 2 ** tries, 5));
+      }
+      await file.close();
+      await fs.rename(part, path);
+      return got;
+    } catch (e) {
+      await file.close().catch(() => {});
+      await fs.rm(part, { force: true });
+      throw e;
+    }
+  }
+
   /** Cancels the job: at once while pending, else the relay stops it (see `status`). */
   async cancel() {
     this.data = await (await this.client.request("DELETE", this.path)).json();

@@ -5,7 +5,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, rmSync, existsSync } from "node:fs";
+import { mkdtempSync, rmSync, existsSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -51,9 +51,10 @@ before(async () => {
   start(["redis-server", "--port", String(redisPort), "--save", "", "--appendonly", "no", "--dir", root], {});
   await listening(redisPort, "redis-server");
   const common = { RELAY_REDIS_URL: `redis://127.0.0.1:${redisPort}`, RELAY_STORAGE_URL: `file://${root}/storage` };
-  // echo: the no-op model at once; slow: 1.5 s with three progress reports; broken: HTTP 500.
+  // echo: the no-op model at once; slow: 1.5 s with three progress reports; broken: HTTP 500;
+  // big: a 400 kB answer.
   for (const [model, extra] of [["m1", []], ["m2", ["--delay-ms", "1500", "--progress-steps", "3"]],
-                                ["m3", ["--status", "500"]]]) {
+                                ["m3", ["--status", "500"]], ["m4", ["--result-bytes", "400000"]]]) {
     const port = await freePort();
     start([join(BIN, "relay-inference-noop"), "--listen", `127.0.0.1:${port}`, ...extra], {});
     await listening(port, "relay-inference-noop");
@@ -66,7 +67,7 @@ before(async () => {
   }
   const gwPort = await freePort();
   start([join(BIN, "relay-gateway")], {
-    ...common, RELAY_SERVER_LISTEN: `127.0.0.1:${gwPort}`, RELAY_SERVICE_TYPES: "echo=m1,slow=m2,broken=m3",
+    ...common, RELAY_SERVER_LISTEN: `127.0.0.1:${gwPort}`, RELAY_SERVICE_TYPES: "echo=m1,slow=m2,broken=m3,big=m4",
     RELAY_AUTH_ENABLED: "true", RELAY_AUTH_API_KEYS: `${sha(KEY)}=js,${sha(OTHER)}=other`,
   });
   await listening(gwPort, "relay-gateway");
@@ -266,4 +267,69 @@ test("the client uses only what the gateway's /openapi.json documents", async ()
   const job_fields = doc.components.schemas.Job.properties;
   for (const f of ["id", "service_type", "status", "error", "progress", "input"])
     assert.ok(f in job_fields, `job field ${f}`);
+});
+
+// A fetch whose result downloads are cut after `after` bytes, the first `cuts` times; `whole`:
+// the Range asked for is dropped (the gateway then answers the whole result).
+function cuttingResults({ cuts, after, whole = false }) {
+  const seen = { requests: 0, ranges: [] };
+  const f = async (input, init) => {
+    if (!String(input).endsWith("/result")) return fetch(input, init);
+    seen.ranges.push(init.headers.Range || "");
+    if (whole) {
+      delete init.headers.Range;
+      delete init.headers["If-Range"];
+    }
+    const r = await fetch(input, init);
+    if (seen.requests++ >= cuts) return r;
+    const reader = r.body.getReader();
+    let sent = 0;
+    const body = new ReadableStream({
+      async pull(controller) {
+        const { value, done } = sent < after ? await reader.read() : { done: true };
+        if (done) {
+          reader.cancel().catch(() => {});
+          controller.error(new TypeError("terminated"));
+          return;
+        }
+        const keep = value.subarray(0, after - sent);
+        sent += keep.length;
+        controller.enqueue(keep);
+      },
+    });
+    return new Response(body, { status: r.status, headers: r.headers });
+  };
+  return { f, seen };
+}
+
+test("a result download resumes where a cut left it; the file appears only whole", async () => {
+  const job = await client().run("big", "x");
+  const whole = new Uint8Array(await (await fetch(url + job.path + "/result",
+    { headers: { Authorization: "Bearer " + KEY } })).arrayBuffer());
+  assert.ok(whole.length > 400000);
+  const path = join(root, "result.json");
+
+  const resumed = cuttingResults({ cuts: 2, after: 100000 });
+  const size = await new Client(url, { apiKey: KEY, fetch: resumed.f }).job("big", job.id).download(path);
+  assert.equal(size, whole.length);
+  assert.deepEqual(new Uint8Array(readFileSync(path)), whole);
+  assert.deepEqual(resumed.seen.ranges, ["", "bytes=100000-", "bytes=200000-"]);
+  assert.ok(!existsSync(path + ".part"));
+
+  // A whole answer to a resume (the result is not the one resumed) starts the file over.
+  const over = cuttingResults({ cuts: 1, after: 100000, whole: true });
+  const again = join(root, "again.json");
+  assert.equal(await new Client(url, { apiKey: KEY, fetch: over.f }).job("big", job.id).download(again), whole.length);
+  assert.deepEqual(new Uint8Array(readFileSync(again)), whole);
+
+  // A download that keeps dropping without progress fails and leaves nothing.
+  const dropping = cuttingResults({ cuts: 100, after: 0 });
+  const never = join(root, "never.json");
+  await assert.rejects(new Client(url, { apiKey: KEY, fetch: dropping.f }).job("big", job.id).download(never, { reconnect: 2 }),
+    (e) => e instanceof RelayError && e.status === 0);
+  assert.ok(!existsSync(never) && !existsSync(never + ".part"));
+  // Nothing to download: the API's error, and no file.
+  const pending = await client().submit("slow", "x");
+  await assert.rejects(pending.download(join(root, "none.json")), (e) => e.status === 409);
+  assert.ok(!existsSync(join(root, "none.json.part")));
 });
