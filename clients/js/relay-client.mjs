@@ -55,6 +55,14 @@ export class WaitTimeout extends JobError {
   }
 }
 
+/** A webhook whose signature or timestamp does not verify. */
+export class WebhookVerificationError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "WebhookVerificationError";
+  }
+}
+
 const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
 
 async function errorFrom(response) {
@@ -362,4 +370,52 @@ export class Job {
       await sleep(Math.min(0.2 * 2 ** tries, 5));
     }
   }
+}
+
+const base64Bytes = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+
+/**
+ * Verifies a webhook the gateway sent (Standard Webhooks: webhook-id, webhook-timestamp,
+ * webhook-signature "v1,<base64 HMAC-SHA256 of '<id>.<timestamp>.<body>'>", keyed with the bytes
+ * of the gateway's webhooks.secret, whsec_<base64>). `headers`: a Headers or a plain object (names
+ * in any case); `body`: the raw body as received (string or bytes) — not re-serialized JSON.
+ * Resolves with the webhook's JSON (the job, with "event"); rejects with
+ * WebhookVerificationError when no signature matches or the timestamp is further than
+ * `toleranceSeconds` from now (a replay). WebCrypto: Node 18+, browsers, edge runtimes.
+ */
+export async function verifyWebhook(secret, headers, body, { toleranceSeconds = 300 } = {}) {
+  const get = (name) => (typeof headers.get === "function" ? headers.get(name)
+    : Object.entries(headers).find(([k]) => k.toLowerCase() === name)?.[1]) ?? null;
+  const id = get("webhook-id"), timestamp = get("webhook-timestamp"), signatures = get("webhook-signature");
+  for (const [name, value] of [["webhook-id", id], ["webhook-timestamp", timestamp], ["webhook-signature", signatures]])
+    if (value == null) throw new WebhookVerificationError("missing header " + name);
+  if (!/^\d+$/.test(timestamp)) throw new WebhookVerificationError("webhook-timestamp is not a number");
+  if (Math.abs(Date.now() / 1000 - Number(timestamp)) > toleranceSeconds)
+    throw new WebhookVerificationError("webhook-timestamp is too far from now (a replay?)");
+  const raw = typeof body === "string" ? new TextEncoder().encode(body) : new Uint8Array(body);
+  const prefix = new TextEncoder().encode(`${id}.${timestamp}.`);
+  const signed = new Uint8Array(prefix.length + raw.length);
+  signed.set(prefix);
+  signed.set(raw, prefix.length);
+  let key;
+  try {
+    key = await globalThis.crypto.subtle.importKey("raw", base64Bytes(secret.replace(/^whsec_/, "")),
+                                                   { name: "HMAC", hash: "SHA-256" }, false, ["verify"]);
+  } catch {
+    throw new WebhookVerificationError("the secret is not whsec_<base64>");
+  }
+  for (const candidate of String(signatures).split(" ")) {
+    const [version, sig] = candidate.split(",", 2);
+    if (version !== "v1" || !sig) continue;
+    let given;
+    try {
+      given = base64Bytes(sig);
+    } catch {
+      continue;
+    }
+    // (verify compares in constant time)
+    if (await globalThis.crypto.subtle.verify("HMAC", key, given, signed))
+      return JSON.parse(new TextDecoder().decode(raw));
+  }
+  throw new WebhookVerificationError("no signature matches");
 }

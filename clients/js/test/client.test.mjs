@@ -11,12 +11,15 @@ import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import net from "node:net";
 import {
-  Client, RelayError, JobFailed, JobCancelled, WaitTimeout, SseParser,
+  Client, RelayError, JobFailed, JobCancelled, WaitTimeout, SseParser, verifyWebhook,
+  WebhookVerificationError,
 } from "../relay-client.mjs";
+import http from "node:http";
 
 const REPO = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const BIN = process.env.RELAY_BIN_DIR || join(REPO, "build", "bin");
 const KEY = "js-client-key", OTHER = "js-other-tenant";
+const WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const sha = (s) => createHash("sha256").update(s).digest("hex");
 const procs = [];
 let root, url;
@@ -69,6 +72,8 @@ before(async () => {
   start([join(BIN, "relay-gateway")], {
     ...common, RELAY_SERVER_LISTEN: `127.0.0.1:${gwPort}`, RELAY_SERVICE_TYPES: "echo=m1,slow=m2,broken=m3,big=m4",
     RELAY_AUTH_ENABLED: "true", RELAY_AUTH_API_KEYS: `${sha(KEY)}=js,${sha(OTHER)}=other`,
+    RELAY_WEBHOOKS_SECRET: WEBHOOK_SECRET, RELAY_WEBHOOKS_ALLOW_PRIVATE: "true",
+    RELAY_WEBHOOKS_INITIAL_BACKOFF: "100ms",
   });
   await listening(gwPort, "relay-gateway");
   url = `http://127.0.0.1:${gwPort}`;
@@ -332,4 +337,43 @@ test("a result download resumes where a cut left it; the file appears only whole
   const pending = await client().submit("slow", "x");
   await assert.rejects(pending.download(join(root, "none.json")), (e) => e.status === 409);
   assert.ok(!existsSync(join(root, "none.json.part")));
+});
+
+test("webhooks verify with the gateway's secret, and nothing else does", async () => {
+  const received = [];
+  const receiver = http.createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      received.push({ headers: req.headers, body: Buffer.concat(chunks) });
+      res.writeHead(200).end();
+    });
+  });
+  await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
+  try {
+    const hook = `http://127.0.0.1:${receiver.address().port}/hook`;
+    const job = await client().run("echo", "hook", { callbackUrl: hook, webhookEvents: ["started", "terminal"] });
+    const deadline = Date.now() + 30000;
+    while (!received.some((r) => JSON.parse(r.body).event === "completed")) {
+      assert.ok(Date.now() < deadline, "no terminal webhook");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    for (const r of received) {
+      const doc = await verifyWebhook(WEBHOOK_SECRET, r.headers, r.body);
+      assert.equal(doc.id, job.id);
+    }
+    const r = received[0];
+    assert.equal((await verifyWebhook(WEBHOOK_SECRET, new Headers(r.headers), r.body.toString())).id, job.id,
+      "a Headers and a string body too");
+    const fails = (secret, headers, body) =>
+      assert.rejects(verifyWebhook(secret, headers, body), WebhookVerificationError);
+    await fails(WEBHOOK_SECRET, r.headers, Buffer.concat([r.body, Buffer.from(" ")]));
+    await fails("whsec_" + "A".repeat(32), r.headers, r.body);
+    await fails(WEBHOOK_SECRET, { ...r.headers, "webhook-timestamp": "1000" }, r.body);
+    await fails(WEBHOOK_SECRET, { ...r.headers, "webhook-signature": "v1,AAAA" }, r.body);
+    const { "webhook-id": _, ...noId } = r.headers;
+    await fails(WEBHOOK_SECRET, noId, r.body);
+  } finally {
+    receiver.close();
+  }
 });
