@@ -180,8 +180,9 @@ export class Client {
       if (input == null) return { query: fields, headers, body: new Uint8Array(0) };
       const form = new FormData();
       for (const [k, v] of Object.entries(fields)) if (v != null) form.append(k, String(v));
-      const blob = input instanceof Blob ? input
-        : new Blob([input], { type: options.contentType || "application/octet-stream" });
+      // (A Blob or File keeps its own type unless contentType names another.)
+      const blob = input instanceof Blob && !options.contentType ? input
+        : new Blob([input], { type: options.contentType || input.type || "application/octet-stream" });
       form.append("file", blob, options.filename || input.name || "input");
       return { headers, body: form };
     };

@@ -110,6 +110,9 @@ test("submit bytes, wait, and read the result", async () => {
   assert.equal(filePart(await ran.result()).sha256, hex("hello"));
   const blob = await client().run("echo", new Blob(["blob"], { type: "text/plain" }), { filename: "b.txt" });
   assert.equal(filePart(await blob.result()).filename, "b.txt");
+  assert.equal(blob.data.input.content_type, "text/plain", "a Blob keeps its type");
+  const typed = await client().run("echo", new Blob(["{}"]), { filename: "c.json", contentType: "application/json" });
+  assert.equal(typed.data.input.content_type, "application/json");
 });
 
 test("errors are typed, with the API's codes", async () => {
