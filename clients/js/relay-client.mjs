@@ -77,9 +77,14 @@ async function errorFrom(response) {
   return new RelayError(response.status, code, message, Number.isFinite(after) && after > 0 ? after : null);
 }
 
-function randomKey() {
+// WebCrypto: a global in browsers and Node 19+; Node 18 has it as node:crypto's webcrypto.
+async function webCrypto() {
+  return globalThis.crypto?.subtle ? globalThis.crypto : (await import("node:crypto")).webcrypto;
+}
+
+async function randomKey() {
   const bytes = new Uint8Array(16);
-  globalThis.crypto.getRandomValues(bytes);
+  (await webCrypto()).getRandomValues(bytes);
   return "relay-js-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
@@ -174,7 +179,7 @@ export class Client {
       max_attempts: options.maxAttempts,
       input_url: options.inputUrl,
     };
-    const headers = { "Idempotency-Key": options.idempotencyKey || randomKey() };
+    const headers = { "Idempotency-Key": options.idempotencyKey || (await randomKey()) };
     if (options.priority) headers[this.priorityHeader] = "1";
     const build = () => {
       if (input == null) return { query: fields, headers, body: new Uint8Array(0) };
@@ -398,9 +403,10 @@ export async function verifyWebhook(secret, headers, body, { toleranceSeconds = 
   const signed = new Uint8Array(prefix.length + raw.length);
   signed.set(prefix);
   signed.set(raw, prefix.length);
+  const { subtle } = await webCrypto();
   let key;
   try {
-    key = await globalThis.crypto.subtle.importKey("raw", base64Bytes(secret.replace(/^whsec_/, "")),
+    key = await subtle.importKey("raw", base64Bytes(secret.replace(/^whsec_/, "")),
                                                    { name: "HMAC", hash: "SHA-256" }, false, ["verify"]);
   } catch {
     throw new WebhookVerificationError("the secret is not whsec_<base64>");
@@ -415,7 +421,7 @@ export async function verifyWebhook(secret, headers, body, { toleranceSeconds = 
       continue;
     }
     // (verify compares in constant time)
-    if (await globalThis.crypto.subtle.verify("HMAC", key, given, signed))
+    if (await subtle.verify("HMAC", key, given, signed))
       return JSON.parse(new TextDecoder().decode(raw));
   }
   throw new WebhookVerificationError("no signature matches");
