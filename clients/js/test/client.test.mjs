@@ -380,3 +380,17 @@ test("webhooks verify with the gateway's secret, and nothing else does", async (
     receiver.close();
   }
 });
+
+test("the TypeScript declarations name what the module exports, and its classes' methods", async () => {
+  const module = await import("../relay-client.mjs");
+  const dts = readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "relay-client.d.mts"), "utf8");
+  const declared = [...dts.matchAll(/^export (?:class|function) (\w+)/gm)].map((m) => m[1]).sort();
+  assert.deepEqual(declared, Object.keys(module).sort());
+  // Each method declared on Client and Job exists on the class.
+  for (const cls of ["Client", "Job"]) {
+    const body = dts.slice(dts.indexOf(`export class ${cls} {`));
+    const block = body.slice(0, body.indexOf("\n}\n"));
+    for (const [, name] of block.matchAll(/^  (\w+)\(/gm))
+      if (name !== "constructor") assert.equal(typeof module[cls].prototype[name], "function", `${cls}.${name}`);
+  }
+});
