@@ -69,14 +69,18 @@ Response method_not_allowed(const char* allow, const std::string& message) {
   return r;
 }
 
+// /healthz, /readyz, /metrics, /openapi.json: GET (and HEAD) only, without a key.
+bool is_probe(const std::vector<std::string>& seg) {
+  return seg.size() == 1 && (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "metrics" ||
+                             seg[0] == "openapi.json");
+}
+
 // The methods a route has (its Allow), by the shape of its path alone — an OPTIONS request,
 // a browser's preflight among them, comes without a key; nullptr: no such route. (The
 // operator's routes are not listed: the dashboard calls them from the gateway's own origin.)
 const char* methods_of(const std::vector<std::string>& seg) {
   constexpr const char* kRead = "GET, HEAD, OPTIONS";
-  if (seg.size() == 1 && (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "metrics" ||
-                          seg[0] == "openapi.json"))
-    return kRead;
+  if (is_probe(seg)) return kRead;
   if (seg.empty() || seg[0] != "jobs") return nullptr;
   switch (seg.size()) {
     case 1:
@@ -240,11 +244,7 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   std::vector<std::string> seg;
   for (auto s : target->segments()) seg.push_back(std::string(s));
 
-  if (seg.size() == 1 &&
-      (seg[0] == "healthz" || seg[0] == "readyz" || seg[0] == "metrics" ||
-       seg[0] == "openapi.json") &&
-      m != "GET")
-    return method_not_allowed(methods_of(seg), "use GET");
+  if (is_probe(seg) && m != "GET") return method_not_allowed(methods_of(seg), "use GET");
   if (seg.size() == 1 && m == "GET") {
     if (seg[0] == "healthz") {
       Response r;

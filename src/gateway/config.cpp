@@ -5,6 +5,7 @@
 
 #include <charconv>
 
+#include "common/text.hpp"
 #include "common/time.hpp"
 #include "gateway/cors.hpp"
 #include "gateway/webhook_signature.hpp"
@@ -65,14 +66,7 @@ config::Schema schema(Config& c) {
       },
       [&c](const std::string& text) {
         c.cors_origins.clear();
-        for (size_t start = 0; start <= text.size();) {
-          const size_t comma = std::min(text.find(',', start), text.size());
-          std::string item = text.substr(start, comma - start);
-          while (!item.empty() && item.front() == ' ') item.erase(0, 1);
-          while (!item.empty() && item.back() == ' ') item.pop_back();
-          if (!item.empty()) c.cors_origins.push_back(std::move(item));
-          start = comma + 1;
-        }
+        for (auto origin : comma_items(text)) c.cors_origins.emplace_back(origin);
       });
   s.integer("server.max_body_size", &c.max_body_size, 5LL << 30, 0, 1LL << 50,
             "Largest accepted input, bytes (413 beyond).");

@@ -4,15 +4,10 @@
 #include <cctype>
 
 #include "common/port.hpp"
+#include "common/text.hpp"
 
 namespace relay::gateway {
 namespace {
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // RFC 9110 §5.6.2: the characters of a token (a header name).
 bool is_tchar(char c) {
@@ -32,7 +27,7 @@ constexpr size_t kMaxRequestHeaders = 1024;
 }  // namespace
 
 std::optional<std::string> origin_problem(std::string_view origin) {
-  const std::string o = lower(origin);
+  const std::string o = ascii_lower(origin);
   std::string_view rest(o);
   if (rest.starts_with("https://"))
     rest.remove_prefix(8);
@@ -72,14 +67,14 @@ Cors::Cors(const std::vector<std::string>& origins) {
     if (o == "*")
       any_ = true;
     else
-      origins_.push_back(lower(o));
+      origins_.push_back(ascii_lower(o));
   }
 }
 
 std::optional<std::string> Cors::allowed(std::string_view origin) const {
   if (origin.empty()) return std::nullopt;
   if (any_) return std::string("*");
-  const std::string o = lower(origin);
+  const std::string o = ascii_lower(origin);
   if (std::find(origins_.begin(), origins_.end(), o) == origins_.end()) return std::nullopt;
   return std::string(origin);
 }
@@ -109,17 +104,11 @@ std::optional<HeaderList> Cors::for_preflight(std::string_view origin, std::stri
   // or request-id headers. Echoed only when each is a header name.
   std::string asked;
   bool fine = request_headers.size() <= kMaxRequestHeaders;
-  for (size_t start = 0; fine && start < request_headers.size();) {
-    const size_t comma = std::min(request_headers.find(',', start), request_headers.size());
-    std::string_view name = request_headers.substr(start, comma - start);
-    while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
-    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.remove_suffix(1);
-    if (!name.empty()) {
-      fine = std::all_of(name.begin(), name.end(), is_tchar);
-      asked += (asked.empty() ? "" : ", ") + lower(name);
+  if (fine)
+    for (auto name : comma_items(request_headers)) {
+      fine = fine && std::all_of(name.begin(), name.end(), is_tchar);
+      asked += (asked.empty() ? "" : ", ") + ascii_lower(name);
     }
-    start = comma + 1;
-  }
   if (fine && !asked.empty()) out.emplace_back("Access-Control-Allow-Headers", asked);
   out.emplace_back("Access-Control-Max-Age", std::string(kMaxAge));
   if (!any_)

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/text.hpp"
+
 namespace relay::gateway {
 
 struct TransferCodingRefusal {
@@ -22,11 +24,6 @@ struct TransferCodingRefusal {
 // `value`: the request's Transfer-Encoding field (Beast refuses a repeated one), empty when
 // absent. nullopt: acceptable (absent, or chunked alone, in any case, with optional spaces).
 inline std::optional<TransferCodingRefusal> refuse_transfer_coding(std::string_view value) {
-  auto trim = [](std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-  };
   auto is_chunked = [](std::string_view s) {
     constexpr std::string_view kChunked = "chunked";
     if (s.size() != kChunked.size()) return false;
@@ -34,11 +31,11 @@ inline std::optional<TransferCodingRefusal> refuse_transfer_coding(std::string_v
       if ((s[i] | 0x20) != kChunked[i]) return false;
     return true;
   };
-  value = trim(value);
+  value = trim_ows(value);
   if (value.empty()) return std::nullopt;
   const auto comma = value.rfind(',');
   const std::string_view last =
-      trim(comma == std::string_view::npos ? value : value.substr(comma + 1));
+      trim_ows(comma == std::string_view::npos ? value : value.substr(comma + 1));
   if (!is_chunked(last))
     return TransferCodingRefusal{400, "the body's length cannot be known: Transfer-Encoding \"" +
                                           std::string(value.substr(0, 100)) +
