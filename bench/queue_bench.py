@@ -21,7 +21,8 @@ Throughput: N jobs with 1 KiB inputs end to end.
   commands and reads (round trips) per job from INFO commandstats and total_reads_processed.
 The 20 ms case: 2,000 jobs, 4 relays / a worker of concurrency 4, each job taking 20 ms (the
   no-op model's --delay-ms; a processor that sleeps): jobs/s beside the ideal 4 / 20 ms, and
-  beside the model's own pace, measured alone (its timer fires late: 20.6-20.8 ms here).
+  beside the model's own pace, measured alone (its timer fires late: 20.6-20.8 ms here); Relay
+  as configured by default, then with relay.take_ahead (the next job taken while the model runs).
 Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completion as the client
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
@@ -68,6 +69,9 @@ def size_name(n):
 
 INPUT_NAME = size_name(INPUT_BYTES)
 RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "1"))
+# The 20 ms case runs Relay twice: as configured by default, and with relay.take_ahead (the
+# next job taken while the model runs one: the Redis round trip between two jobs hidden).
+TAKE_AHEAD = "1s"
 # --concurrency=C: each relay of the throughput run keeps C jobs in hand (relay.concurrency).
 CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "4"))
 # --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
@@ -248,7 +252,8 @@ class RelayStack:
     """The gateway (tmpfs storage), the no-op model (answering after delay_ms) and the relays
     (--relays, each of --concurrency) with --max-jobs 0, on the given redis-server."""
 
-    def __init__(self, redis_port, work, delay_ms=0, relays=None, concurrency=None):
+    def __init__(self, redis_port, work, delay_ms=0, relays=None, concurrency=None,
+                 take_ahead=None):
         relays = RELAYS if relays is None else relays
         concurrency = CONCURRENCY if concurrency is None else concurrency
         self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir=STORAGE)
@@ -264,6 +269,8 @@ class RelayStack:
         wait_port(self.gw_port)
         self.relay_env = {**os.environ, **common, "RELAY_MODEL": "m1",
                           "RELAY_INFERENCE_URL": f"http://127.0.0.1:{model_port}"}
+        if take_ahead:
+            self.relay_env["RELAY_RELAY_TAKE_AHEAD"] = take_ahead
         self.log = log
         self.relays = [start([f"{BIN}/relay", "--max-jobs", "0", "--concurrency", str(concurrency)],
                              {**self.relay_env, "RELAY_QUEUE_POP_TIMEOUT": "1h"},
@@ -307,11 +314,12 @@ def wrk_load(script, port):
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BYTES):
+def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BYTES,
+               take_ahead=None):
     jobs = jobs or JOBS
     # (The 20 ms case compares with 4 workers: always 4 relays.)
     stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None,
-                       concurrency=1 if delay_ms else None)
+                       concurrency=1 if delay_ms else None, take_ahead=take_ahead)
     script = wrk_script(work, jobs, size)
     measure = Measure(redis_port, redis_pid, stack.processes(), [])
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
@@ -571,6 +579,9 @@ def main():
             results["delay"]["bullmq"] = bullmq_side(port, redis.pid, work, DELAY_JOBS, 20, 4)
             fresh()
             results["delay"]["relay"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
+            fresh()
+            results["delay"]["relay_ahead"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20,
+                                                         take_ahead=TAKE_AHEAD)
             results["model_pace_ms"] = model_pace(20)
         for side in ("bullmq", "bullmq_model", "bullmq_work", "relay"):
             if ONLY in ("oneshot", "sizes", "delay"):
@@ -597,6 +608,9 @@ def main():
                 results["delay"][side] = bullmq_side(port, redis.pid, work, DELAY_JOBS, 20, 4)
             else:
                 results["delay"][side] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
+                fresh()
+                results["delay"]["relay_ahead"] = relay_side(port, redis.pid, work, DELAY_JOBS,
+                                                             20, take_ahead=TAKE_AHEAD)
                 results["model_pace_ms"] = model_pace(20)
             fresh()
             results["latency"][side] = (bullmq_latency if side == "bullmq" else relay_latency)(
@@ -657,7 +671,8 @@ def main():
         pace = results["model_pace_ms"]
         out(f"\nThe no-op model alone takes {pace:.2f} ms per \"20 ms\" request here (its timer "
             f"fires late): 4 workers can do at most {4000 / pace:.1f} jobs/s with it; Relay did "
-            f"{d['relay']['jobs_per_s'] / (4000 / pace):.1%} of that.")
+            f"{d['relay']['jobs_per_s'] / (4000 / pace):.1%} of that, with relay.take_ahead "
+            f"{d['relay_ahead']['jobs_per_s'] / (4000 / pace):.1%}.")
 
     if ONLY == "oneshot":
         o = results["oneshot"]
@@ -666,7 +681,7 @@ def main():
         return
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
              "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
-             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
+             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay_ahead": f"Relay, relay.take_ahead {TAKE_AHEAD} (each relay takes its next job while the model runs one)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
     if ONLY == "delay":
         delay_table()
         return

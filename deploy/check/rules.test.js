@@ -177,3 +177,16 @@ test('a model of concurrency 4 gets relays taking 4 jobs at once and KEDA aiming
   assert.throws(() => render([path.join(examplesDir, 'ocr-deployment-mode.yaml')], ['--set', 'models[0].concurrency=0']),
     /values don't meet the specifications|schema/);
 });
+
+test('a model taking jobs ahead gets relays told so, and only in deployment mode', async () => {
+  const plain = render([path.join(examplesDir, 'ocr-deployment-mode.yaml')]);
+  assert.equal(env(relayOf(find(plain, 'Deployment', (x) => x.metadata.name === 'relay-ocr').spec.template.spec), 'RELAY_RELAY_TAKE_AHEAD'), undefined);
+  const docs = render([path.join(examplesDir, 'ocr-deployment-mode.yaml')], ['--set', 'models[0].takeAhead=1s']);
+  const dep = find(docs, 'Deployment', (x) => x.metadata.name === 'relay-ocr');
+  assert.equal(env(relayOf(dep.spec.template.spec), 'RELAY_RELAY_TAKE_AHEAD').value, '1s');
+  assert.deepEqual(await allErrors(docs), []);
+  assert.throws(() => render([path.join(examplesDir, 'two-gpu-models.yaml')], ['--set', 'models[0].takeAhead=1s']),
+    /takeAhead: only for mode: deployment/);
+  assert.throws(() => render([path.join(examplesDir, 'ocr-deployment-mode.yaml')], ['--set', 'models[0].takeAhead=one second']),
+    /values don't meet the specifications|schema/);
+});

@@ -26,7 +26,8 @@ struct Config {
   std::chrono::milliseconds lease_ttl{};
   std::chrono::milliseconds queue_pop_timeout{};
   std::int64_t max_jobs = 1;
-  std::int64_t concurrency = 1;  // jobs in hand at once
+  std::int64_t concurrency = 1;            // jobs in hand at once
+  std::chrono::milliseconds take_ahead{};  // 0: off
   std::chrono::milliseconds health_timeout{};
   std::chrono::milliseconds health_interval{};
   std::string pod_name;   // lease tokens start with it; default: the host name

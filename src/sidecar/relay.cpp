@@ -14,6 +14,7 @@
 #include "common/random.hpp"
 #include "common/time.hpp"
 #include "common/trace.hpp"
+#include "common/work_pool.hpp"
 #include "redis/job_store.hpp"
 #include "redis/retry.hpp"
 #include "sidecar/cancel_listener.hpp"
@@ -36,6 +37,19 @@ std::string new_token(const std::string& pod) {
   return pod + "-" + random_hex(8);
 }
 
+// The "job finished" line, its outcome left for when it is written.
+boost::json::object finished_line(const std::string& model, const JobRecord& job,
+                                  const JobResult& result) {
+  boost::json::object line{
+      {"job_id", job.id},           {"model", model}, {"service_type", job.service_type},
+      {"operation", job.operation}, {"outcome", ""},  {"timings_us", result.timings.micros()}};
+  if (!result.error_code.empty()) {
+    line["error_code"] = result.error_code;
+    line["error"] = result.error_message.substr(0, 512);
+  }
+  return line;
+}
+
 }  // namespace
 
 // One job at a time: a relay of concurrency 1 is one slot, on the main thread.
@@ -48,9 +62,27 @@ struct Relay::Slot {
   // job's finish (already claimed).
   redis::TakeCandidates candidates;
   std::optional<redis::Taken> next;
+  std::unique_ptr<JobControl> next_control;  // next's, when it was taken ahead
+  // relay.take_ahead: how long the model took over the slot's last job; the helper thread (made
+  // at the first job taken ahead) and its connection; what it does now, and the job it took.
+  Clock::duration last_run = Clock::duration::max();
+  std::unique_ptr<redis::LazyConnection> helper_conn;
+  std::unique_ptr<WorkPool> helper;  // (after helper_conn: joined before it goes)
+  std::future<void> behind;
+  std::optional<redis::Taken> ahead;
+  std::unique_ptr<JobControl> ahead_control;
   // Guarded by Relay::mu_: where this slot's BLMOVE waits, for unblock_pops().
   bool popping = false;
   redis::BlockedClient pop_client;
+};
+
+// A job's last step handed to the slot's helper (relay.take_ahead), with its log line.
+struct Relay::Finishing {
+  redis::Completion completion;
+  std::string token;
+  boost::json::object line;  // "job finished", its outcome still to come
+  std::string trace_id;
+  bool take_next = false;
 };
 
 Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage,
@@ -236,9 +268,11 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
   while (!ending()) {
     try {
-      // Busy path: a job is waiting (or was taken with the last finish); move, lease and mark
-      // it in one step.
+      // Busy path: a job is waiting (or was taken with the last finish, or ahead); move, lease
+      // and mark it in one step.
+      if (!slot.next) settle(slot);
       auto taken = std::exchange(slot.next, std::nullopt);
+      auto held = std::move(slot.next_control);
       if (!taken) {
         if (!claim()) break;  // max_jobs reached (other slots may still be running theirs)
         taken = redis::with_retry(
@@ -249,7 +283,9 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
         if (!taken) unclaim();
       }
       if (taken) {
-        if (process(slot, taken->record, taken->record.holder, heartbeat) == Step::stop) break;
+        if (process(slot, taken->record, taken->record.holder, heartbeat, std::move(held)) ==
+            Step::stop)
+          break;
         continue;
       }
       if (!claim()) break;
@@ -300,7 +336,7 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
                                                                             : "already terminal"}});
         continue;
       }
-      if (process(slot, begun.record, token, heartbeat) == Step::stop) break;
+      if (process(slot, begun.record, token, heartbeat, nullptr) == Step::stop) break;
     } catch (const redis::IoError& e) {
       // A job in hand stays in processing; its lease (if any) expires and the reaper requeues it.
       log::error("redis unavailable for too long; exiting", {{"error", e.what()}});
@@ -310,28 +346,122 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
       break;  // shutdown while waiting for Redis
     }
   }
-  if (slot.next) {
-    // Taken with the last finish, then a shutdown: back to the front of pending at once.
-    try {
-      redis::JobStore(slot.conn.get(), keys)
-          .give_back(cfg_.model, slot.next->id, slot.next->record.holder);
-    } catch (const std::exception& e) {
-      log::warn("a job taken before the shutdown is left to the reaper",
-                {{"job_id", slot.next->id}, {"error", e.what()}});
-    }
-    slot.next.reset();
+  // The loop may end with a job taken ahead in slot.next while the helper still writes the job
+  // before it (and took one more, left in slot.ahead): the later one goes back first.
+  settle(slot);
+  give_back(slot.ahead, slot.ahead_control, slot, heartbeat);
+  give_back_next(slot, heartbeat);
+}
+
+void Relay::give_back_next(Slot& slot, Heartbeat& heartbeat) {
+  give_back(slot.next, slot.next_control, slot, heartbeat);
+}
+
+void Relay::give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobControl>& control,
+                      Slot& slot, Heartbeat& heartbeat) {
+  if (!job) return;
+  const std::string id = job->id;
+  if (control) {
+    heartbeat.unwatch(id);
+    std::lock_guard lock(mu_);
+    running_.erase(id);
+  }
+  // Taken with the last finish (or ahead), then a shutdown: back to the front of pending at once.
+  try {
+    redis::JobStore(slot.conn.get(), cfg_.keys()).give_back(cfg_.model, id, job->record.holder);
+  } catch (const std::exception& e) {
+    slot.conn.reset();
+    log::warn("a job taken before the shutdown is left to the reaper",
+              {{"job_id", id}, {"error", e.what()}});
+  }
+  job.reset();
+  control.reset();
+}
+
+bool Relay::takes_ahead(const Slot& slot) const {
+  // Short jobs only (a long one's next job would wait in this relay, out of reach of a relay
+  // starting meanwhile), only with a backlog (the head of pending as the last take or finish saw
+  // it: with none, a take ahead would be a round trip for nothing).
+  return cfg_.take_ahead.count() > 0 && slot.last_run < cfg_.take_ahead &&
+         !slot.candidates.ids.empty() && !ending();
+}
+
+void Relay::behind(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing) {
+  const auto keys = cfg_.keys();
+  std::optional<redis::Taken> next;
+  if (finishing) {
+    std::optional<log::TraceScope> traced;
+    if (!finishing->trace_id.empty())
+      traced.emplace(finishing->completion.job_id, finishing->trace_id);
+    finishing->line["outcome"] =
+        write_outcome(*slot.helper_conn, slot.candidates, finishing->completion, finishing->token,
+                      finishing->take_next ? &next : nullptr);
+    log::info("job finished", finishing->line);
+  } else if (!ending() && claim()) {
+    const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
+    next = redis::with_retry(*slot.helper_conn, retry_for, {}, [&](redis::Connection& c) {
+      return redis::JobStore(c, keys).take(cfg_.model, new_token(cfg_.pod_name), cfg_.lease_ttl,
+                                           slot.candidates);
+    });
+    if (!next) unclaim();
+  }
+  if (!next) return;
+  // The job is this relay's from now on: a cancel reaches it, its lease is kept.
+  auto control = std::make_unique<JobControl>();
+  {
+    std::lock_guard lock(mu_);
+    running_[next->id] = control.get();
+  }
+  if (next->record.cancel_requested) control->stop(StopReason::cancelled);
+  if (shutdown_.stop_requested()) control->stop(StopReason::shutdown);  // (after shutdown()'s)
+  heartbeat.watch(next->id, next->record.holder, control.get());
+  slot.ahead = std::move(next);
+  slot.ahead_control = std::move(control);
+}
+
+void Relay::hand_over(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing) {
+  if (!slot.helper) {
+    slot.helper_conn = std::make_unique<redis::LazyConnection>(cfg_.redis_endpoint());
+    slot.helper = std::make_unique<WorkPool>(1, 1);
+  }
+  // (A packaged task: what behind() throws reaches settle(), on the slot's thread.)
+  auto task = std::make_shared<std::packaged_task<void()>>(
+      [this, &slot, &heartbeat, f = std::move(finishing)]() mutable {
+        behind(slot, heartbeat, std::move(f));
+      });
+  slot.behind = task->get_future();
+  slot.helper->post([task] { (*task)(); });
+}
+
+void Relay::settle(Slot& slot) {
+  if (!slot.behind.valid()) return;
+  try {
+    slot.behind.get();
+  } catch (const redis::IoError& e) {
+    // The job it was finishing stays in processing; its lease expires and the reaper requeues it.
+    log::error("redis unavailable for too long; exiting", {{"error", e.what()}});
+    end(1);
+  } catch (const std::exception& e) {
+    log::error("relay failed", {{"error", e.what()}});
+    end(1);
+  }
+  if (slot.ahead && !slot.next) {  // (else: the end of work(), which gives both back)
+    slot.next = std::exchange(slot.ahead, std::nullopt);
+    slot.next_control = std::move(slot.ahead_control);
   }
 }
 
 Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& token,
-                           Heartbeat& heartbeat) {
+                           Heartbeat& heartbeat, std::unique_ptr<JobControl> held) {
   const auto keys = cfg_.keys();
   auto& conn = slot.conn;
   ++done_;
   const std::string& job_id = job.id;
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
 
-  JobControl control;
+  // (A job taken ahead has its control already, in running_ since its take.)
+  const auto owned = held ? std::move(held) : std::make_unique<JobControl>();
+  JobControl& control = *owned;
   // Every log line about this job carries its trace_id while it is in hand.
   std::optional<log::TraceScope> traced;
   if (auto trace = parse_traceparent(job.traceparent)) traced.emplace(job_id, trace->trace_id);
@@ -383,11 +513,17 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     result.error_code = "expired";
     result.error_message = "not started within its ttl";
   } else if (control.token().stop_requested()) {
-    // Cancelled or shut down before it started: nothing to run.
-    result.disposition = control.reason() == StopReason::cancelled ? Disposition::cancelled
-                                                                   : Disposition::given_back;
+    // Cancelled, shut down or its lease lost before it started: nothing to run.
+    result.disposition = control.reason() == StopReason::cancelled    ? Disposition::cancelled
+                         : control.reason() == StopReason::lease_lost ? Disposition::abandoned
+                                                                      : Disposition::given_back;
   } else {
+    // With a backlog and short jobs, the next job is taken while the model runs this one.
+    if (!slot.behind.valid() && !slot.next && takes_ahead(slot))
+      hand_over(slot, heartbeat, std::nullopt);
+    const auto began = Clock::now();
     result = run_job(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url);
+    slot.last_run = Clock::now() - began;
   }
   limit.reset();  // disarmed (or rung): no timeout lands on the next job
   if (progress_) progress_->close(progress_url);  // before unwatch: no report after it
@@ -396,6 +532,7 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     std::lock_guard lock(mu_);
     running_.erase(job_id);
   }
+  settle(slot);  // the job before's last step, and the job taken ahead, if any
 
   // The last step: one script writes the outcome (or gives the job back).
   std::string outcome;
@@ -403,6 +540,8 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     // The pod is being stopped (Kubernetes gives it terminationGracePeriodSeconds, 30 s in the
     // chart): a Redis that is away is waited for a few seconds, not retry_for. Without the give-
     // back the job is what a crash leaves — its lease expires and the reaper requeues it.
+    // A job taken ahead goes back first, to stay behind this one at the front of pending.
+    give_back_next(slot, heartbeat);
     try {
       bool ok = redis::with_retry(conn, kGiveBackWait, {}, [&](redis::Connection& c) {
         return redis::JobStore(c, keys).give_back(cfg_.model, job_id, token);
@@ -448,48 +587,59 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
         .failures = job.max_attempts && result.disposition == Disposition::failed
                         ? failures_with(job, result, wall_now())
                         : std::string()};
-    // A retried finish may find the job terminal by its own first attempt (the reply was lost,
-    // or too few replicas acknowledged it in time): the lease was ours until then, so nobody
-    // else could have ended it — that is this outcome, written.
-    // The next job is taken in the same round trip, unless this relay stops after this one.
-    // A retry finishes only: the first try's take may have run (its job, if any, comes back
-    // by the reaper, like any job whose relay lost the reply of its take).
-    const bool take_next = !ending() && claim();
-    bool retried = false;
-    auto fin = redis::with_retry(
-        conn, retry_for, {},
-        [&](redis::Connection& c) {
-          redis::JobStore store(c, keys);
-          redis::FinishOutcome f;
-          if (take_next && !retried && !shutdown_.stop_requested()) {
-            auto [outcome, next] = store.finish_and_take(
-                completion, token, new_token(cfg_.pod_name), cfg_.lease_ttl, slot.candidates);
-            f = outcome;
-            slot.next = std::move(next);
-          } else {
-            f = store.finish(completion, token, &slot.candidates);
-          }
-          if (f == redis::FinishOutcome::ok || (retried && f == redis::FinishOutcome::terminal))
-            store.require_replicas(cfg_.redis.wait_replicas);
-          return f;
-        },
-        [&](int) { retried = true; });
-    if (take_next && !slot.next) unclaim();  // no job waited
-    if (retried && fin == redis::FinishOutcome::terminal) fin = redis::FinishOutcome::ok;
-    outcome = fin == redis::FinishOutcome::ok ? std::string(to_string(completion.status))
-                                              : std::string(redis::to_string(fin));
+    if (slot.next) {
+      // A job taken ahead waits: it runs now, this one's outcome is written meanwhile by the
+      // helper (which logs its line), with the take of the job after it if jobs are still short.
+      Finishing f{completion, token, finished_line(cfg_.model, job, result), {}, takes_ahead(slot)};
+      if (auto trace = parse_traceparent(job.traceparent)) f.trace_id = trace->trace_id;
+      hand_over(slot, heartbeat, std::move(f));
+      return Step::next;
+    }
+    outcome = write_outcome(conn, slot.candidates, completion, token, &slot.next);
   }
 
-  boost::json::object line{
-      {"job_id", job_id},           {"model", cfg_.model}, {"service_type", job.service_type},
-      {"operation", job.operation}, {"outcome", outcome},  {"timings_us", result.timings.micros()}};
-  if (!result.error_code.empty()) {
-    line["error_code"] = result.error_code;
-    line["error"] = result.error_message.substr(0, 512);
-  }
+  auto line = finished_line(cfg_.model, job, result);
+  line["outcome"] = outcome;
   log::info("job finished", line);
   // After a give-back the process is shutting down; otherwise carry on.
   return result.disposition == Disposition::given_back ? Step::stop : Step::next;
+}
+
+std::string Relay::write_outcome(redis::LazyConnection& conn, redis::TakeCandidates& candidates,
+                                 const redis::Completion& completion, const std::string& token,
+                                 std::optional<redis::Taken>* next) {
+  const auto keys = cfg_.keys();
+  const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
+  // A retried finish may find the job terminal by its own first attempt (the reply was lost,
+  // or too few replicas acknowledged it in time): the lease was ours until then, so nobody
+  // else could have ended it — that is this outcome, written.
+  // The next job is taken in the same round trip, unless this relay stops after this one.
+  // A retry finishes only: the first try's take may have run (its job, if any, comes back
+  // by the reaper, like any job whose relay lost the reply of its take).
+  const bool take_next = next && !ending() && claim();
+  bool retried = false;
+  auto fin = redis::with_retry(
+      conn, retry_for, {},
+      [&](redis::Connection& c) {
+        redis::JobStore store(c, keys);
+        redis::FinishOutcome f;
+        if (take_next && !retried && !shutdown_.stop_requested()) {
+          auto [outcome, taken] = store.finish_and_take(completion, token, new_token(cfg_.pod_name),
+                                                        cfg_.lease_ttl, candidates);
+          f = outcome;
+          *next = std::move(taken);
+        } else {
+          f = store.finish(completion, token, &candidates);
+        }
+        if (f == redis::FinishOutcome::ok || (retried && f == redis::FinishOutcome::terminal))
+          store.require_replicas(cfg_.redis.wait_replicas);
+        return f;
+      },
+      [&](int) { retried = true; });
+  if (take_next && !*next) unclaim();  // no job waited
+  if (retried && fin == redis::FinishOutcome::terminal) fin = redis::FinishOutcome::ok;
+  return fin == redis::FinishOutcome::ok ? std::string(to_string(completion.status))
+                                         : std::string(redis::to_string(fin));
 }
 
 }  // namespace relay::sidecar

@@ -6,8 +6,14 @@
 // model: what a relay of concurrency 1 does, several times over. They share the heartbeat
 // (which keeps every lease in hand alive), the cancel listener (which stops the job it names,
 // whichever slot runs it), the progress endpoint (a URL per job) and the max_jobs count.
+//
+// With relay.take_ahead, a slot whose jobs are short takes its next job while the model runs the
+// current one, and hands the current one's last step (and the take of the one after) to a helper
+// thread of its own: the model gets the next job the moment it answers, not one Redis round trip
+// later. A job taken ahead is the slot's from its take: cancels and the heartbeat reach it.
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,12 +50,35 @@ class Relay {
 
  private:
   struct Slot;
+  struct Finishing;
   enum class Step { next, stop };
   // One slot's loop, until the relay ends (shutdown, max_jobs, idle, Redis gone).
   void work(Slot& slot, Heartbeat& heartbeat);
   // Runs a job whose lease is taken, and writes its outcome; when max_jobs leaves room, the
-  // step that writes it also takes the slot's next job if one waits (into slot.next).
-  Step process(Slot& slot, const JobRecord& job, const std::string& token, Heartbeat& heartbeat);
+  // step that writes it also takes the slot's next job if one waits (into slot.next). held: the
+  // job's control when it was taken ahead (already in running_ and watched).
+  Step process(Slot& slot, const JobRecord& job, const std::string& token, Heartbeat& heartbeat,
+               std::unique_ptr<JobControl> held);
+  // A finished job's outcome written (completed, failed, cancelled: lua/finish.lua), retried
+  // while Redis is away; with next, the take of the slot's next job rides in the same round
+  // trip (when max_jobs leaves room and one waits). The outcome, for the job's log line.
+  std::string write_outcome(redis::LazyConnection& conn, redis::TakeCandidates& candidates,
+                            const redis::Completion& completion, const std::string& token,
+                            std::optional<redis::Taken>* next);
+  // relay.take_ahead: whether the slot takes its next job while the model runs this one.
+  bool takes_ahead(const Slot& slot) const;
+  // On the slot's helper thread: the last step of a job handed over (if any), and the take of a
+  // job ahead; that job is registered (running_, heartbeat) as soon as it is taken.
+  void behind(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing);
+  // Posts behind() to the slot's helper (made on first use).
+  void hand_over(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing);
+  // The helper's work collected (slot.next set if it took a job); rethrows what it threw.
+  void settle(Slot& slot);
+  // A job taken but not run (shutdown, the relay ending) goes back to the front of pending: the
+  // slot's next, or the one given.
+  void give_back_next(Slot& slot, Heartbeat& heartbeat);
+  void give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobControl>& control, Slot& slot,
+                 Heartbeat& heartbeat);
   // A place for one more job within max_jobs (always, with max_jobs 0); unclaim() returns one
   // not used.
   bool claim();

@@ -1,6 +1,7 @@
 // The gateway's API and a job's life through it, end to end (fixture: gateway_fixture.hpp): one
 // test per route and per lifecycle rule, hence its length.
 
+#include <random>
 #include <regex>
 
 #include "gateway_fixture.hpp"
@@ -199,6 +200,49 @@ TEST_F(GatewayTest, AConcurrentRelayKilledMidJobsLosesNoneOfThem) {
   }
   EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", keys_.events("m1")}).get()), 3);
   EXPECT_TRUE(list(keys_.processing("m1")).empty());
+}
+
+// Relays taking jobs ahead (relay.take_ahead), killed one after another at varied points of
+// their work: every job still ends once, completed — a job taken ahead and lost with its relay
+// is reaped like the one it ran.
+TEST_F(GatewayTest, RelaysTakingJobsAheadKilledOneAfterAnotherLoseNoJob) {
+  start_gateway({{"RELAY_GC_MAX_REAP_ATTEMPTS", "1000"}});
+  std::vector<std::string> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(submit_id("job " + std::to_string(i)));
+  InferenceServer model({.delay_ms = 40});
+  const Env env{{"RELAY_LEASE_TTL", "600ms"},
+                {"RELAY_RELAY_TAKE_AHEAD", "1s"},
+                {"RELAY_QUEUE_POP_TIMEOUT", "30s"}};
+  const auto requests = [&] { return occurrences(model.events(), "request /predict"); };
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int kill = 0; kill < 5; ++kill) {
+    // Killed after two to five requests: the first job's length is unknown, the later ones are
+    // taken ahead, and the kill lands wherever the relay then is.
+    const auto after = requests() + 2 + rng() % 4;
+    auto relay = start_relay(model, env, {"--max-jobs", "0"});
+    ASSERT_TRUE(wait_until([&] { return requests() >= after; }, 20s)) << relay->log();
+    relay->signal(SIGKILL);
+    relay->wait_exit(5s);
+  }
+  auto last = start_relay(model, env, {"--max-jobs", "0"});
+  const auto all_completed = [&] {
+    for (const auto& id : ids)
+      if (str(job(id), "status") != "completed") return false;
+    return true;
+  };
+  ASSERT_TRUE(wait_until(all_completed, 90s)) << last->log();
+  last->signal(SIGTERM);
+  EXPECT_EQ(last->wait_exit(10s), 0);
+  EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", keys_.events("m1")}).get()), 40)
+      << "one end per job";
+  // Each kill cost the job running and the one taken ahead a lease: both were reaped.
+  std::int64_t reaped = 0;
+  for (const auto& id : ids) reaped += job(id).at("attempts").as_int64();
+  EXPECT_GE(reaped, 10);
+  EXPECT_TRUE(list(keys_.processing("m1")).empty());
+  EXPECT_TRUE(list(keys_.pending("m1")).empty());
 }
 
 TEST_F(GatewayTest, JobWhoseRelayAlwaysDiesIsDeadLettered) {

@@ -95,6 +95,13 @@ spec:
         {{- end }}
         - name: RELAY_RELAY_CONCURRENCY
           value: {{ default 1 $m.concurrency | quote }}
+        {{- with $m.takeAhead }}
+        {{- if eq (default "job" $m.mode) "job" }}
+        {{- fail (printf "models[%s].takeAhead: only for mode: deployment (a job-mode pod runs one job)" $m.name) }}
+        {{- end }}
+        - name: RELAY_RELAY_TAKE_AHEAD
+          value: {{ . | quote }}
+        {{- end }}
         - name: RELAY_QUEUE_POP_TIMEOUT
           # job: a surplus pod frees its GPU soon; deployment: KEDA scales idle pods down.
           value: {{ if eq (default "job" $m.mode) "job" }}{{ $v.relay.queuePopTimeout | quote }}{{ else }}"1h"{{ end }}

@@ -1,0 +1,146 @@
+// relay.take_ahead: with short jobs and a backlog, a slot takes its next job while the model runs
+// the current one. What holds without it holds with it: every job runs once and is written, a
+// cancel reaches a job taken ahead (it never reaches the model), a job taken ahead keeps its
+// lease while it waits, a shutdown gives it back and a crash leaves it to the reaper.
+
+#include <algorithm>
+
+#include "relay_fixture.hpp"
+
+namespace relay::testing {
+namespace {
+
+class RelayTakeAheadTest : public RelayTest {
+ protected:
+  Env env_for(const InferenceServer& inference) {
+    Env env = base_env(inference);
+    env["RELAY_RELAY_TAKE_AHEAD"] = "10s";
+    return env;
+  }
+  std::vector<std::string> submit_n(storage::Storage& st, int n) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(submit(st, "input " + std::to_string(i)));
+    return ids;
+  }
+  // Until the model runs its n-th request and the slot holds one more job: two in processing.
+  bool wait_for_one_ahead(const InferenceServer& inference, size_t n) {
+    return wait_until(
+        [&] {
+          return occurrences(inference.events(), "request /predict") == n &&
+                 list(keys_.processing(model_)).size() == 2;
+        },
+        20s);
+  }
+  // Four jobs (ids_) and a relay on them, once the model runs the second and the third is held.
+  std::unique_ptr<Process> start_with_one_ahead(const InferenceServer& inference,
+                                                const std::string& pop_timeout = "1s") {
+    auto env = env_for(inference);
+    env["RELAY_QUEUE_POP_TIMEOUT"] = pop_timeout;
+    ids_ = submit_n(*storage_for(env), 4);
+    auto relay = start_relay(env, {"--max-jobs", "0"});
+    EXPECT_TRUE(wait_for_one_ahead(inference, 2)) << inference.events() << relay->log();
+    return relay;
+  }
+  std::vector<std::string> ids_;
+};
+
+// The lease is a third of each model call: a job taken ahead waits a whole call, and keeps its
+// lease only because the heartbeat watches it from its take.
+TEST_F(RelayTakeAheadTest, EveryJobRunsOnceWithTheNextTakenWhileTheModelWorks) {
+  InferenceServer inference({.delay_ms = 900});
+  auto env = env_for(inference);
+  env["RELAY_LEASE_TTL"] = "300ms";
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "1s";
+  auto st = storage_for(env);
+  const auto ids = submit_n(*st, 5);
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  // The first job's length is unknown: the second is taken when it ends, the third ahead.
+  ASSERT_TRUE(wait_for_one_ahead(inference, 2)) << inference.events() << relay->log();
+  EXPECT_EQ(list(keys_.processing(model_)).back(), ids[2]);
+  EXPECT_EQ(record(ids[2]).status, JobStatus::processing);
+  ASSERT_EQ(relay->wait_exit(60s), 0);
+  for (const auto& id : ids) EXPECT_EQ(status(id), "completed") << id;
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 5u) << inference.events();
+  EXPECT_EQ(events_count(), 5);
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_TRUE(list(keys_.pending(model_)).empty());
+  EXPECT_EQ(occurrences(relay->log(), "\"job finished\""), 5u) << relay->log();
+  EXPECT_EQ(occurrences(relay->log(), "lease_lost"), 0u) << relay->log();
+}
+
+TEST_F(RelayTakeAheadTest, ACancelReachesAJobTakenAheadBeforeTheModelSeesIt) {
+  InferenceServer inference({.delay_ms = 1500});
+  auto relay = start_with_one_ahead(inference);
+  ASSERT_FALSE(HasFailure());
+  const auto& ids = ids_;
+  const auto& ahead = ids[2];
+  EXPECT_EQ(store_.cancel(model_, record(ahead).service_type, ahead),
+            redis::CancelOutcome::requested);
+  // Heard at once, while the model still runs the job before it.
+  ASSERT_TRUE(
+      wait_until([&] { return relay->log().find("cancel received") != std::string::npos; }, 10s))
+      << relay->log();
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 2u);
+  ASSERT_EQ(relay->wait_exit(60s), 0);
+  EXPECT_EQ(status(ahead), "cancelled");
+  for (const auto& id : {ids[0], ids[1], ids[3]}) EXPECT_EQ(status(id), "completed") << id;
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 3u) << inference.events();
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+}
+
+TEST_F(RelayTakeAheadTest, SigtermGivesBackTheJobTakenAheadWithTheOneRunning) {
+  InferenceServer inference({.delay_ms = 1500});
+  auto relay = start_with_one_ahead(inference, "5m");
+  ASSERT_FALSE(HasFailure());
+  const auto& ids = ids_;
+  relay->signal(SIGTERM);
+  ASSERT_EQ(relay->wait_exit(10s), 0);
+  EXPECT_EQ(status(ids[0]), "completed");
+  // Both back at the front, in their order, the last one never taken behind them.
+  EXPECT_EQ(list(keys_.pending(model_)), (std::vector<std::string>{ids[1], ids[2], ids[3]}));
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  for (const auto& id : {ids[1], ids[2]}) {
+    auto rec = record(id);
+    EXPECT_EQ(rec.status, JobStatus::pending) << id;
+    EXPECT_TRUE(rec.holder.empty()) << id;
+    EXPECT_FALSE(exists(keys_.lease(model_, id))) << id;
+  }
+}
+
+TEST_F(RelayTakeAheadTest, MaxJobsCountsTheJobsTakenAhead) {
+  InferenceServer inference({.delay_ms = 100});
+  auto env = env_for(inference);
+  auto st = storage_for(env);
+  const auto ids = submit_n(*st, 7);
+  auto relay = start_relay(env, {"--max-jobs", "4"});
+  ASSERT_EQ(relay->wait_exit(30s), 0);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(status(ids[i]), "completed") << i;
+  EXPECT_EQ(list(keys_.pending(model_)), (std::vector<std::string>{ids[4], ids[5], ids[6]}))
+      << "left for the next relay, in their order";
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 4u) << inference.events();
+}
+
+// A relay killed with a job taken ahead leaves what any crash leaves: the job in processing
+// under a lease that expires, for the gateway's reaper.
+TEST_F(RelayTakeAheadTest, ACrashLeavesTheJobTakenAheadToTheReaper) {
+  InferenceServer inference({.delay_ms = 1500});
+  auto relay = start_with_one_ahead(inference);
+  ASSERT_FALSE(HasFailure());
+  const auto& ids = ids_;
+  relay->signal(SIGKILL);
+  relay->wait_exit(10s);
+  auto processing = list(keys_.processing(model_));
+  std::sort(processing.begin(), processing.end());
+  auto expected = std::vector<std::string>{ids[1], ids[2]};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(processing, expected);
+  for (const auto& id : expected) {
+    EXPECT_EQ(record(id).status, JobStatus::processing) << id;
+    EXPECT_GT(redis::as_integer(conn_.command({"PTTL", keys_.lease(model_, id)}).get()), 0) << id;
+  }
+  EXPECT_EQ(list(keys_.pending(model_)), std::vector<std::string>{ids[3]});
+}
+
+}  // namespace
+}  // namespace relay::testing
