@@ -211,7 +211,7 @@ bool needs_new_connection(std::string_view message) {
 }
 
 bool Connection::stale() const noexcept {
-  if (cluster_) return false;
+  if (cluster_ || sent_) return false;
   if (!t_ || t_->fd < 0) return true;
   if (via_sentinel_ && master_epoch() != master_epoch_) return true;
   if (t_->reader->pos < t_->reader->len) return true;  // unread buffered bytes
@@ -334,12 +334,46 @@ Reply Connection::eval(const Script& script, std::vector<std::string> keys,
 }
 
 std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls, bool checked) {
-  std::vector<Reply> out;
-  out.reserve(calls.size());
   if (cluster_) return cluster_pipeline(calls, checked);
+  write_calls(calls);
+  return read_replies(calls, checked);
+}
+
+void Connection::send(std::vector<Call> calls) {
+  if (sent_) throw IoError("redis: replies of an earlier send() not received");
+  if (cluster_) {
+    sent_replies_ = cluster_pipeline(calls, /*checked=*/false);
+  } else {
+    write_calls(calls);
+    sent_calls_ = std::move(calls);
+  }
+  sent_ = true;
+}
+
+std::vector<Reply> Connection::receive(bool checked) {
+  if (!sent_) throw IoError("redis: no reply expected");
+  sent_ = false;
+  if (cluster_) {
+    auto out = std::move(sent_replies_);
+    sent_replies_.clear();
+    if (checked)
+      for (const auto& r : out) throw_if_error(r.get());
+    return out;
+  }
+  const auto calls = std::move(sent_calls_);
+  sent_calls_.clear();
+  return read_replies(calls, checked);
+}
+
+void Connection::write_calls(const std::vector<Call>& calls) {
   std::string wire;
   for (const auto& call : calls) format_call(call, wire);
   t_->write_all(wire.data(), wire.size());
+}
+
+std::vector<Reply> Connection::read_replies(const std::vector<Call>& calls, bool checked) {
+  std::vector<Reply> out;
+  out.reserve(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) out.emplace_back(t_->next_reply());
   // Every reply is read before any is thrown: the connection stays in step. A script the server
   // does not know (a restart) is sent whole.

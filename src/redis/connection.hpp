@@ -158,6 +158,13 @@ class Connection {
   // replies are returned, not thrown, for a caller that owns several callers' calls
   // (redis/batcher.hpp); only I/O failures throw then.
   std::vector<Reply> pipeline(const std::vector<Call>& calls, bool checked = true);
+  // pipeline() in two halves, for a caller with other work meanwhile (a relay taking ahead
+  // writes a job's outcome while the model runs the next): send() writes the calls, receive()
+  // reads their replies as pipeline() does. Nothing else may use the connection in between
+  // (stale() is false then: the replies are what it has to read). In cluster mode send() runs
+  // the pipeline at once and receive() hands its replies over.
+  void send(std::vector<Call> calls);
+  std::vector<Reply> receive(bool checked = true);
 
   // Sends without waiting and reads replies later; for SUBSCRIBE and pipelines.
   void append(const std::vector<std::string>& argv);
@@ -192,6 +199,8 @@ class Connection {
   Reply checked(redisReply* r);
   Reply cluster_command(const std::vector<std::string>& argv);
   std::vector<Reply> cluster_pipeline(const std::vector<Call>& calls, bool checked);  // cluster.cpp
+  void write_calls(const std::vector<Call>& calls);
+  std::vector<Reply> read_replies(const std::vector<Call>& calls, bool checked);
 
   std::unique_ptr<Transport> t_;
   std::unique_ptr<Cluster> cluster_;
@@ -199,6 +208,10 @@ class Connection {
   long long client_id_ = 0;
   bool via_sentinel_ = false;
   std::uint64_t master_epoch_ = 0;  // sentinel mode: the master generation it was opened in
+  // Between send() and receive(): the calls sent (cluster mode: their replies, already read).
+  bool sent_ = false;
+  std::vector<Call> sent_calls_;
+  std::vector<Reply> sent_replies_;
 };
 
 // For one blocking command (BLMOVE, XREADGROUP BLOCK): the server may stay silent for `block`

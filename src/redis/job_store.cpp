@@ -233,15 +233,34 @@ std::pair<FinishOutcome, std::optional<Taken>> JobStore::finish_and_take(
     const Completion& c, const std::string& token, const std::string& next_token,
     std::chrono::milliseconds lease_ttl, TakeCandidates& candidates) {
   if (candidates.ids.empty()) return {finish(c, token, &candidates), std::nullopt};
-  // (The take returns the next candidates: the finish returns none.)
+  auto [outcome, taken] =
+      receive_steps(send_steps(c.model, &c, token, next_token, lease_ttl, candidates), candidates);
+  return {*outcome, std::move(taken)};
+}
+
+JobStore::Sent JobStore::send_steps(const std::string& model, const Completion* c,
+                                    const std::string& token, const std::string& next_token,
+                                    std::chrono::milliseconds lease_ttl,
+                                    const TakeCandidates& candidates) {
+  Sent sent{c != nullptr, !next_token.empty() && !candidates.ids.empty()};
   // (Moved in, not a braced list: an initializer list's calls would be copied whole.)
   std::vector<Connection::Call> calls;
   calls.reserve(2);
-  calls.push_back(finish_call(c, token, 0));
-  calls.push_back(take_call(c.model, next_token, lease_ttl, candidates));
-  auto replies = conn_.pipeline(calls);
-  auto outcome = parse_finish(replies[0].get(), nullptr);
-  return {outcome, parse_take(replies[1].get(), candidates)};
+  // (With a take, the take returns the next candidates: the finish returns none.)
+  if (sent.finish) calls.push_back(finish_call(*c, token, sent.take ? 0 : candidates.want()));
+  if (sent.take) calls.push_back(take_call(model, next_token, lease_ttl, candidates));
+  if (!calls.empty()) conn_.send(std::move(calls));
+  return sent;
+}
+
+std::pair<std::optional<FinishOutcome>, std::optional<Taken>> JobStore::receive_steps(
+    Sent sent, TakeCandidates& candidates) {
+  if (!sent.finish && !sent.take) return {};
+  auto replies = conn_.receive();
+  std::optional<FinishOutcome> outcome;
+  if (sent.finish) outcome = parse_finish(replies[0].get(), sent.take ? nullptr : &candidates);
+  if (!sent.take) return {outcome, std::nullopt};
+  return {outcome, parse_take(replies.back().get(), candidates)};
 }
 
 bool JobStore::give_back(const std::string& model, const std::string& id,

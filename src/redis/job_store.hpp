@@ -132,6 +132,18 @@ class JobStore {
   std::pair<FinishOutcome, std::optional<Taken>> finish_and_take(
       const Completion& c, const std::string& token, const std::string& next_token,
       std::chrono::milliseconds lease_ttl, TakeCandidates& candidates);
+  // The same steps in two halves (Connection::send, then receive), for a relay taking ahead: a
+  // job's finish (when c is given) and the take of the next (when next_token is not empty and
+  // candidates are known; on `model`), sent now, their replies read later. What was sent goes
+  // to receive_steps().
+  struct Sent {
+    bool finish = false, take = false;
+  };
+  Sent send_steps(const std::string& model, const Completion* c, const std::string& token,
+                  const std::string& next_token, std::chrono::milliseconds lease_ttl,
+                  const TakeCandidates& candidates);
+  std::pair<std::optional<FinishOutcome>, std::optional<Taken>> receive_steps(
+      Sent sent, TakeCandidates& candidates);
   bool give_back(const std::string& model, const std::string& id, const std::string& token);
   // The relay's last step for a retryable failure with attempts left (lua/retry.lua): fenced
   // like finish; the job waits in the retries set until due. failures: all so far, this one

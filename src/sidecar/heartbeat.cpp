@@ -6,19 +6,24 @@
 namespace relay::sidecar {
 
 void Heartbeat::watch(std::string job_id, std::string token, JobControl* job,
-                      bool progress_webhooks) {
+                      bool progress_webhooks, Clock::time_point leased_at) {
   const auto now = Clock::now();
+  const auto since = leased_at == Clock::time_point{} ? now : std::min(leased_at, now);
   Watched w;
   w.token = std::move(token);
   w.job = job;
-  w.next = now + p_.lease_ttl / 3;
-  w.last_ok = now;
+  w.next = since + p_.lease_ttl / 3;
+  w.last_ok = since;
   w.progress_webhooks = progress_webhooks;
-  std::lock_guard lock(mu_);
-  jobs_.insert_or_assign(std::move(job_id), std::move(w));
-  // No wake-up: run() plans its sleep at most lease_ttl/3 ahead, so it re-plans before this
-  // job's first beat is due anyway. Waking it for every job cost two context switches per job
-  // at thousands of jobs/s.
+  const bool due = w.next <= now;
+  {
+    std::lock_guard lock(mu_);
+    jobs_.insert_or_assign(std::move(job_id), std::move(w));
+  }
+  // Otherwise no wake-up: run() plans its sleep at most lease_ttl/3 ahead, so it re-plans
+  // before this job's first beat is due anyway. Waking it for every job cost two context
+  // switches per job at thousands of jobs/s.
+  if (due) cv_.notify_one();
 }
 
 void Heartbeat::report(const std::string& job_id, ProgressReport r) {
@@ -36,9 +41,9 @@ void Heartbeat::unwatch(const std::string& job_id) {
   jobs_.erase(job_id);
 }
 
-bool Heartbeat::progress_due(Clock::time_point now) const {
+bool Heartbeat::work_due(Clock::time_point now) const {
   for (const auto& [id, w] : jobs_)
-    if (w.progress && now >= w.next_progress) return true;
+    if (now >= w.next || (w.progress && now >= w.next_progress)) return true;
   return false;
 }
 
@@ -82,9 +87,10 @@ void Heartbeat::run(std::stop_token stop) {
       if (w.progress) until = std::min(until, w.next_progress);
     }
     // A job watched meanwhile has its first beat at least an interval after its watch(), so
-    // this wake-up comes before it is due. A report wakes the thread (once its turn has come;
+    // this wake-up comes before it is due — but for a job taken ahead, whose watch() wakes the
+    // thread when its beat is due already. A report wakes the thread (once its turn has come;
     // until then the wait ends at that turn).
-    cv_.wait_until(lock, stop, until, [&] { return progress_due(Clock::now()); });
+    cv_.wait_until(lock, stop, until, [&] { return work_due(Clock::now()); });
   }
 }
 

@@ -40,10 +40,11 @@ struct HeartbeatParams {
 class Heartbeat {
  public:
   explicit Heartbeat(HeartbeatParams p) : p_(std::move(p)) {}
-  // Beats for this job from lease_ttl/3 after now on. progress_webhooks: the job wants webhooks
-  // for its progress.
-  void watch(std::string job_id, std::string token, JobControl* job,
-             bool progress_webhooks = false);
+  // Beats for this job from lease_ttl/3 after now on — or after leased_at, when its lease was
+  // set earlier (a job taken ahead; at once if that beat is due). progress_webhooks: the job
+  // wants webhooks for its progress.
+  void watch(std::string job_id, std::string token, JobControl* job, bool progress_webhooks = false,
+             std::chrono::steady_clock::time_point leased_at = {});
   // A progress report for a job watched (ignored when it is not); from any thread.
   void report(const std::string& job_id, ProgressReport r);
   // After it returns, no beat for the job is in flight or will start.
@@ -65,7 +66,7 @@ class Heartbeat {
   // Both with mu_ held.
   Beat beat(const std::string& id, Watched& w);
   void write_progress(const std::string& id, Watched& w);
-  bool progress_due(Clock::time_point now) const;
+  bool work_due(Clock::time_point now) const;  // a beat or a progress write
 
   HeartbeatParams p_;
   std::mutex mu_;

@@ -330,6 +330,7 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   } catch (const CutShort&) {
     // (cut says where: what the model answered before the cut is read below)
   }
+  if (!cut && r.sent) r.sent();
   // Reading fails as the upload did when it was cut short and no answer came before the cut.
   auto read_failed = [&](const beast::error_code& e, const char* what) {
     return cut ? failed(cut->first, cut->second) : failed(e, what);

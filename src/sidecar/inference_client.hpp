@@ -9,6 +9,7 @@
 #include <boost/json/object.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <stop_token>
@@ -39,10 +40,13 @@ struct InferenceRequest {
   std::string content_type;
   ByteSource* body = nullptr;
   // Form fields beside "file": each params member, its value as the client wrote it.
-  std::vector<std::pair<std::string, std::string>> params;
+  std::vector<std::pair<std::string, std::string>> params = {};
   std::chrono::milliseconds timeout{0};  // 0 = none
   std::uint64_t max_answer_size = 0;     // a longer answer body: InferenceError result_too_large
-  std::vector<std::pair<std::string, std::string>> headers;  // sent as they are
+  std::vector<std::pair<std::string, std::string>> headers = {};  // sent as they are
+  // Called once the whole request is sent, before its answer is read (not when sending failed):
+  // work of the caller's that can overlap the model's. Must not throw.
+  std::function<void()> sent = {};
 };
 
 struct InferenceResponse {

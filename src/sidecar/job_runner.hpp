@@ -5,6 +5,7 @@
 
 #include <boost/json/object.hpp>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,9 +54,11 @@ struct JobResult {
 };
 
 class InferenceClient;
-// progress_url: sent to the model as Relay-Progress-URL (empty: not sent).
+// progress_url: sent to the model as Relay-Progress-URL (empty: not sent). while_model_works:
+// called once the request is sent to the model, while it works (InferenceRequest::sent).
 JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference,
                   const crypto::Encryption& encryption, const JobRecord& job, JobControl& control,
-                  const std::string& progress_url = {});
+                  const std::string& progress_url = {},
+                  std::function<void()> while_model_works = {});
 
 }  // namespace relay::sidecar

@@ -14,7 +14,6 @@
 #include "common/random.hpp"
 #include "common/time.hpp"
 #include "common/trace.hpp"
-#include "common/work_pool.hpp"
 #include "redis/job_store.hpp"
 #include "redis/retry.hpp"
 #include "sidecar/cancel_listener.hpp"
@@ -52,6 +51,21 @@ boost::json::object finished_line(const std::string& model, const JobRecord& job
 
 }  // namespace
 
+// A job's last step sent ahead (relay.take_ahead), with its log line.
+struct Relay::Finishing {
+  redis::Completion completion;
+  std::string token;
+  boost::json::object line;  // "job finished", its outcome still to come
+  std::string trace_id;
+};
+
+// Steps sent on a slot's connection, their replies not read yet.
+struct Relay::Inflight {
+  redis::JobStore::Sent sent;
+  std::optional<Finishing> finishing;
+  Clock::time_point at;  // when sent: a job taken then has had its lease since
+};
+
 // One job at a time: a relay of concurrency 1 is one slot, on the main thread.
 struct Relay::Slot {
   Slot(const redis::Endpoint& endpoint, std::unique_ptr<InferenceClient> client)
@@ -63,26 +77,13 @@ struct Relay::Slot {
   redis::TakeCandidates candidates;
   std::optional<redis::Taken> next;
   std::unique_ptr<JobControl> next_control;  // next's, when it was taken ahead
-  // relay.take_ahead: how long the model took over the slot's last job; the helper thread (made
-  // at the first job taken ahead) and its connection; what it does now, and the job it took.
+  // relay.take_ahead: how long the model took over the slot's last job, and the steps sent on
+  // conn whose replies are read once the model has answered (settle()).
   Clock::duration last_run = Clock::duration::max();
-  std::unique_ptr<redis::LazyConnection> helper_conn;
-  std::unique_ptr<WorkPool> helper;  // (after helper_conn: joined before it goes)
-  std::future<void> behind;
-  std::optional<redis::Taken> ahead;
-  std::unique_ptr<JobControl> ahead_control;
+  std::optional<Inflight> inflight;
   // Guarded by Relay::mu_: where this slot's BLMOVE waits, for unblock_pops().
   bool popping = false;
   redis::BlockedClient pop_client;
-};
-
-// A job's last step handed to the slot's helper (relay.take_ahead), with its log line.
-struct Relay::Finishing {
-  redis::Completion completion;
-  std::string token;
-  boost::json::object line;  // "job finished", its outcome still to come
-  std::string trace_id;
-  bool take_next = false;
 };
 
 Relay::Relay(Config config, std::unique_ptr<storage::Storage> storage,
@@ -201,6 +202,17 @@ int Relay::run() {
          if (auto it = running_.find(id); it != running_.end()) {
            log::info("cancel received", {{"job_id", id}});
            it->second->stop(StopReason::cancelled);
+           return;
+         }
+         // Maybe a job this relay has taken and not yet registered (taken ahead: its take's
+         // reply is read after the model's call): kept for hold(). Most are other relays' jobs,
+         // so only the last kCancelsHeard.
+         if (cancels_heard_.insert(id).second) {
+           cancels_order_.push_back(id);
+           if (cancels_order_.size() > kCancelsHeard) {
+             cancels_heard_.erase(cancels_order_.front());
+             cancels_order_.pop_front();
+           }
          }
        }});
   std::promise<void> subscribing;
@@ -270,7 +282,7 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
     try {
       // Busy path: a job is waiting (or was taken with the last finish, or ahead); move, lease
       // and mark it in one step.
-      if (!slot.next) settle(slot);
+      if (!slot.next) settle(slot, heartbeat);
       auto taken = std::exchange(slot.next, std::nullopt);
       auto held = std::move(slot.next_control);
       if (!taken) {
@@ -346,10 +358,9 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
       break;  // shutdown while waiting for Redis
     }
   }
-  // The loop may end with a job taken ahead in slot.next while the helper still writes the job
-  // before it (and took one more, left in slot.ahead): the later one goes back first.
-  settle(slot);
-  give_back(slot.ahead, slot.ahead_control, slot, heartbeat);
+  // The loop may end with a job taken ahead in slot.next and the steps of the job before it
+  // still to be read (settle() gives back a job they took).
+  settle(slot, heartbeat);
   give_back_next(slot, heartbeat);
 }
 
@@ -386,69 +397,81 @@ bool Relay::takes_ahead(const Slot& slot) const {
          !slot.candidates.ids.empty() && !ending();
 }
 
-void Relay::behind(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing) {
-  const auto keys = cfg_.keys();
+void Relay::send_ahead(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing,
+                       bool take) {
+  take = take && !ending() && claim();
+  try {
+    auto sent = redis::JobStore(slot.conn.get(), cfg_.keys())
+                    .send_steps(cfg_.model, finishing ? &finishing->completion : nullptr,
+                                finishing ? finishing->token : std::string(),
+                                take ? new_token(cfg_.pod_name) : std::string(), cfg_.lease_ttl,
+                                slot.candidates);
+    if (take && !sent.take) unclaim();
+    slot.inflight = Inflight{sent, std::move(finishing), Clock::now()};
+  } catch (const redis::IoError& e) {
+    // Not sent, or not whole: the outcome is written the usual way (its first try may have
+    // run), the take dropped (if it ran, its job comes back by the reaper).
+    slot.conn.reset();
+    if (take) unclaim();
+    if (finishing) slot.inflight = Inflight{{.finish = true}, std::move(finishing), Clock::now()};
+    settle(slot, heartbeat, /*lost=*/true);
+  }
+}
+
+void Relay::settle(Slot& slot, Heartbeat& heartbeat, bool lost) {
+  if (!slot.inflight) return;
+  Inflight in = std::move(*slot.inflight);
+  slot.inflight.reset();
+  std::optional<redis::FinishOutcome> fin;
   std::optional<redis::Taken> next;
-  if (finishing) {
+  if (!lost) {
+    try {
+      redis::JobStore store(slot.conn.get(), cfg_.keys());
+      std::tie(fin, next) = store.receive_steps(in.sent, slot.candidates);
+      if (fin == redis::FinishOutcome::ok) store.require_replicas(cfg_.redis.wait_replicas);
+    } catch (const redis::IoError& e) {
+      slot.conn.reset();
+      lost = true;
+      next.reset();  // (a take lost with its reply: the reaper brings its job back)
+    }
+  }
+  if (in.sent.take && !next) unclaim();
+  if (in.finishing) {
     std::optional<log::TraceScope> traced;
-    if (!finishing->trace_id.empty())
-      traced.emplace(finishing->completion.job_id, finishing->trace_id);
-    finishing->line["outcome"] =
-        write_outcome(*slot.helper_conn, slot.candidates, finishing->completion, finishing->token,
-                      finishing->take_next ? &next : nullptr);
-    log::info("job finished", finishing->line);
-  } else if (!ending() && claim()) {
-    const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
-    next = redis::with_retry(*slot.helper_conn, retry_for, {}, [&](redis::Connection& c) {
-      return redis::JobStore(c, keys).take(cfg_.model, new_token(cfg_.pod_name), cfg_.lease_ttl,
-                                           slot.candidates);
-    });
-    if (!next) unclaim();
+    if (!in.finishing->trace_id.empty())
+      traced.emplace(in.finishing->completion.job_id, in.finishing->trace_id);
+    auto& line = in.finishing->line;
+    if (lost || !fin)
+      line["outcome"] = write_outcome(slot.conn, slot.candidates, in.finishing->completion,
+                                      in.finishing->token, nullptr, /*again=*/true);
+    else
+      line["outcome"] = *fin == redis::FinishOutcome::ok
+                            ? std::string(to_string(in.finishing->completion.status))
+                            : std::string(redis::to_string(*fin));
+    log::info("job finished", line);
   }
   if (!next) return;
-  // The job is this relay's from now on: a cancel reaches it, its lease is kept.
+  // The job is this relay's since its take: a cancel reaches it from now on (one heard in the
+  // meantime was kept), and its lease is kept — at once if a beat has come due since.
   auto control = std::make_unique<JobControl>();
-  {
-    std::lock_guard lock(mu_);
-    running_[next->id] = control.get();
-  }
+  hold(next->id, *control);
   if (next->record.cancel_requested) control->stop(StopReason::cancelled);
-  if (shutdown_.stop_requested()) control->stop(StopReason::shutdown);  // (after shutdown()'s)
-  heartbeat.watch(next->id, next->record.holder, control.get());
-  slot.ahead = std::move(next);
-  slot.ahead_control = std::move(control);
+  heartbeat.watch(next->id, next->record.holder, control.get(), false, in.at);
+  if (slot.next) {
+    // (The end of work(): a job taken ahead is waiting already. This one, taken after it, goes
+    // back first, to stay behind it at the front of pending.)
+    give_back(next, control, slot, heartbeat);
+    return;
+  }
+  slot.next = std::move(next);
+  slot.next_control = std::move(control);
 }
 
-void Relay::hand_over(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing) {
-  if (!slot.helper) {
-    slot.helper_conn = std::make_unique<redis::LazyConnection>(cfg_.redis_endpoint());
-    slot.helper = std::make_unique<WorkPool>(1, 1);
-  }
-  // (A packaged task: what behind() throws reaches settle(), on the slot's thread.)
-  auto task = std::make_shared<std::packaged_task<void()>>(
-      [this, &slot, &heartbeat, f = std::move(finishing)]() mutable {
-        behind(slot, heartbeat, std::move(f));
-      });
-  slot.behind = task->get_future();
-  slot.helper->post([task] { (*task)(); });
-}
-
-void Relay::settle(Slot& slot) {
-  if (!slot.behind.valid()) return;
-  try {
-    slot.behind.get();
-  } catch (const redis::IoError& e) {
-    // The job it was finishing stays in processing; its lease expires and the reaper requeues it.
-    log::error("redis unavailable for too long; exiting", {{"error", e.what()}});
-    end(1);
-  } catch (const std::exception& e) {
-    log::error("relay failed", {{"error", e.what()}});
-    end(1);
-  }
-  if (slot.ahead && !slot.next) {  // (else: the end of work(), which gives both back)
-    slot.next = std::exchange(slot.ahead, std::nullopt);
-    slot.next_control = std::move(slot.ahead_control);
-  }
+void Relay::hold(const std::string& id, JobControl& control) {
+  std::lock_guard lock(mu_);
+  running_[id] = &control;
+  if (cancels_heard_.contains(id)) control.stop(StopReason::cancelled);
+  if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);  // (after shutdown()'s)
 }
 
 Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& token,
@@ -470,16 +493,14 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     std::atomic<int>& busy;
     ~Idle() { --busy; }
   } idle{busy_};
-  {
-    std::lock_guard lock(mu_);
-    running_[job_id] = &control;
-  }
+  hold(job_id, control);
   if (job.cancel_requested) control.stop(StopReason::cancelled);
   if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);
 
   JobResult result;
   heartbeat.watch(job_id, token, &control, job.wants_webhook("progress"));
   if (job.wants_webhook("started")) {
+    settle(slot, heartbeat);  // (the connection is this step's: what was sent ahead is read first)
     // Advisory, like progress: one try, and the job goes on whatever happens.
     try {
       redis::JobStore(conn.get(), keys)
@@ -519,11 +540,26 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
                                                                       : Disposition::given_back;
   } else {
     // With a backlog and short jobs, the next job is taken while the model runs this one.
-    if (!slot.behind.valid() && !slot.next && takes_ahead(slot))
-      hand_over(slot, heartbeat, std::nullopt);
+    if (!slot.inflight && !slot.next && takes_ahead(slot))
+      send_ahead(slot, heartbeat, std::nullopt, true);
+    // What was sent ahead is read while the model works on this job (the replies are there by
+    // then): a job taken ahead is registered for cancels and its lease within a round trip of
+    // its take, not after this job.
+    std::exception_ptr unsettled;
+    std::function<void()> while_model_works;
+    if (slot.inflight)
+      while_model_works = [&] {
+        try {
+          settle(slot, heartbeat);
+        } catch (...) {
+          unsettled = std::current_exception();
+        }
+      };
     const auto began = Clock::now();
-    result = run_job(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url);
+    result = run_job(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url,
+                     std::move(while_model_works));
     slot.last_run = Clock::now() - began;
+    if (unsettled) std::rethrow_exception(unsettled);
   }
   limit.reset();  // disarmed (or rung): no timeout lands on the next job
   if (progress_) progress_->close(progress_url);  // before unwatch: no report after it
@@ -532,7 +568,7 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     std::lock_guard lock(mu_);
     running_.erase(job_id);
   }
-  settle(slot);  // the job before's last step, and the job taken ahead, if any
+  settle(slot, heartbeat);  // the job before's last step, and the job taken ahead, if any
 
   // The last step: one script writes the outcome (or gives the job back).
   std::string outcome;
@@ -588,11 +624,12 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
                         ? failures_with(job, result, wall_now())
                         : std::string()};
     if (slot.next) {
-      // A job taken ahead waits: it runs now, this one's outcome is written meanwhile by the
-      // helper (which logs its line), with the take of the job after it if jobs are still short.
-      Finishing f{completion, token, finished_line(cfg_.model, job, result), {}, takes_ahead(slot)};
+      // A job taken ahead waits: it goes to the model now, and this one's outcome (with the
+      // take of the job after it, while jobs are short) is sent meanwhile, its reply read when
+      // the model has answered (settle(), which logs this job's line).
+      Finishing f{completion, token, finished_line(cfg_.model, job, result), {}};
       if (auto trace = parse_traceparent(job.traceparent)) f.trace_id = trace->trace_id;
-      hand_over(slot, heartbeat, std::move(f));
+      send_ahead(slot, heartbeat, std::move(f), takes_ahead(slot));
       return Step::next;
     }
     outcome = write_outcome(conn, slot.candidates, completion, token, &slot.next);
@@ -607,7 +644,7 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
 
 std::string Relay::write_outcome(redis::LazyConnection& conn, redis::TakeCandidates& candidates,
                                  const redis::Completion& completion, const std::string& token,
-                                 std::optional<redis::Taken>* next) {
+                                 std::optional<redis::Taken>* next, bool again) {
   const auto keys = cfg_.keys();
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
   // A retried finish may find the job terminal by its own first attempt (the reply was lost,
@@ -617,7 +654,7 @@ std::string Relay::write_outcome(redis::LazyConnection& conn, redis::TakeCandida
   // A retry finishes only: the first try's take may have run (its job, if any, comes back
   // by the reaper, like any job whose relay lost the reply of its take).
   const bool take_next = next && !ending() && claim();
-  bool retried = false;
+  bool retried = again;
   auto fin = redis::with_retry(
       conn, retry_for, {},
       [&](redis::Connection& c) {

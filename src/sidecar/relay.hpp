@@ -8,18 +8,21 @@
 // whichever slot runs it), the progress endpoint (a URL per job) and the max_jobs count.
 //
 // With relay.take_ahead, a slot whose jobs are short takes its next job while the model runs the
-// current one, and hands the current one's last step (and the take of the one after) to a helper
-// thread of its own: the model gets the next job the moment it answers, not one Redis round trip
-// later. A job taken ahead is the slot's from its take: cancels and the heartbeat reach it.
+// current one, and sends the current one's last step (with the take of the one after) without
+// waiting for its reply, which it reads once the model has answered the next: the model gets the
+// next job the moment it answers, not one Redis round trip later. A job taken ahead is the
+// slot's from the moment its take is read; a cancel heard before that is kept for it.
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/alarm_clock.hpp"
@@ -51,6 +54,7 @@ class Relay {
  private:
   struct Slot;
   struct Finishing;
+  struct Inflight;
   enum class Step { next, stop };
   // One slot's loop, until the relay ends (shutdown, max_jobs, idle, Redis gone).
   void work(Slot& slot, Heartbeat& heartbeat);
@@ -61,19 +65,23 @@ class Relay {
                std::unique_ptr<JobControl> held);
   // A finished job's outcome written (completed, failed, cancelled: lua/finish.lua), retried
   // while Redis is away; with next, the take of the slot's next job rides in the same round
-  // trip (when max_jobs leaves room and one waits). The outcome, for the job's log line.
+  // trip (when max_jobs leaves room and one waits). again: an earlier try may have run (its
+  // reply was lost). The outcome, for the job's log line.
   std::string write_outcome(redis::LazyConnection& conn, redis::TakeCandidates& candidates,
                             const redis::Completion& completion, const std::string& token,
-                            std::optional<redis::Taken>* next);
+                            std::optional<redis::Taken>* next, bool again = false);
   // relay.take_ahead: whether the slot takes its next job while the model runs this one.
   bool takes_ahead(const Slot& slot) const;
-  // On the slot's helper thread: the last step of a job handed over (if any), and the take of a
-  // job ahead; that job is registered (running_, heartbeat) as soon as it is taken.
-  void behind(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing);
-  // Posts behind() to the slot's helper (made on first use).
-  void hand_over(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing);
-  // The helper's work collected (slot.next set if it took a job); rethrows what it threw.
-  void settle(Slot& slot);
+  // Sends a finished job's outcome (when given) and the take of a job ahead (with take, when
+  // max_jobs leaves room) on the slot's connection without waiting: settle() reads the replies.
+  void send_ahead(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing> finishing, bool take);
+  // Reads what send_ahead() sent (lost: its connection failed): logs the finished job (its
+  // outcome written the usual way when the reply was lost) and holds the job taken, if any, in
+  // slot.next — registered for cancels and the heartbeat.
+  void settle(Slot& slot, Heartbeat& heartbeat, bool lost = false);
+  // Registers a job in hand for cancels (running_), stopping it if a cancel for it was heard
+  // already or the relay is shutting down.
+  void hold(const std::string& id, JobControl& control);
   // A job taken but not run (shutdown, the relay ending) goes back to the front of pending: the
   // slot's next, or the one given.
   void give_back_next(Slot& slot, Heartbeat& heartbeat);
@@ -104,6 +112,10 @@ class Relay {
 
   std::mutex mu_;  // guards running_, and every slot's popping and pop_client
   std::unordered_map<std::string, JobControl*> running_;  // the jobs in hand, by id
+  // The last cancels heard for jobs not in running_ (see the listener in run()).
+  static constexpr std::size_t kCancelsHeard = 4096;
+  std::unordered_set<std::string> cancels_heard_;
+  std::deque<std::string> cancels_order_;
   std::vector<std::unique_ptr<Slot>> slots_;
 };
 

@@ -284,6 +284,45 @@ TEST_F(JobStoreTest, TakeAnnouncesAWatchedJobOnItsOwnChangedChannel) {
   }
 }
 
+// relay.take_ahead's halves: the steps are written now and run at once; their replies wait until
+// read — across other connections' work, a script cache flushed after the write (NOSCRIPT:
+// resent whole at the read) — and the connection is not taken for stale meanwhile.
+TEST_F(JobStoreTest, StepsSentNowAreReadLater) {
+  auto first = pending_job(model_), second = pending_job(model_), third = pending_job(model_);
+  for (auto* r : {&first, &second, &third}) store_.submit(*r, false);
+  redis::TakeCandidates candidates;
+  ASSERT_TRUE(store_.take(model_, "t1", 5s, candidates));
+  auto relay_conn = redis_.connect();
+  redis::JobStore relay_store(relay_conn, keys_);
+  conn_.command({"SCRIPT", "FLUSH"});
+  const auto done = ending(first, JobStatus::completed);
+  auto sent = relay_store.send_steps(model_, &done, "t1", "t2", 5s, candidates);
+  EXPECT_TRUE(sent.finish && sent.take);
+  EXPECT_FALSE(relay_conn.stale()) << "its replies are what it has to read";
+  EXPECT_THROW(relay_conn.send({}), redis::IoError) << "one send at a time";
+  // Whatever ran at once has run (the finish, or its NOSCRIPT refusal): the read settles it.
+  auto [outcome, next] = relay_store.receive_steps(sent, candidates);
+  ASSERT_TRUE(outcome.has_value());
+  EXPECT_EQ(*outcome, redis::FinishOutcome::ok);
+  EXPECT_EQ(status(first.id), "completed");
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->id, second.id);
+  EXPECT_EQ(status(second.id), "processing");
+  EXPECT_EQ(candidates.ids, std::vector<std::string>{third.id});
+  // A take alone; then nothing left to read.
+  sent = relay_store.send_steps(model_, nullptr, "", "t3", 5s, candidates);
+  EXPECT_TRUE(!sent.finish && sent.take);
+  EXPECT_EQ(redis::as_string(conn_.command({"LINDEX", keys_.processing(model_), "-1"}).get()),
+            third.id)
+      << "run before its reply is read";
+  auto [none, last] = relay_store.receive_steps(sent, candidates);
+  EXPECT_FALSE(none.has_value());
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->id, third.id);
+  EXPECT_THROW(relay_conn.receive(), redis::IoError) << "nothing sent";
+  EXPECT_EQ(redis::as_string(relay_conn.command({"PING"}).get()), "PONG") << "still in step";
+}
+
 TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip) {
   auto first = pending_job(model_), second = pending_job(model_), third = pending_job(model_);
   for (auto* r : {&first, &second, &third}) store_.submit(*r, false);

@@ -73,6 +73,12 @@ TEST_F(RelayConcurrencyTest, ACancelStopsOnlyTheJobItNamesAndSigtermGivesTheRest
   conn_.command({"HSET", keys_.job(model_, b), "cancel_requested", "1"});
   conn_.command({"PUBLISH", keys_.cancel_channel(model_), b});
   ASSERT_TRUE(wait_until([&] { return status(b) == "cancelled"; }, 10s)) << relay->log();
+  // (The model notices a dropped request on its own time: waited for, not assumed.)
+  const auto dropped = [&](size_t n) {
+    return wait_until([&] { return occurrences(inference.events(), "dropped /predict") >= n; },
+                      10s);
+  };
+  EXPECT_TRUE(dropped(1)) << inference.events();
   EXPECT_EQ(occurrences(inference.events(), "dropped /predict"), 1u) << inference.events();
   EXPECT_EQ(status(a), "processing");
   EXPECT_EQ(status(c), "processing");
@@ -93,6 +99,7 @@ TEST_F(RelayConcurrencyTest, ACancelStopsOnlyTheJobItNamesAndSigtermGivesTheRest
     EXPECT_FALSE(exists(keys_.lease(model_, id)));
   }
   EXPECT_EQ(events_count(), 1) << "only the cancel";
+  EXPECT_TRUE(dropped(3)) << inference.events();
   EXPECT_EQ(occurrences(inference.events(), "dropped /predict"), 3u) << inference.events();
 }
 
