@@ -8,7 +8,8 @@ Throughput: N jobs with 1 KiB inputs end to end.
           stream holds N. (Relay's best here: four relays of concurrency 1 — --relays=4
           --concurrency=1 — cost ~6% more CPU per job and do ~5% fewer jobs/s, measured
           2026-12-02 in three interleaved pairs: four processes wake and switch more than four
-          threads of one.)
+          threads of one.) Then the same with relay.take_ahead 1s (each slot takes its next
+          job while the model runs one, and reads the finish's reply while the model works).
   BullMQ: producer.js adds N jobs of 1 KiB (64 adds in flight), worker.js runs them with a no-op
           processor (concurrency 64); done when the worker has completed N.
   Two more references, for information (not the goal's): BullMQ's worker POSTing each job to the
@@ -32,7 +33,7 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
   input in Redis, in the job; Relay in storage, Redis holding its key.
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|relay_ahead|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -583,7 +584,7 @@ def main():
             results["delay"]["relay_ahead"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20,
                                                          take_ahead=TAKE_AHEAD)
             results["model_pace_ms"] = model_pace(20)
-        for side in ("bullmq", "bullmq_model", "bullmq_work", "relay"):
+        for side in ("bullmq", "bullmq_model", "bullmq_work", "relay", "relay_ahead"):
             if ONLY in ("oneshot", "sizes", "delay"):
                 break
             if ONLY and ONLY != side:
@@ -598,6 +599,11 @@ def main():
                 # Nor this: BullMQ doing the work Relay does per job (an HTTP API, the input and
                 # the result stored as files, the model over HTTP), as a team would bolt it on.
                 results["throughput"][side] = bullmq_work_side(port, redis.pid, work)
+                continue
+            if side == "relay_ahead":
+                # Relay again, its relays taking each next job while the model runs one.
+                results["throughput"][side] = relay_side(port, redis.pid, work,
+                                                         take_ahead=TAKE_AHEAD)
                 continue
             run = bullmq_side if side == "bullmq" else relay_side
             results["throughput"][side] = run(port, redis.pid, work)
@@ -681,7 +687,7 @@ def main():
         return
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
              "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
-             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay_ahead": f"Relay, relay.take_ahead {TAKE_AHEAD} (each relay takes its next job while the model runs one)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
+             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay_ahead": f"Relay with relay.take_ahead {TAKE_AHEAD} (the same relays, each slot taking its next job while the model runs one)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
     if ONLY == "delay":
         delay_table()
         return
@@ -703,6 +709,10 @@ def main():
     out(f"\nRelay / BullMQ: throughput {t['relay']['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x "
           f"(goal >= 1.0), CPU per job "
           f"{t['relay']['cpu_us_per_job'] / t['bullmq']['cpu_us_per_job']:.2f}x (goal <= 1.0)")
+    ra = t["relay_ahead"]
+    out(f"Relay with relay.take_ahead / BullMQ: throughput "
+        f"{ra['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x, CPU per job "
+        f"{ra['cpu_us_per_job'] / t['bullmq']['cpu_us_per_job']:.2f}x")
     out(f"Relay / BullMQ + the model over HTTP: throughput "
         f"{t['relay']['jobs_per_s'] / t['bullmq_model']['jobs_per_s']:.2f}x, CPU per job "
         f"{t['relay']['cpu_us_per_job'] / t['bullmq_model']['cpu_us_per_job']:.2f}x (for information)")

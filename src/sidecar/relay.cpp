@@ -494,11 +494,27 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     ~Idle() { --busy; }
   } idle{busy_};
   hold(job_id, control);
+  std::exception_ptr unsettled;  // from reading what was sent ahead, while the model worked
   if (job.cancel_requested) control.stop(StopReason::cancelled);
   if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);
 
   JobResult result;
   heartbeat.watch(job_id, token, &control, job.wants_webhook("progress"));
+  // Until the job's end here — or an exception leaving process() — the listener and the
+  // heartbeat know the job (and its control, which goes with this call).
+  struct Registered {
+    Relay& relay;
+    Heartbeat& heartbeat;
+    const std::string& id;
+    bool on = true;
+    void release() {
+      if (!std::exchange(on, false)) return;
+      heartbeat.unwatch(id);
+      std::lock_guard lock(relay.mu_);
+      relay.running_.erase(id);
+    }
+    ~Registered() { release(); }
+  } registered{*this, heartbeat, job_id};
   if (job.wants_webhook("started")) {
     settle(slot, heartbeat);  // (the connection is this step's: what was sent ahead is read first)
     // Advisory, like progress: one try, and the job goes on whatever happens.
@@ -545,7 +561,6 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     // What was sent ahead is read while the model works on this job (the replies are there by
     // then): a job taken ahead is registered for cancels and its lease within a round trip of
     // its take, not after this job.
-    std::exception_ptr unsettled;
     std::function<void()> while_model_works;
     if (slot.inflight)
       while_model_works = [&] {
@@ -559,15 +574,11 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     result = run_job(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url,
                      std::move(while_model_works));
     slot.last_run = Clock::now() - began;
-    if (unsettled) std::rethrow_exception(unsettled);
   }
   limit.reset();  // disarmed (or rung): no timeout lands on the next job
   if (progress_) progress_->close(progress_url);  // before unwatch: no report after it
-  heartbeat.unwatch(job_id);
-  {
-    std::lock_guard lock(mu_);
-    running_.erase(job_id);
-  }
+  registered.release();
+  if (unsettled) std::rethrow_exception(unsettled);
   settle(slot, heartbeat);  // the job before's last step, and the job taken ahead, if any
 
   // The last step: one script writes the outcome (or gives the job back).
