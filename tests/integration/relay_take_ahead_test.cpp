@@ -88,6 +88,29 @@ TEST_F(RelayTakeAheadTest, ACancelReachesAJobTakenAheadBeforeTheModelSeesIt) {
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
 }
 
+// A job taken ahead is known to the relay a round trip after its take: a cancel heard before that
+// is kept for it. Shown with a job the relay cannot know yet (held by a paused model): the cancel
+// announced for it first, then the job released — the relay takes it and cancels it unrun.
+TEST_F(RelayTakeAheadTest, ACancelHeardBeforeTheRelayKnowsItsJobIsKeptForIt) {
+  InferenceServer inference;
+  auto env = env_for(inference);
+  auto st = storage_for(env);
+  store_.set_paused(model_, true);
+  const auto id = submit(*st, "cancelled before it is taken");
+  auto relay = start_relay(env, {"--max-jobs", "1"});
+  ASSERT_TRUE(wait_for_blocked_client());  // (subscribed before its first wait)
+  // (No cancel_requested in the record: only what the listener heard can stop it.)
+  const auto heard =
+      redis::as_integer(conn_.command({"PUBLISH", keys_.cancel_channel(model_), id}).get());
+  if (!redis_.cluster()) {  // (a cluster counts the node's subscribers only)
+    EXPECT_EQ(heard, 1);
+  }
+  store_.set_paused(model_, false);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_EQ(status(id), "cancelled");
+  EXPECT_FALSE(inference.saw("request /predict")) << inference.events();
+}
+
 TEST_F(RelayTakeAheadTest, SigtermGivesBackTheJobTakenAheadWithTheOneRunning) {
   InferenceServer inference({.delay_ms = 1500});
   auto relay = start_with_one_ahead(inference, "5m");
