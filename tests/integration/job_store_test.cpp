@@ -312,8 +312,13 @@ TEST_F(JobStoreTest, StepsSentNowAreReadLater) {
   // A take alone; then nothing left to read.
   sent = relay_store.send_steps(model_, nullptr, "", "t3", 5s, candidates);
   EXPECT_TRUE(!sent.finish && sent.take);
-  EXPECT_EQ(redis::as_string(conn_.command({"LINDEX", keys_.processing(model_), "-1"}).get()),
-            third.id)
+  // (The server runs it on its own time: waited for, without reading the reply.)
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return redis::as_string(conn_.command({"LINDEX", keys_.processing(model_), "-1"}).get()) ==
+               third.id;
+      },
+      5s))
       << "run before its reply is read";
   auto [none, last] = relay_store.receive_steps(sent, candidates);
   EXPECT_FALSE(none.has_value());
