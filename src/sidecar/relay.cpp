@@ -78,7 +78,7 @@ struct Relay::Slot {
   std::optional<redis::Taken> next;
   std::unique_ptr<JobControl> next_control;  // next's, when it was taken ahead
   // relay.take_ahead: how long the model took over the slot's last job, and the steps sent on
-  // conn whose replies are read once the model has answered (settle()).
+  // conn whose replies are not read yet (settle(): while the model works on the next job).
   Clock::duration last_run = Clock::duration::max();
   std::optional<Inflight> inflight;
   // Guarded by Relay::mu_: where this slot's BLMOVE waits, for unblock_pops().
@@ -482,7 +482,7 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
   const std::string& job_id = job.id;
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
 
-  // (A job taken ahead has its control already, in running_ since its take.)
+  // (A job taken ahead has its control already, in running_ since its take's reply was read.)
   const auto owned = held ? std::move(held) : std::make_unique<JobControl>();
   JobControl& control = *owned;
   // Every log line about this job carries its trace_id while it is in hand.
