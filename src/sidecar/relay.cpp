@@ -49,6 +49,12 @@ boost::json::object finished_line(const std::string& model, const JobRecord& job
   return line;
 }
 
+// A finish's outcome as the job's log line names it: the status written, or why none was.
+std::string outcome_name(redis::FinishOutcome fin, const redis::Completion& completion) {
+  return fin == redis::FinishOutcome::ok ? std::string(to_string(completion.status))
+                                         : std::string(redis::to_string(fin));
+}
+
 }  // namespace
 
 // A job's last step sent ahead (relay.take_ahead), with its log line.
@@ -445,17 +451,14 @@ void Relay::settle(Slot& slot, Heartbeat& heartbeat, bool lost) {
       line["outcome"] = write_outcome(slot.conn, slot.candidates, in.finishing->completion,
                                       in.finishing->token, nullptr, /*again=*/true);
     else
-      line["outcome"] = *fin == redis::FinishOutcome::ok
-                            ? std::string(to_string(in.finishing->completion.status))
-                            : std::string(redis::to_string(*fin));
+      line["outcome"] = outcome_name(*fin, in.finishing->completion);
     log::info("job finished", line);
   }
   if (!next) return;
   // The job is this relay's since its take: a cancel reaches it from now on (one heard in the
   // meantime was kept), and its lease is kept — at once if a beat has come due since.
   auto control = std::make_unique<JobControl>();
-  hold(next->id, *control);
-  if (next->record.cancel_requested) control->stop(StopReason::cancelled);
+  hold(next->record, *control);
   heartbeat.watch(next->id, next->record.holder, control.get(), false, in.at);
   if (slot.next) {
     // (The end of work(): a job taken ahead is waiting already. This one, taken after it, goes
@@ -467,10 +470,11 @@ void Relay::settle(Slot& slot, Heartbeat& heartbeat, bool lost) {
   slot.next_control = std::move(control);
 }
 
-void Relay::hold(const std::string& id, JobControl& control) {
+void Relay::hold(const JobRecord& job, JobControl& control) {
   std::lock_guard lock(mu_);
-  running_[id] = &control;
-  if (cancels_heard_.contains(id)) control.stop(StopReason::cancelled);
+  running_[job.id] = &control;
+  // (The first reason wins: a cancel before a shutdown.)
+  if (job.cancel_requested || cancels_heard_.contains(job.id)) control.stop(StopReason::cancelled);
   if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);  // (after shutdown()'s)
 }
 
@@ -493,10 +497,8 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     std::atomic<int>& busy;
     ~Idle() { --busy; }
   } idle{busy_};
-  hold(job_id, control);
+  hold(job, control);
   std::exception_ptr unsettled;  // from reading what was sent ahead, while the model worked
-  if (job.cancel_requested) control.stop(StopReason::cancelled);
-  if (shutdown_.stop_requested()) control.stop(StopReason::shutdown);
 
   JobResult result;
   heartbeat.watch(job_id, token, &control, job.wants_webhook("progress"));
@@ -686,8 +688,7 @@ std::string Relay::write_outcome(redis::LazyConnection& conn, redis::TakeCandida
       [&](int) { retried = true; });
   if (take_next && !*next) unclaim();  // no job waited
   if (retried && fin == redis::FinishOutcome::terminal) fin = redis::FinishOutcome::ok;
-  return fin == redis::FinishOutcome::ok ? std::string(to_string(completion.status))
-                                         : std::string(redis::to_string(fin));
+  return outcome_name(fin, completion);
 }
 
 }  // namespace relay::sidecar

@@ -79,9 +79,9 @@ class Relay {
   // outcome written the usual way when the reply was lost) and holds the job taken, if any, in
   // slot.next — registered for cancels and the heartbeat.
   void settle(Slot& slot, Heartbeat& heartbeat, bool lost = false);
-  // Registers a job in hand for cancels (running_), stopping it if a cancel for it was heard
-  // already or the relay is shutting down.
-  void hold(const std::string& id, JobControl& control);
+  // Registers a job in hand for cancels (running_), stopping it if it is cancelled (its record, or
+  // a cancel heard already) or the relay is shutting down.
+  void hold(const JobRecord& job, JobControl& control);
   // A job taken but not run (shutdown, the relay ending) goes back to the front of pending: the
   // slot's next, or the one given.
   void give_back_next(Slot& slot, Heartbeat& heartbeat);
