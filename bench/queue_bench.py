@@ -8,8 +8,9 @@ Throughput: N jobs with 1 KiB inputs end to end.
           stream holds N. (Relay's best here: four relays of concurrency 1 — --relays=4
           --concurrency=1 — cost ~6% more CPU per job and do ~5% fewer jobs/s, measured
           2026-12-02 in three interleaved pairs: four processes wake and switch more than four
-          threads of one.) Then the same with relay.take_ahead 1s (each slot takes its next
-          job while the model runs one, and reads the finish's reply while the model works).
+          threads of one.) By default (relay.take_ahead 100ms) each slot takes its next job
+          while the model runs one and reads the finish's reply while the model works; then the
+          same with relay.take_ahead 0s (off: each job taken once the model answered the last).
   BullMQ: producer.js adds N jobs of 1 KiB (64 adds in flight), worker.js runs them with a no-op
           processor (concurrency 64); done when the worker has completed N.
   Two more references, for information (not the goal's): BullMQ's worker POSTing each job to the
@@ -23,7 +24,8 @@ Throughput: N jobs with 1 KiB inputs end to end.
 The 20 ms case: 2,000 jobs, 4 relays / a worker of concurrency 4, each job taking 20 ms (the
   no-op model's --delay-ms; a processor that sleeps): jobs/s beside the ideal 4 / 20 ms, and
   beside the model's own pace, measured alone (its timer fires late: 20.6-20.8 ms here); Relay
-  as configured by default, then with relay.take_ahead (the next job taken while the model runs).
+  as configured by default (the next job taken while the model runs one), then with
+  relay.take_ahead 0s (off).
 Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completion as the client
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
@@ -33,7 +35,7 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
   input in Redis, in the job; Relay in storage, Redis holding its key.
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|relay_ahead|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -70,9 +72,9 @@ def size_name(n):
 
 INPUT_NAME = size_name(INPUT_BYTES)
 RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "1"))
-# The 20 ms case runs Relay twice: as configured by default, and with relay.take_ahead (the
-# next job taken while the model runs one: the Redis round trip between two jobs hidden).
-TAKE_AHEAD = "1s"
+# Relay runs twice: as configured by default (relay.take_ahead 100ms: the next job taken while
+# the model runs one, the Redis round trip between two jobs hidden), and with it off.
+TAKE_AHEAD_OFF = "0s"
 # --concurrency=C: each relay of the throughput run keeps C jobs in hand (relay.concurrency).
 CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "4"))
 # --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
@@ -581,10 +583,10 @@ def main():
             fresh()
             results["delay"]["relay"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
             fresh()
-            results["delay"]["relay_ahead"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20,
-                                                         take_ahead=TAKE_AHEAD)
+            results["delay"]["relay_off"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20,
+                                                         take_ahead=TAKE_AHEAD_OFF)
             results["model_pace_ms"] = model_pace(20)
-        for side in ("bullmq", "bullmq_model", "bullmq_work", "relay", "relay_ahead"):
+        for side in ("bullmq", "bullmq_model", "bullmq_work", "relay", "relay_off"):
             if ONLY in ("oneshot", "sizes", "delay"):
                 break
             if ONLY and ONLY != side:
@@ -600,10 +602,10 @@ def main():
                 # the result stored as files, the model over HTTP), as a team would bolt it on.
                 results["throughput"][side] = bullmq_work_side(port, redis.pid, work)
                 continue
-            if side == "relay_ahead":
-                # Relay again, its relays taking each next job while the model runs one.
+            if side == "relay_off":
+                # Relay again, its relays taking each job once the model answered the last.
                 results["throughput"][side] = relay_side(port, redis.pid, work,
-                                                         take_ahead=TAKE_AHEAD)
+                                                         take_ahead=TAKE_AHEAD_OFF)
                 continue
             run = bullmq_side if side == "bullmq" else relay_side
             results["throughput"][side] = run(port, redis.pid, work)
@@ -615,8 +617,8 @@ def main():
             else:
                 results["delay"][side] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
                 fresh()
-                results["delay"]["relay_ahead"] = relay_side(port, redis.pid, work, DELAY_JOBS,
-                                                             20, take_ahead=TAKE_AHEAD)
+                results["delay"]["relay_off"] = relay_side(port, redis.pid, work, DELAY_JOBS,
+                                                             20, take_ahead=TAKE_AHEAD_OFF)
                 results["model_pace_ms"] = model_pace(20)
             fresh()
             results["latency"][side] = (bullmq_latency if side == "bullmq" else relay_latency)(
@@ -677,8 +679,8 @@ def main():
         pace = results["model_pace_ms"]
         out(f"\nThe no-op model alone takes {pace:.2f} ms per \"20 ms\" request here (its timer "
             f"fires late): 4 workers can do at most {4000 / pace:.1f} jobs/s with it; Relay did "
-            f"{d['relay']['jobs_per_s'] / (4000 / pace):.1%} of that, with relay.take_ahead "
-            f"{d['relay_ahead']['jobs_per_s'] / (4000 / pace):.1%}.")
+            f"{d['relay']['jobs_per_s'] / (4000 / pace):.1%} of that, with relay.take_ahead off "
+            f"{d['relay_off']['jobs_per_s'] / (4000 / pace):.1%}.")
 
     if ONLY == "oneshot":
         o = results["oneshot"]
@@ -687,7 +689,7 @@ def main():
         return
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
              "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
-             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay_ahead": f"Relay with relay.take_ahead {TAKE_AHEAD} (the same relays, each slot taking its next job while the model runs one)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
+             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay_off": f"Relay with relay.take_ahead {TAKE_AHEAD_OFF} (the same relays, each slot taking its next job once the model answered the last)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
     if ONLY == "delay":
         delay_table()
         return
@@ -709,8 +711,8 @@ def main():
     out(f"\nRelay / BullMQ: throughput {t['relay']['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x "
           f"(goal >= 1.0), CPU per job "
           f"{t['relay']['cpu_us_per_job'] / t['bullmq']['cpu_us_per_job']:.2f}x (goal <= 1.0)")
-    ra = t["relay_ahead"]
-    out(f"Relay with relay.take_ahead / BullMQ: throughput "
+    ra = t["relay_off"]
+    out(f"Relay with relay.take_ahead off / BullMQ: throughput "
         f"{ra['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x, CPU per job "
         f"{ra['cpu_us_per_job'] / t['bullmq']['cpu_us_per_job']:.2f}x")
     out(f"Relay / BullMQ + the model over HTTP: throughput "

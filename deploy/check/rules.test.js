@@ -185,6 +185,9 @@ test('a model taking jobs ahead gets relays told so, and only in deployment mode
   const dep = find(docs, 'Deployment', (x) => x.metadata.name === 'relay-ocr');
   assert.equal(env(relayOf(dep.spec.template.spec), 'RELAY_RELAY_TAKE_AHEAD').value, '1s');
   assert.deepEqual(await allErrors(docs), []);
+  // "0s" turns the relay's default off: passed on, not taken for unset.
+  const off = render([path.join(examplesDir, 'ocr-deployment-mode.yaml')], ['--set', 'models[0].takeAhead=0s']);
+  assert.equal(env(relayOf(find(off, 'Deployment', (x) => x.metadata.name === 'relay-ocr').spec.template.spec), 'RELAY_RELAY_TAKE_AHEAD').value, '0s');
   assert.throws(() => render([path.join(examplesDir, 'two-gpu-models.yaml')], ['--set', 'models[0].takeAhead=1s']),
     /takeAhead: only for mode: deployment/);
   assert.throws(() => render([path.join(examplesDir, 'ocr-deployment-mode.yaml')], ['--set', 'models[0].takeAhead=one second']),

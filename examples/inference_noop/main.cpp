@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -38,6 +39,7 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/hex.hpp"
 #include "common/signals.hpp"
@@ -58,6 +60,7 @@ struct Options {
   long fail_first = -1;     // >= 0: only the first N POSTs answer --status, the rest 200
   std::string retry_after;  // sent with failures when set
   long delay_ms = 0;
+  std::vector<long> delays_ms;  // the n-th POST's delay (the last for the rest), if given
   std::uint64_t result_bytes = 0;
   std::string events;
   std::string content_type = "application/json";  // of POST answers (tests of non-JSON models)
@@ -160,6 +163,12 @@ class MultipartScanner final : private relay::multipart::Handler {
   boost::json::array parts_;
 };
 
+// How long the n-th POST (from 0) is held.
+long delay_for(const Options& o, size_t n) {
+  if (o.delays_ms.empty()) return o.delay_ms;
+  return o.delays_ms[std::min(n, o.delays_ms.size() - 1)];
+}
+
 // Waits up to delay for the client to close; true if it did.
 bool client_dropped_within(int fd, long delay_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
@@ -199,6 +208,8 @@ void serve(tcp::socket sock, const Options& o) {
       res.result(o.health_status);
       res.body() = o.health_status == 200 ? R"({"status":"ok"})" : R"({"status":"loading"})";
     } else if (req.method() == http::verb::post) {
+      static std::atomic<size_t> arrived{0};
+      const size_t post_number = arrived++;
       event(o, "request " + path);
       InFlight flight;
       event(o, "in-flight " + std::to_string(flight.count()));
@@ -250,7 +261,8 @@ void serve(tcp::socket sock, const Options& o) {
               "step " + std::to_string(i) + " of " + std::to_string(o.progress_steps));
           event(o, "progress " + std::to_string(i) + " " + std::to_string(st));
         }
-      } else if (o.delay_ms > 0 && client_dropped_within(sock.native_handle(), o.delay_ms)) {
+      } else if (long delay = delay_for(o, post_number);
+                 delay > 0 && client_dropped_within(sock.native_handle(), delay)) {
         event(o, "dropped " + path);
         return;
       }
@@ -293,6 +305,10 @@ int main(int argc, char** argv) {
   app.add_option("--retry-after", o.retry_after, "Retry-After sent with failures");
   app.add_option("--delay-ms", o.delay_ms,
                  "hold each POST's answer this long, watching for the client to drop");
+  app.add_option("--delays-ms", o.delays_ms,
+                 "hold the n-th POST's answer the n-th of these (the last for the rest), in "
+                 "order of arrival; instead of --delay-ms")
+      ->delimiter(',');
   app.add_option("--result-bytes", o.result_bytes,
                  "add a \"padding\" field of this many bytes to every POST's answer");
   app.add_option("--events", o.events, "append one line per request/drop/done to this file");

@@ -268,7 +268,7 @@ bool JobStore::give_back(const std::string& model, const std::string& id,
   auto r = conn_.eval(lua::give_back,
                       {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model),
                        keys_.pending(model), keys_.paused(model), keys_.held(model)},
-                      {id, token});
+                      {id, token, keys_.job_changed_channel(id)});
   return as_integer(r.get()) == 1;
 }
 

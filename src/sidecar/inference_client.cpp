@@ -205,6 +205,20 @@ long InferenceClient::probe(const std::string& path, std::chrono::milliseconds t
 namespace {
 // The upload was cut short by the model (see post()).
 struct CutShort {};
+
+// Whether the model's answer begins (or the connection ends: a stop or the request's timeout
+// shuts it) by `at`.
+bool answer_by(int fd, std::chrono::steady_clock::time_point at) {
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(at - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+    if (n > 0) return true;
+    if (n == 0 && left.count() <= 0) return false;
+    if (n < 0 && errno != EINTR) return true;  // (the read that follows says what went wrong)
+  }
+}
 }  // namespace
 
 InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_token stop) {
@@ -330,7 +344,12 @@ InferenceResponse InferenceClient::post(const InferenceRequest& r, std::stop_tok
   } catch (const CutShort&) {
     // (cut says where: what the model answered before the cut is read below)
   }
-  if (!cut && r.sent) r.sent();
+  if (!cut && r.while_model_works.sent) {
+    const auto late_at = r.while_model_works.sent();
+    if (late_at && r.while_model_works.late && impl_->buffer.size() == 0 &&
+        !answer_by(sock.native_handle(), *late_at))
+      r.while_model_works.late();
+  }
   // Reading fails as the upload did when it was cut short and no answer came before the cut.
   auto read_failed = [&](const beast::error_code& e, const char* what) {
     return cut ? failed(cut->first, cut->second) : failed(e, what);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -34,6 +35,15 @@ class InferenceError : public std::runtime_error {
   std::string code_;
 };
 
+// Called by post() while the model works on a request. Neither may throw.
+struct ModelAtWork {
+  // Once the whole request is sent, before its answer is read (not when sending failed).
+  // Returns when to call `late` if the answer has not begun by then (nothing: never).
+  std::function<std::optional<std::chrono::steady_clock::time_point>()> sent = {};
+  // Once, at that time, the answer not begun: the model is taking longer than the caller hoped.
+  std::function<void()> late = {};
+};
+
 struct InferenceRequest {
   std::string path;  // the route, e.g. "/predict"
   std::string filename;
@@ -44,9 +54,8 @@ struct InferenceRequest {
   std::chrono::milliseconds timeout{0};  // 0 = none
   std::uint64_t max_answer_size = 0;     // a longer answer body: InferenceError result_too_large
   std::vector<std::pair<std::string, std::string>> headers = {};  // sent as they are
-  // Called once the whole request is sent, before its answer is read (not when sending failed):
-  // work of the caller's that can overlap the model's. Must not throw.
-  std::function<void()> sent = {};
+  // Work of the caller's that overlaps the model's, on the thread in post() (relay.take_ahead).
+  ModelAtWork while_model_works = {};
 };
 
 struct InferenceResponse {

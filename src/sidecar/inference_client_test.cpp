@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/errors.hpp"
@@ -183,6 +184,55 @@ TEST(InferenceClient, APostTimesOutByItsAlarmAndNoEarlierAlarmCutsALaterPost) {
     EXPECT_EQ(e.code(), "inference_timeout") << e.what();
   }
   done = true;
+}
+
+// The caller's work while the model works: `sent` once the request is out, `late` once if the
+// answer has not begun by the time `sent` named — never for an answer in time, nor when `sent`
+// names no time — and the answer read whole either way.
+TEST(InferenceClient, LateIsCalledOnceWhenTheAnswerHasNotBegunByItsTime) {
+  std::atomic<int> connection{0};
+  ScriptedServer server([&](int fd) {
+    // The first answer at once, the others after 400 ms.
+    if (connection++ > 0) std::this_thread::sleep_for(milliseconds(400));
+    send_all(fd, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok");
+  });
+  InferenceClient c(server.url());
+  struct Seen {
+    int sent = 0, late = 0;
+    Clock::time_point sent_at, late_at;
+  };
+  auto post = [&](std::optional<milliseconds> patience) {
+    Seen seen;
+    MemorySource input("input");
+    InferenceRequest r{.path = "/predict", .filename = "in.txt", .content_type = "text/plain"};
+    r.body = &input;
+    r.while_model_works.sent = [&]() -> std::optional<Clock::time_point> {
+      ++seen.sent;
+      seen.sent_at = Clock::now();
+      if (!patience) return std::nullopt;
+      return seen.sent_at + *patience;
+    };
+    r.while_model_works.late = [&] {
+      ++seen.late;
+      seen.late_at = Clock::now();
+    };
+    auto answer = c.post(r, {});
+    EXPECT_EQ(answer.status, 200);
+    EXPECT_EQ(answer.body.head(10), "ok");
+    return seen;
+  };
+  auto in_time = post(milliseconds(5000));  // answered at once
+  EXPECT_EQ(in_time.sent, 1);
+  EXPECT_EQ(in_time.late, 0);
+  auto late = post(milliseconds(100));  // answered after 400 ms
+  EXPECT_EQ(late.sent, 1);
+  ASSERT_EQ(late.late, 1);
+  EXPECT_GE(late.late_at - late.sent_at, milliseconds(100));
+  auto past = post(milliseconds(-50));  // a time already past: at once
+  EXPECT_EQ(past.late, 1);
+  auto none = post(std::nullopt);
+  EXPECT_EQ(none.sent, 1);
+  EXPECT_EQ(none.late, 0);
 }
 
 // Interim answers (1xx) before the final one are passed over, by probes and posts alike: taken

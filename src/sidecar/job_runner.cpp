@@ -105,7 +105,7 @@ boost::json::object Timings::micros() const {
 
 JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference,
                   const crypto::Encryption& enc, const JobRecord& job, JobControl& control,
-                  const std::string& progress_url, std::function<void()> while_model_works) {
+                  const std::string& progress_url, ModelAtWork while_model_works) {
   const auto start = Clock::now();
   Timings timings;
   if (job.created_at && job.started_at)
@@ -184,7 +184,7 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     req.timeout = cfg.inference.timeout;
     req.max_answer_size = static_cast<std::uint64_t>(cfg.max_result_size);
     if (!progress_url.empty()) req.headers.emplace_back("Relay-Progress-URL", progress_url);
-    req.sent = std::move(while_model_works);
+    req.while_model_works = std::move(while_model_works);
     // The job's trace goes on to the model: the same trace, this request as its parent.
     if (auto trace = parse_traceparent(job.traceparent)) {
       req.headers.emplace_back("traceparent", child_of(*trace).header());

@@ -14,6 +14,7 @@
 #include "crypto/keyring.hpp"
 #include "redis/job_record.hpp"
 #include "sidecar/config.hpp"
+#include "sidecar/inference_client.hpp"
 #include "sidecar/job_control.hpp"
 #include "storage/storage.hpp"
 
@@ -53,12 +54,10 @@ struct JobResult {
   Timings timings;                                       // milliseconds per stage
 };
 
-class InferenceClient;
 // progress_url: sent to the model as Relay-Progress-URL (empty: not sent). while_model_works:
-// called once the request is sent to the model, while it works (InferenceRequest::sent).
+// the caller's work while the model works (InferenceRequest::while_model_works).
 JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference,
                   const crypto::Encryption& encryption, const JobRecord& job, JobControl& control,
-                  const std::string& progress_url = {},
-                  std::function<void()> while_model_works = {});
+                  const std::string& progress_url = {}, ModelAtWork while_model_works = {});
 
 }  // namespace relay::sidecar

@@ -83,6 +83,7 @@ struct Relay::Slot {
   redis::TakeCandidates candidates;
   std::optional<redis::Taken> next;
   std::unique_ptr<JobControl> next_control;  // next's, when it was taken ahead
+  Clock::time_point next_taken_at{};         // (then: when its take was sent)
   // relay.take_ahead: how long the model took over the slot's last job, and the steps sent on
   // conn whose replies are not read yet (settle(): while the model works on the next job).
   Clock::duration last_run = Clock::duration::max();
@@ -388,7 +389,7 @@ void Relay::give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobContr
     redis::JobStore(slot.conn.get(), cfg_.keys()).give_back(cfg_.model, id, job->record.holder);
   } catch (const std::exception& e) {
     slot.conn.reset();
-    log::warn("a job taken before the shutdown is left to the reaper",
+    log::warn("a job taken but not run could not be given back: left to the reaper",
               {{"job_id", id}, {"error", e.what()}});
   }
   job.reset();
@@ -468,6 +469,7 @@ void Relay::settle(Slot& slot, Heartbeat& heartbeat, bool lost) {
   }
   slot.next = std::move(next);
   slot.next_control = std::move(control);
+  slot.next_taken_at = in.at;
 }
 
 void Relay::hold(const JobRecord& job, JobControl& control) {
@@ -562,16 +564,33 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
       send_ahead(slot, heartbeat, std::nullopt, true);
     // What was sent ahead is read while the model works on this job (the replies are there by
     // then): a job taken ahead is registered for cancels and its lease within a round trip of
-    // its take, not after this job.
-    std::function<void()> while_model_works;
-    if (slot.inflight)
-      while_model_works = [&] {
+    // its take, not after this job. It waits for this job at most take_ahead from its take:
+    // if the model has not answered by then, this job is not a short one after all, and the
+    // job taken ahead goes back to the front of pending, for a relay that is free.
+    ModelAtWork while_model_works;
+    if (slot.inflight || slot.next) {
+      while_model_works.sent = [&]() -> std::optional<Clock::time_point> {
         try {
           settle(slot, heartbeat);
         } catch (...) {
           unsettled = std::current_exception();
+          return std::nullopt;
+        }
+        if (!slot.next_control) return std::nullopt;
+        return slot.next_taken_at + cfg_.take_ahead;
+      };
+      while_model_works.late = [&] {
+        try {
+          if (!slot.next) return;
+          log::info("job taken ahead given back: the job before it runs longer than take_ahead",
+                    {{"job_id", slot.next->id}, {"take_ahead", format_duration(cfg_.take_ahead)}});
+          give_back_next(slot, heartbeat);
+          unclaim();
+        } catch (...) {
+          unsettled = std::current_exception();
         }
       };
+    }
     const auto began = Clock::now();
     result = run_job(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url,
                      std::move(while_model_works));

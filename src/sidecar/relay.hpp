@@ -11,7 +11,8 @@
 // current one, and sends the current one's last step (with the take of the one after) without
 // waiting for its reply, which it reads once the model has answered the next: the model gets the
 // next job the moment it answers, not one Redis round trip later. A job taken ahead is the
-// slot's from the moment its take is read; a cancel heard before that is kept for it.
+// slot's from the moment its take is read; a cancel heard before that is kept for it. It waits
+// at most take_ahead from its take: a model still working then gets it given back to pending.
 
 #include <atomic>
 #include <chrono>

@@ -104,6 +104,24 @@ TEST_F(GatewayTest, EventsFollowAJobToItsEnd) {
   EXPECT_EQ(relay->wait_exit(20s), 0);
 }
 
+// A job given back (its relay stopped mid-job) is pending again, and its stream says so.
+TEST_F(GatewayTest, EventsShowAJobGivenBackPendingAgain) {
+  start_gateway();
+  const std::string id = submit_id("input");
+  EventStream stream(url("/jobs/echo/" + id + "/events"));
+  ASSERT_TRUE(wait_until([&] { return stream.events().size() == 1; }, 10s)) << stream.raw();
+  InferenceServer inference({.delay_ms = 30'000});
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return stream.events().size() == 2; }, 20s)) << stream.raw();
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  relay->signal(SIGTERM);
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  ASSERT_TRUE(wait_until([&] { return stream.events().size() == 3; }, 10s)) << stream.raw();
+  EXPECT_EQ(joined(names_of(stream.events())), "pending,processing,pending");
+  EXPECT_EQ(str(json::parse(stream.events().back().data).as_object(), "status"), "pending");
+  EXPECT_FALSE(stream.ended());
+}
+
 // A cancel is a terminal event like any; unknown jobs and other tenants' get a plain 404.
 TEST_F(GatewayTest, EventsEndOnACancelAndAreOnlyForTheJobsOwner) {
   start_gateway();

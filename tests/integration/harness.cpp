@@ -311,6 +311,11 @@ InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
   if (o.progress_steps > 0)
     argv.insert(argv.end(), {"--progress-steps", std::to_string(o.progress_steps)});
   if (o.meet > 0) argv.insert(argv.end(), {"--meet", std::to_string(o.meet)});
+  if (!o.delays_ms.empty()) {
+    std::string list;
+    for (long d : o.delays_ms) list += (list.empty() ? "" : ",") + std::to_string(d);
+    argv.insert(argv.end(), {"--delays-ms", list});
+  }
   if (o.endless_chunk_line) argv.push_back("--endless-chunk-line");
   if (o.record_events) {
     argv.push_back("--events");

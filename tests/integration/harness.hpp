@@ -228,8 +228,9 @@ struct InferenceOptions {
   int health_status = 200;
   int status = 200;
   long delay_ms = 0;
-  std::uint64_t result_bytes = 0;  // pads every answer (large results)
-  bool record_events = true;       // benchmarks turn it off: it appends to a file per request
+  std::vector<long> delays_ms = {};  // the n-th POST's delay (the last for the rest), if given
+  std::uint64_t result_bytes = 0;    // pads every answer (large results)
+  bool record_events = true;         // benchmarks turn it off: it appends to a file per request
   std::string content_type = "application/json";  // of its answers
   long fail_first = -1;          // >= 0: only the first N answers have `status`, the rest 200
   std::string retry_after = {};  // sent with those failures

@@ -111,6 +111,45 @@ TEST_F(RelayTakeAheadTest, ACancelHeardBeforeTheRelayKnowsItsJobIsKeptForIt) {
   EXPECT_FALSE(inference.saw("request /predict")) << inference.events();
 }
 
+// Taken ahead because the job before ran short, a job waits for the one running at most
+// take_ahead: that one turning out long, the job taken ahead goes back to the front of pending,
+// and a relay that is free runs it while the long one still runs.
+TEST_F(RelayTakeAheadTest, AJobTakenAheadGoesBackWhenTheJobBeforeItRunsLong) {
+  // In order of arrival at the model: the first job short, the second long, the rest short.
+  InferenceServer inference({.delays_ms = {50, 6000, 50}});
+  auto env = env_for(inference);
+  env["RELAY_RELAY_TAKE_AHEAD"] = "500ms";
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "1s";
+  const auto ids = submit_n(*storage_for(env), 4);
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  // The second job runs; the third, taken ahead with it, is given back within take_ahead.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return relay->log().find("job taken ahead given back") != std::string::npos &&
+               occurrences(inference.events(), "request /predict") == 2;
+      },
+      20s))
+      << inference.events() << relay->log();
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{ids[1]});
+  EXPECT_EQ(list(keys_.pending(model_)), (std::vector<std::string>{ids[2], ids[3]}))
+      << "back at the front, in its order";
+  auto back = record(ids[2]);
+  EXPECT_EQ(back.status, JobStatus::pending);
+  EXPECT_TRUE(back.holder.empty());
+  EXPECT_FALSE(back.started_at.has_value());
+  EXPECT_FALSE(exists(keys_.lease(model_, ids[2])));
+  // A second relay, free, runs it (and the last one) before the long job ends.
+  auto other = start_relay(env, {"--max-jobs", "2"});
+  ASSERT_EQ(other->wait_exit(30s), 0) << other->log();
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  for (const auto& id : ids) EXPECT_EQ(status(id), "completed") << id;
+  EXPECT_LT(*record(ids[2]).finished_at, *record(ids[1]).finished_at);
+  EXPECT_LT(*record(ids[3]).finished_at, *record(ids[1]).finished_at);
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 4u) << inference.events();
+  EXPECT_NE(other->log().find(ids[2]), std::string::npos) << other->log();
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+}
+
 TEST_F(RelayTakeAheadTest, SigtermGivesBackTheJobTakenAheadWithTheOneRunning) {
   InferenceServer inference({.delay_ms = 1500});
   auto relay = start_with_one_ahead(inference, "5m");
