@@ -371,13 +371,13 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
   give_back_next(slot, heartbeat);
 }
 
-void Relay::give_back_next(Slot& slot, Heartbeat& heartbeat) {
-  give_back(slot.next, slot.next_control, slot, heartbeat);
+bool Relay::give_back_next(Slot& slot, Heartbeat& heartbeat) {
+  return give_back(slot.next, slot.next_control, slot, heartbeat);
 }
 
-void Relay::give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobControl>& control,
+bool Relay::give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobControl>& control,
                       Slot& slot, Heartbeat& heartbeat) {
-  if (!job) return;
+  if (!job) return false;
   const std::string id = job->id;
   if (control) {
     heartbeat.unwatch(id);
@@ -385,8 +385,10 @@ void Relay::give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobContr
     running_.erase(id);
   }
   // Taken with the last finish (or ahead), then a shutdown: back to the front of pending at once.
+  bool given = false;
   try {
-    redis::JobStore(slot.conn.get(), cfg_.keys()).give_back(cfg_.model, id, job->record.holder);
+    given =
+        redis::JobStore(slot.conn.get(), cfg_.keys()).give_back(cfg_.model, id, job->record.holder);
   } catch (const std::exception& e) {
     slot.conn.reset();
     log::warn("a job taken but not run could not be given back: left to the reaper",
@@ -394,6 +396,7 @@ void Relay::give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobContr
   }
   job.reset();
   control.reset();
+  return given;
 }
 
 bool Relay::takes_ahead(const Slot& slot) const {
@@ -582,9 +585,10 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
       while_model_works.late = [&] {
         try {
           if (!slot.next) return;
-          log::info("job taken ahead given back: the job before it runs longer than take_ahead",
-                    {{"job_id", slot.next->id}, {"take_ahead", format_duration(cfg_.take_ahead)}});
-          give_back_next(slot, heartbeat);
+          const std::string id = slot.next->id;
+          if (give_back_next(slot, heartbeat))
+            log::info("job taken ahead given back: the job before it runs longer than take_ahead",
+                      {{"job_id", id}, {"take_ahead", format_duration(cfg_.take_ahead)}});
           unclaim();
         } catch (...) {
           unsettled = std::current_exception();

@@ -83,10 +83,11 @@ class Relay {
   // Registers a job in hand for cancels (running_), stopping it if it is cancelled (its record, or
   // a cancel heard already) or the relay is shutting down.
   void hold(const JobRecord& job, JobControl& control);
-  // A job taken but not run (shutdown, the relay ending) goes back to the front of pending: the
-  // slot's next, or the one given.
-  void give_back_next(Slot& slot, Heartbeat& heartbeat);
-  void give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobControl>& control, Slot& slot,
+  // A job taken but not run (shutdown, the relay ending, one taken ahead waiting too long) goes
+  // back to the front of pending: the slot's next, or the one given. False when it could not
+  // (its lease was no longer this relay's, or Redis was away: then the reaper brings it back).
+  bool give_back_next(Slot& slot, Heartbeat& heartbeat);
+  bool give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobControl>& control, Slot& slot,
                  Heartbeat& heartbeat);
   // A place for one more job within max_jobs (always, with max_jobs 0); unclaim() returns one
   // not used.
