@@ -6,6 +6,7 @@
 #include <set>
 #include <shared_mutex>
 #include <thread>
+#include <utility>
 
 #include "common/log.hpp"
 #include "redis/connection_parts.hpp"
@@ -267,25 +268,29 @@ Reply Connection::cluster_command(const std::vector<std::string>& argv) {
   }
 }
 
-std::vector<Reply> Connection::cluster_pipeline(const std::vector<Call>& calls, bool checked) {
-  auto& cl = *cluster_;
-  auto run = [this](const Call& c) {
-    return c.script ? eval(*c.script, c.keys, c.args) : command(c.args);
-  };
-  // The calls by the node they route to (a script by its first key, as eval()), in order of
-  // first appearance: one write per node (a model's steps: one node; a group commit of many
-  // requests' submissions: each node its share), the nodes one after another.
+// The calls by the node they route to (a script by its first key, as eval()), in order of
+// first appearance: one write per node (a model's steps: one node; a group commit of many
+// requests' submissions: each node its share).
+std::vector<std::pair<Connection*, std::vector<std::size_t>>> Connection::cluster_route(
+    const std::vector<Call>& calls) {
   std::vector<std::pair<Connection*, std::vector<std::size_t>>> by_node;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const Call& c = calls[i];
     auto key = c.script
                    ? (c.keys.empty() ? std::nullopt : std::optional<std::string_view>(c.keys[0]))
                    : routing_key(c.args);
-    Connection* n = &cl.for_key(key);
+    Connection* n = &cluster_->for_key(key);
     auto it = std::find_if(by_node.begin(), by_node.end(), [n](auto& g) { return g.first == n; });
     if (it == by_node.end()) it = by_node.insert(by_node.end(), {n, {}});
     it->second.push_back(i);
   }
+  return by_node;
+}
+
+std::vector<Reply> Connection::cluster_pipeline(const std::vector<Call>& calls, bool checked) {
+  auto& cl = *cluster_;
+  auto by_node = cluster_route(calls);
+  // The nodes one after another.
   std::vector<Reply> out(calls.size());
   for (auto& [node, indices] : by_node) {
     std::vector<Call> share;  // (one node, the usual case: the calls as they are)
@@ -302,6 +307,15 @@ std::vector<Reply> Connection::cluster_pipeline(const std::vector<Call>& calls, 
     }
     for (std::size_t k = 0; k < indices.size(); ++k) out[indices[k]] = std::move(replies[k]);
   }
+  cluster_settle(calls, out, checked);
+  return out;
+}
+
+void Connection::cluster_settle(const std::vector<Call>& calls, std::vector<Reply>& out,
+                                bool checked) {
+  auto run = [this](const Call& c) {
+    return c.script ? eval(*c.script, c.keys, c.args) : command(c.args);
+  };
   bool stale = false;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto* r = out[i].get();
@@ -318,9 +332,51 @@ std::vector<Reply> Connection::cluster_pipeline(const std::vector<Call>& calls, 
     } catch (...) {
     }
   }
-  if (stale) cl.map->mark_stale();
+  if (stale) cluster_->map->mark_stale();
   if (checked)
     for (const auto& r : out) throw_if_error(r.get());
+}
+
+void Connection::cluster_send(std::vector<Call> calls) {
+  auto by_node = cluster_route(calls);
+  if (by_node.size() != 1) {
+    // Across nodes: run now, the replies handed over by receive().
+    sent_replies_ = cluster_pipeline(calls, /*checked=*/false);
+    return;
+  }
+  // One node (a model's steps, its keys in one hash slot): written to it now and read by
+  // receive(), as on a plain connection — the node's connection holds the calls meanwhile.
+  Connection* node = by_node.front().first;
+  cluster_->last = node;
+  try {
+    node->send(calls);
+  } catch (const IoError&) {
+    cluster_->drop(node);
+    throw;
+  }
+  sent_node_ = node;
+  sent_calls_ = std::move(calls);
+}
+
+std::vector<Reply> Connection::cluster_receive(bool checked) {
+  Connection* node = std::exchange(sent_node_, nullptr);
+  if (!node) {
+    auto out = std::move(sent_replies_);
+    sent_replies_.clear();
+    if (checked)
+      for (const auto& r : out) throw_if_error(r.get());
+    return out;
+  }
+  const auto calls = std::move(sent_calls_);
+  sent_calls_.clear();
+  std::vector<Reply> out;
+  try {
+    out = node->receive(/*checked=*/false);
+  } catch (const IoError&) {
+    cluster_->drop(node);
+    throw;
+  }
+  cluster_settle(calls, out, checked);
   return out;
 }
 

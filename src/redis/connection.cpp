@@ -342,7 +342,7 @@ std::vector<Reply> Connection::pipeline(const std::vector<Call>& calls, bool che
 void Connection::send(std::vector<Call> calls) {
   if (sent_) throw IoError("redis: replies of an earlier send() not received");
   if (cluster_) {
-    sent_replies_ = cluster_pipeline(calls, /*checked=*/false);
+    cluster_send(std::move(calls));
   } else {
     write_calls(calls);
     sent_calls_ = std::move(calls);
@@ -353,13 +353,7 @@ void Connection::send(std::vector<Call> calls) {
 std::vector<Reply> Connection::receive(bool checked) {
   if (!sent_) throw IoError("redis: no reply expected");
   sent_ = false;
-  if (cluster_) {
-    auto out = std::move(sent_replies_);
-    sent_replies_.clear();
-    if (checked)
-      for (const auto& r : out) throw_if_error(r.get());
-    return out;
-  }
+  if (cluster_) return cluster_receive(checked);
   const auto calls = std::move(sent_calls_);
   sent_calls_.clear();
   return read_replies(calls, checked);

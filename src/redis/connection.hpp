@@ -20,6 +20,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "redis/script.hpp"
@@ -161,8 +162,9 @@ class Connection {
   // pipeline() in two halves, for a caller with other work meanwhile (a relay taking ahead
   // writes a job's outcome while the model runs the next): send() writes the calls, receive()
   // reads their replies as pipeline() does. Nothing else may use the connection in between
-  // (stale() is false then: the replies are what it has to read). In cluster mode send() runs
-  // the pipeline at once and receive() hands its replies over.
+  // (stale() is false then: the replies are what it has to read). In cluster mode calls that
+  // all route to one node are sent to it and read as on a plain connection; calls spanning
+  // nodes run at once in send(), and receive() hands their replies over.
   void send(std::vector<Call> calls);
   std::vector<Reply> receive(bool checked = true);
 
@@ -198,7 +200,14 @@ class Connection {
   static Connection open_via_sentinel(const Endpoint& ep);  // sentinel.cpp
   Reply checked(redisReply* r);
   Reply cluster_command(const std::vector<std::string>& argv);
-  std::vector<Reply> cluster_pipeline(const std::vector<Call>& calls, bool checked);  // cluster.cpp
+  // cluster.cpp: the calls grouped by node; pipeline(); the replies' redirects run again and
+  // errors checked; send() and receive().
+  std::vector<std::pair<Connection*, std::vector<std::size_t>>> cluster_route(
+      const std::vector<Call>& calls);
+  std::vector<Reply> cluster_pipeline(const std::vector<Call>& calls, bool checked);
+  void cluster_settle(const std::vector<Call>& calls, std::vector<Reply>& out, bool checked);
+  void cluster_send(std::vector<Call> calls);
+  std::vector<Reply> cluster_receive(bool checked);
   void write_calls(const std::vector<Call>& calls);
   std::vector<Reply> read_replies(const std::vector<Call>& calls, bool checked);
 
@@ -208,10 +217,12 @@ class Connection {
   long long client_id_ = 0;
   bool via_sentinel_ = false;
   std::uint64_t master_epoch_ = 0;  // sentinel mode: the master generation it was opened in
-  // Between send() and receive(): the calls sent (cluster mode: their replies, already read).
+  // Between send() and receive(): the calls sent (cluster mode: the node they went to, or
+  // their replies, already read, when they spanned nodes).
   bool sent_ = false;
   std::vector<Call> sent_calls_;
   std::vector<Reply> sent_replies_;
+  Connection* sent_node_ = nullptr;
 };
 
 // For one blocking command (BLMOVE, XREADGROUP BLOCK): the server may stay silent for `block`

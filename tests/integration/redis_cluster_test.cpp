@@ -207,6 +207,46 @@ TEST(RedisCluster, PipelinesGoToTheSlotsNodeInOneWriteAndFollowRedirects) {
   EXPECT_EQ(redis::as_integer(conn.command({"LLEN", a}).get()), pushed) << "each push ran once";
 }
 
+// send() and receive() in cluster mode: calls of one node are written and their replies read
+// later, as on a plain connection (a relay taking ahead reads them while the model works) —
+// shown by a BLPOP sent, then served by a push made after send() returned; calls spanning nodes
+// run at once; a redirect found at receive() is followed there.
+TEST(RedisCluster, CallsOfOneNodeSentNowAreReadLater) {
+  RedisServer redis(false, {}, RedisServer::tls_by_default(), true);
+  const redis::Keys keys("", true);
+  auto conn = redis.connect();
+  auto other_conn = redis.connect();
+  const std::string a = keys.pending("m1");
+  conn.send({{nullptr, {}, {"LLEN", a}}, {nullptr, {}, {"BLPOP", a, "10"}}});
+  other_conn.command({"RPUSH", a, "pushed after the send"});
+  auto replies = conn.receive();
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(redis::as_integer(replies[0].get()), 0);
+  ASSERT_EQ(replies[1]->type, REDIS_REPLY_ARRAY) << "the BLPOP waited on the node, not in send()";
+  EXPECT_EQ(redis::as_string(replies[1]->element[1]), "pushed after the send");
+  // Across nodes: run in send(), handed over by receive().
+  std::string other;
+  const int owner = redis.node_of_slot(redis::key_slot(a));
+  for (const char* m : {"m2", "asr", "ocr", "tts", "llm"})
+    if (redis.node_of_slot(redis::key_slot(keys.pending(m))) != owner) other = keys.pending(m);
+  ASSERT_FALSE(other.empty());
+  conn.send({{nullptr, {}, {"RPUSH", a, "x"}}, {nullptr, {}, {"RPUSH", other, "z"}}});
+  replies = conn.receive();
+  EXPECT_EQ(redis::as_integer(replies[0].get()), 1);
+  EXPECT_EQ(redis::as_integer(replies[1].get()), 1);
+  // The slot moved meanwhile: the call answered MOVED at receive() is sent again to its owner.
+  conn.send({{nullptr, {}, {"RPUSH", a, "y"}}});
+  EXPECT_THROW(conn.send({{nullptr, {}, {"LLEN", a}}}), redis::IoError) << "one send at a time";
+  replies = conn.receive();
+  EXPECT_EQ(redis::as_integer(replies[0].get()), 2);
+  redis.migrate_slot(redis::key_slot(a), (owner + 1) % redis.nodes(), 1000,
+                     std::chrono::milliseconds(0));
+  conn.send({{nullptr, {}, {"RPUSH", a, "z"}}});
+  replies = conn.receive();
+  EXPECT_EQ(redis::as_integer(replies[0].get()), 3);
+  EXPECT_EQ(redis::as_integer(conn.command({"LLEN", a}).get()), 3) << "each push ran once";
+}
+
 // A slot's new owner told after its old one (or gossip reaching them in that order): for a moment
 // the old owner answers MOVED to the new one, which answers MOVED back. A command caught in it
 // waits for the nodes to agree, then runs once.
