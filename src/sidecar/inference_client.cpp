@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,6 +14,7 @@
 #include <boost/url/parse.hpp>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 
 #include "common/errors.hpp"
@@ -213,7 +215,10 @@ bool answer_by(int fd, std::chrono::steady_clock::time_point at) {
     const auto left =
         std::chrono::ceil<std::chrono::milliseconds>(at - std::chrono::steady_clock::now());
     pollfd p{fd, POLLIN, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+    // (Clamped: a take_ahead of weeks must not wrap into a negative, endless wait.)
+    const int n = ::poll(&p, 1,
+                         static_cast<int>(std::clamp<std::int64_t>(
+                             left.count(), 0, std::numeric_limits<int>::max())));
     if (n > 0) return true;
     if (n == 0 && left.count() <= 0) return false;
     if (n < 0 && errno != EINTR) return true;  // (the read that follows says what went wrong)

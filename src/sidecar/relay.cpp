@@ -384,7 +384,8 @@ bool Relay::give_back(std::optional<redis::Taken>& job, std::unique_ptr<JobContr
     std::lock_guard lock(mu_);
     running_.erase(id);
   }
-  // Taken with the last finish (or ahead), then a shutdown: back to the front of pending at once.
+  // Taken and not run (a shutdown, or held ahead behind a job that ran long): back to the front
+  // of pending at once.
   bool given = false;
   try {
     given =
