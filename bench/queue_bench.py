@@ -25,7 +25,8 @@ The 20 ms case: 2,000 jobs, 4 relays / a worker of concurrency 4, each job takin
   no-op model's --delay-ms; a processor that sleeps): jobs/s beside the ideal 4 / 20 ms, and
   beside the model's own pace, measured alone (its timer fires late: 20.6-20.8 ms here); Relay
   as configured by default (the next job taken while the model runs one), then with
-  relay.take_ahead 0s (off).
+  relay.take_ahead 0s (off). --delay-ms=D --workers=W run it with jobs of D ms on W workers
+  (as many jobs as fill ~10 s at the ideal rate W / D).
 Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completion as the client
   sees it: p50 and p99.
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
@@ -35,7 +36,7 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
   input in Redis, in the job; Relay in storage, Redis holding its key.
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -84,7 +85,12 @@ RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=
 # default; a folder on a disk measures what the filesystem costs, as a node's local disk would).
 STORAGE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--storage=")), "/dev/shm")
 STORAGE_NAME = "tmpfs" if STORAGE == "/dev/shm" else f"storage in {STORAGE}"
-DELAY_JOBS = 2000  # the 20 ms case: 10 s at the ideal rate
+# --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
+# concurrency 1, a BullMQ worker of concurrency W); its jobs fill ~10 s at the ideal rate W / D.
+DELAY_MS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--delay-ms=")), "20"))
+WORKERS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--workers=")), "4"))
+IDEAL = WORKERS * 1000 / DELAY_MS  # jobs/s
+DELAY_JOBS = max(200, min(20000, round(IDEAL * 10)))
 LATENCY_RATE, LATENCY_JOBS = 100, 1000
 ONESHOT_JOBS = 200
 BULLMQ_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bullmq")
@@ -320,8 +326,8 @@ def wrk_load(script, port):
 def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BYTES,
                take_ahead=None):
     jobs = jobs or JOBS
-    # (The 20 ms case compares with 4 workers: always 4 relays.)
-    stack = RelayStack(redis_port, work, delay_ms, relays=4 if delay_ms else None,
+    # (The delay case compares with WORKERS workers: as many relays of one job each.)
+    stack = RelayStack(redis_port, work, delay_ms, relays=WORKERS if delay_ms else None,
                        concurrency=1 if delay_ms else None, take_ahead=take_ahead)
     script = wrk_script(work, jobs, size)
     measure = Measure(redis_port, redis_pid, stack.processes(), [])
@@ -363,7 +369,7 @@ def relay_latency(redis_port, work):
 def model_pace(delay_ms, requests=100):
     """The no-op model's own time per "delay_ms" request (its timer fires late by a fraction of a
     millisecond, more on a busy VM), POSTed one after another on one kept-alive connection as a
-    relay does: what 4 workers could do at most, with nothing of Relay's in between. Mean ms."""
+    relay does: what WORKERS workers could do at most, with nothing of Relay's in between. Mean ms."""
     import http.client
     model, port = noop_model(delay_ms)
     body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="in.bin"\r\n'
@@ -535,7 +541,7 @@ def chart(results, sizes, path):
                     f"{fmt.format(src['relay'][key])}\n")
     plots = [("throughput", f"{INPUT_NAME} jobs/s end to end (higher is better)"),
              ("cpu", "CPU-µs per job, all processes (lower is better)"),
-             ("delay", "jobs/s, 4 workers x 20 ms (ideal 200)"),
+             ("delay", f"jobs/s, {WORKERS} workers x {DELAY_MS} ms (ideal {IDEAL:.4g})"),
              ("p50", "p50 ms submit to completion, 100 jobs/s"),
              ("p99", "p99 ms submit to completion, 100 jobs/s")]
     script = [f'set terminal pngcairo size 1800,380 font ",10"', f'set output "{path}"',
@@ -579,13 +585,13 @@ def main():
         if ONLY == "delay":
             # The 20 ms case alone, both sides, and the model's own pace.
             fresh()
-            results["delay"]["bullmq"] = bullmq_side(port, redis.pid, work, DELAY_JOBS, 20, 4)
+            results["delay"]["bullmq"] = bullmq_side(port, redis.pid, work, DELAY_JOBS, DELAY_MS, WORKERS)
             fresh()
-            results["delay"]["relay"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
+            results["delay"]["relay"] = relay_side(port, redis.pid, work, DELAY_JOBS, DELAY_MS)
             fresh()
-            results["delay"]["relay_off"] = relay_side(port, redis.pid, work, DELAY_JOBS, 20,
+            results["delay"]["relay_off"] = relay_side(port, redis.pid, work, DELAY_JOBS, DELAY_MS,
                                                          take_ahead=TAKE_AHEAD_OFF)
-            results["model_pace_ms"] = model_pace(20)
+            results["model_pace_ms"] = model_pace(DELAY_MS)
         for side in ("bullmq", "bullmq_model", "bullmq_work", "relay", "relay_off"):
             if ONLY in ("oneshot", "sizes", "delay"):
                 break
@@ -613,13 +619,13 @@ def main():
                 continue  # profiling one side: the throughput run only
             fresh()
             if side == "bullmq":
-                results["delay"][side] = bullmq_side(port, redis.pid, work, DELAY_JOBS, 20, 4)
+                results["delay"][side] = bullmq_side(port, redis.pid, work, DELAY_JOBS, DELAY_MS, WORKERS)
             else:
-                results["delay"][side] = relay_side(port, redis.pid, work, DELAY_JOBS, 20)
+                results["delay"][side] = relay_side(port, redis.pid, work, DELAY_JOBS, DELAY_MS)
                 fresh()
                 results["delay"]["relay_off"] = relay_side(port, redis.pid, work, DELAY_JOBS,
-                                                             20, take_ahead=TAKE_AHEAD_OFF)
-                results["model_pace_ms"] = model_pace(20)
+                                                             DELAY_MS, take_ahead=TAKE_AHEAD_OFF)
+                results["model_pace_ms"] = model_pace(DELAY_MS)
             fresh()
             results["latency"][side] = (bullmq_latency if side == "bullmq" else relay_latency)(
                 port, work)
@@ -669,18 +675,19 @@ def main():
         return
     def delay_table():
         d = results["delay"]
-        out(f"\n{DELAY_JOBS} jobs of 20 ms \"inference\", 4 workers (ideal: 4 / 20 ms = 200 "
-            "jobs/s)\n")
+        out(f"\n{DELAY_JOBS} jobs of {DELAY_MS} ms \"inference\", {WORKERS} workers (ideal: "
+            f"{WORKERS} / {DELAY_MS} ms = {IDEAL:.4g} jobs/s)\n")
         out("| | jobs/s | of ideal | CPU-µs/job, system |")
         out("|---|---|---|---|")
         for side, r in d.items():
             out(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
-                f"{r['jobs_per_s'] / 200:.1%} | {r['cpu_us_per_job']:.0f} |")
+                f"{r['jobs_per_s'] / IDEAL:.1%} | {r['cpu_us_per_job']:.0f} |")
         pace = results["model_pace_ms"]
-        out(f"\nThe no-op model alone takes {pace:.2f} ms per \"20 ms\" request here (its timer "
-            f"fires late): 4 workers can do at most {4000 / pace:.1f} jobs/s with it; Relay did "
-            f"{d['relay']['jobs_per_s'] / (4000 / pace):.1%} of that, with relay.take_ahead off "
-            f"{d['relay_off']['jobs_per_s'] / (4000 / pace):.1%}.")
+        most = WORKERS * 1000 / pace
+        out(f"\nThe no-op model alone takes {pace:.2f} ms per \"{DELAY_MS} ms\" request here (its "
+            f"timer fires late): {WORKERS} workers can do at most {most:.1f} jobs/s with it; Relay "
+            f"did {d['relay']['jobs_per_s'] / most:.1%} of that, with relay.take_ahead off "
+            f"{d['relay_off']['jobs_per_s'] / most:.1%}.")
 
     if ONLY == "oneshot":
         o = results["oneshot"]
