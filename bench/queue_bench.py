@@ -36,7 +36,7 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
   input in Redis, in the job; Relay in storage, Redis holding its key.
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -83,8 +83,13 @@ CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--
 RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=")), "")
 # --storage=DIR: where Relay's objects and BullMQ-doing-Relay's-work's files go (tmpfs by
 # default; a folder on a disk measures what the filesystem costs, as a node's local disk would).
+# --storage=s3: Relay's objects in the S3 test server (tests/s3/server.js: s3rver behind a SigV4
+# check, on loopback), as production stores them; BullMQ doing Relay's work keeps its files on
+# tmpfs then. Its process is not counted in the system's CPU (S3 is another machine).
 STORAGE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--storage=")), "/dev/shm")
-STORAGE_NAME = "tmpfs" if STORAGE == "/dev/shm" else f"storage in {STORAGE}"
+S3 = STORAGE == "s3"
+STORAGE_NAME = ("tmpfs" if STORAGE == "/dev/shm" else "the S3 test server" if S3 else
+                f"storage in {STORAGE}")
 # --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
 # concurrency 1, a BullMQ worker of concurrency W); its jobs fill ~10 s at the ideal rate W / D.
 DELAY_MS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--delay-ms=")), "20"))
@@ -265,12 +270,25 @@ class RelayStack:
                  take_ahead=None):
         relays = RELAYS if relays is None else relays
         concurrency = CONCURRENCY if concurrency is None else concurrency
-        self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-", dir=STORAGE)
+        self.storage = tempfile.mkdtemp(prefix="relay-queue-bench-",
+                                        dir="/dev/shm" if S3 else STORAGE)
         self.gw_port = free_port()
         self.model, model_port = noop_model(delay_ms)
         common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}",
                   "RELAY_STORAGE_URL": f"file://{self.storage}"}
         log = open(os.path.join(work, "relay-side.log"), "ab")
+        self.s3 = None
+        if S3:
+            s3_port = free_port()
+            self.s3 = start(["node", os.path.join(ROOT, "tests", "s3", "server.js"), "--port",
+                             str(s3_port), "--dir", self.storage, "--bucket", "bench"],
+                            stdout=subprocess.DEVNULL, stderr=log)
+            wait_port(s3_port)
+            common = {**common, "RELAY_STORAGE_URL": "s3://bench/jobs",
+                      "RELAY_STORAGE_S3_ENDPOINT": f"http://127.0.0.1:{s3_port}",
+                      "RELAY_STORAGE_S3_PATH_STYLE": "true", "RELAY_STORAGE_S3_REGION": "us-east-1",
+                      "AWS_ACCESS_KEY_ID": "relaytestkey",
+                      "AWS_SECRET_ACCESS_KEY": "relaytestsecret"}
         self.gateway = start([f"{BIN}/relay-gateway"], {
             **common, "RELAY_SERVER_LISTEN": f"127.0.0.1:{self.gw_port}",
             "RELAY_SERVICE_TYPES": "echo=m1", "RELAY_AUTH_ENABLED": "false"},
@@ -290,7 +308,7 @@ class RelayStack:
         return [self.gateway, self.model, *self.relays]
 
     def stop(self):
-        for p in self.processes():
+        for p in self.processes() + ([self.s3] if self.s3 else []):
             p.terminate()
             p.wait()
         shutil.rmtree(self.storage, ignore_errors=True)
@@ -459,7 +477,7 @@ def bullmq_work_side(redis_port, redis_pid, work, jobs=None):
     the worker, the model and Redis."""
     jobs = jobs or JOBS
     bullmq_install()
-    folder = tempfile.mkdtemp(prefix="bullmq-queue-bench-", dir=STORAGE)
+    folder = tempfile.mkdtemp(prefix="bullmq-queue-bench-", dir="/dev/shm" if S3 else STORAGE)
     api_port = free_port()
     model, model_port = noop_model()
     worker = start(["node", "worker.js", str(jobs), "64", str(redis_port), "0",
@@ -696,7 +714,7 @@ def main():
         return
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
              "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
-             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {STORAGE_NAME})", "relay_off": f"Relay with relay.take_ahead {TAKE_AHEAD_OFF} (the same relays, each slot taking its next job once the model answered the last)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
+             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {'tmpfs' if S3 else STORAGE_NAME})", "relay_off": f"Relay with relay.take_ahead {TAKE_AHEAD_OFF} (the same relays, each slot taking its next job once the model answered the last)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
     if ONLY == "delay":
         delay_table()
         return

@@ -40,11 +40,13 @@ config::Schema schema(Config& c) {
             "batches or serves requests in parallel); `max_jobs` counts them all.");
   s.duration("relay.take_ahead", &c.take_ahead, "100ms",
              "For short jobs: while the model runs a job, each slot takes its next one when "
-             "its last job ran shorter than this and jobs wait in the queue — the model gets it "
-             "the moment it answers, and the finished job is written meanwhile, instead of one "
-             "Redis round trip later. A job taken ahead is marked `processing` (its `started_at`) "
-             "while it waits; if the job before it runs longer than this, it goes back to the "
-             "front of pending, for a free relay. `0s` = off; a one-shot relay never takes ahead.",
+             "its last job ran shorter than this and jobs wait in the queue, and reads that "
+             "job's input (up to 1 MiB) — the model gets it the moment it answers, and the "
+             "finished job's result is stored and its outcome written while the model works on "
+             "the next, instead of storage and Redis round trips later. A job taken ahead is "
+             "marked `processing` (its `started_at`) while it waits; if the job before it runs "
+             "longer than this, it goes back to the front of pending, for a free relay. `0s` = "
+             "off; a one-shot relay never takes ahead.",
              config::kZeroAllowed);
   s.duration("relay.health_timeout", &c.health_timeout, "5m",
              "How long to wait at start for the inference server (and Redis); then exit 1.",

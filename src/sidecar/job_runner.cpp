@@ -103,9 +103,102 @@ boost::json::object Timings::micros() const {
   return o;
 }
 
-JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference,
-                  const crypto::Encryption& enc, const JobRecord& job, JobControl& control,
-                  const std::string& progress_url, ModelAtWork while_model_works) {
+namespace {
+
+// What an exception that ended a job at `stage` makes of it.
+JobResult failure_of(std::exception_ptr error, Stage stage, const JobRecord& job,
+                     JobControl& control) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Aborted&) {
+    JobResult result;
+    switch (control.reason()) {
+      case StopReason::cancelled:
+        result.disposition = Disposition::cancelled;
+        break;
+      case StopReason::lease_lost:
+        result.disposition = Disposition::abandoned;
+        break;
+      case StopReason::timed_out:
+        result = timed_out(job);
+        break;
+      default:
+        result.disposition = Disposition::given_back;
+        break;
+    }
+    return result;
+  } catch (const crypto::DecryptionError& e) {
+    return failed("decryption_failed", e.what());
+  } catch (const storage::StorageError& e) {
+    // Short of the upload, a storage error of an input by reference is the input's.
+    if (!job.input_url.empty() && stage != Stage::upload)
+      // What retrying could fix (unreachable, 5xx, 429) apart from what it cannot.
+      return failed(e.kind() == storage::ErrorKind::invalid       ? "input_url_refused"
+                    : e.kind() == storage::ErrorKind::too_large   ? "input_too_large"
+                    : e.kind() == storage::ErrorKind::unavailable ? "input_fetch_failed"
+                                                                  : "input_unreadable",
+                    e.what());
+    JobResult result =
+        failed(stage == Stage::upload ? "upload_failed" : "download_failed", e.what());
+    // (Already retried in place: ResumingSource for the input, kUploadAttempts for the result.)
+    result.storage_unavailable = e.kind() == storage::ErrorKind::unavailable;
+    return result;
+  } catch (const InferenceError& e) {
+    return failed(e.code(), e.what());
+  } catch (const std::exception& e) {
+    // A surprise: fail the job rather than leave it processing for the reaper to retry for ever.
+    log::error("unexpected error in job", {{"job_id", job.id}, {"error", e.what()}});
+    return failed("internal_error", e.what());
+  }
+}
+
+// The checks every result gets, and its timings.
+JobResult finished(JobResult result, const JobControl& control, const JobRecord& job,
+                   Timings timings, Clock::time_point start, double download_ms) {
+  // A lost lease always means: write nothing. A cancel that lands after the result was stored
+  // loses the race — the work is done, the job completes — but it turns a failure into a cancel.
+  if (control.reason() == StopReason::lease_lost)
+    result.disposition = Disposition::abandoned;
+  else if (result.disposition == Disposition::failed && control.reason() == StopReason::cancelled)
+    result.disposition = Disposition::cancelled;
+  // The limit cut the work short; whatever failed then failed because of it.
+  else if (result.disposition == Disposition::failed && control.reason() == StopReason::timed_out)
+    result = timed_out(job);
+  if (!timings.has("download") && download_ms > 0) timings.set("download", download_ms);
+  timings.set("total", ms_since(start));
+  result.timings = std::move(timings);
+  return result;
+}
+
+}  // namespace
+
+std::optional<PrefetchedInput> prefetch_input(storage::Storage& storage, const JobRecord& job,
+                                              std::size_t max_bytes, std::stop_token stop) {
+  if (job.input_key.empty() || !job.input_url.empty()) return std::nullopt;
+  if (job.input_size > max_bytes) return std::nullopt;  // (sealed, it is larger still)
+  const auto t = Clock::now();
+  try {
+    storage::ResumingSource source(storage, job.input_key, stop);
+    PrefetchedInput in{job.id, {}, 0};
+    size_t capacity = 0;
+    auto buf = transfer_buffer(source.size(), capacity);
+    while (size_t n = source.read({buf.get(), capacity})) {
+      if (in.bytes.size() + n > max_bytes) return std::nullopt;
+      in.bytes.append(buf.get(), n);
+    }
+    in.ms = ms_since(t);
+    return in;
+  } catch (const std::exception&) {
+    return std::nullopt;  // (read again when the job runs, which says what fails)
+  }
+}
+
+std::variant<JobResult, Answer> run_model(const Config& cfg, storage::Storage& storage,
+                                          InferenceClient& inference,
+                                          const crypto::Encryption& enc, const JobRecord& job,
+                                          JobControl& control, const std::string& progress_url,
+                                          ModelAtWork while_model_works,
+                                          const PrefetchedInput* prefetched) {
   const auto start = Clock::now();
   Timings timings;
   if (job.created_at && job.started_at)
@@ -145,7 +238,11 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     stage = Stage::download;
     auto t_open = Clock::now();
     std::unique_ptr<ByteSource> input;
-    if (!job.input_url.empty()) {
+    if (prefetched && prefetched->job_id == job.id) {
+      // Read while the model ran the job before this one.
+      input = std::make_unique<MemorySource>(prefetched->bytes);
+      download_ms += prefetched->ms;
+    } else if (!job.input_url.empty()) {
       storage::InputUrlOptions o{cfg.input_urls_allow_private, cfg.input_urls_ca_file,
                                  job.input_max_size, cfg.storage.s3_timeout};
       input = storage::open_input_url(cfg.storage, o, job.input_url, control.token());
@@ -199,98 +296,72 @@ JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient&
     if (key)
       timings.set("decrypt", std::max(0.0, timed.spent_ms() + prime_ms - downloaded.spent_ms()));
     timings.set("inference", ms_since(t_post) - timed.spent_ms());
-    if (resp.status != 200) {
-      std::string head = resp.body.head(512);
-      result = failed("inference_failed", "inference returned HTTP " + std::to_string(resp.status) +
-                                              (head.empty() ? "" : ": " + head));
-      result.http_status = resp.status;
-      std::int64_t secs = 0;
-      const auto& ra = resp.retry_after;
-      auto [end, ec] = std::from_chars(ra.data(), ra.data() + ra.size(), secs);
-      if (ec == std::errc() && end == ra.data() + ra.size() && secs >= 0)
-        result.retry_after = std::chrono::seconds(secs);
-    } else {
-      stage = Stage::upload;
-      auto t_up = Clock::now();
-      std::string result_key = result_object_key(job.service_type, job.id);
-      // The answer is in the spool: a storage blip (unreachable, 5xx, a reset) is retried here
-      // rather than fail the job and cost the model's work again.
-      Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(4));
-      for (int attempt = 1;; ++attempt) {
-        try {
-          auto body = resp.body.reader();
-          if (key) {
-            // The result is sealed with the job's key, bound to "<id>/result.json".
-            crypto::EncryptingSource sealed(*body, *key, crypto::result_aad(job.id), enc.params);
-            storage.put(result_key, sealed, control.token());
-          } else {
-            storage.put(result_key, *body, control.token());
-          }
-          break;
-        } catch (const storage::StorageError& e) {
-          if (e.kind() != storage::ErrorKind::unavailable || attempt >= kUploadAttempts) throw;
-          log::warn("result upload failed; retrying",
-                    {{"job_id", job.id}, {"attempt", attempt}, {"error", e.what()}});
-          if (!sleep_unless_stopped(backoff.next(), control.token())) throw Aborted();
-        }
-      }
-      timings.set("upload", ms_since(t_up));
-      result.disposition = Disposition::completed;
-      result.result_key = result_key;
-      // Served back as the model said (a model answering text/plain is not passed off as JSON).
-      result.result_content_type = utf8_clean(resp.content_type, 255);
-    }
-  } catch (const Aborted&) {
-    switch (control.reason()) {
-      case StopReason::cancelled:
-        result.disposition = Disposition::cancelled;
-        break;
-      case StopReason::lease_lost:
-        result.disposition = Disposition::abandoned;
-        break;
-      case StopReason::timed_out:
-        result = timed_out(job);
-        break;
-      default:
-        result.disposition = Disposition::given_back;
-        break;
-    }
-  } catch (const crypto::DecryptionError& e) {
-    result = failed("decryption_failed", e.what());
-  } catch (const storage::StorageError& e) {
-    // Short of the upload, a storage error of an input by reference is the input's.
-    if (!job.input_url.empty() && stage != Stage::upload)
-      // What retrying could fix (unreachable, 5xx, 429) apart from what it cannot.
-      result = failed(e.kind() == storage::ErrorKind::invalid       ? "input_url_refused"
-                      : e.kind() == storage::ErrorKind::too_large   ? "input_too_large"
-                      : e.kind() == storage::ErrorKind::unavailable ? "input_fetch_failed"
-                                                                    : "input_unreadable",
-                      e.what());
-    else {
-      result = failed(stage == Stage::upload ? "upload_failed" : "download_failed", e.what());
-      // (Already retried in place: ResumingSource for the input, kUploadAttempts for the result.)
-      result.storage_unavailable = e.kind() == storage::ErrorKind::unavailable;
-    }
-  } catch (const InferenceError& e) {
-    result = failed(e.code(), e.what());
-  } catch (const std::exception& e) {
-    // A surprise: fail the job rather than leave it processing for the reaper to retry for ever.
-    log::error("unexpected error in job", {{"job_id", job.id}, {"error", e.what()}});
-    result = failed("internal_error", e.what());
+    if (resp.status == 200) return Answer{std::move(resp), std::move(timings), start};
+    std::string head = resp.body.head(512);
+    result = failed("inference_failed", "inference returned HTTP " + std::to_string(resp.status) +
+                                            (head.empty() ? "" : ": " + head));
+    result.http_status = resp.status;
+    std::int64_t secs = 0;
+    const auto& ra = resp.retry_after;
+    auto [end, ec] = std::from_chars(ra.data(), ra.data() + ra.size(), secs);
+    if (ec == std::errc() && end == ra.data() + ra.size() && secs >= 0)
+      result.retry_after = std::chrono::seconds(secs);
+  } catch (...) {
+    result = failure_of(std::current_exception(), stage, job, control);
   }
-  // A lost lease always means: write nothing. A cancel that lands after the result was stored
-  // loses the race — the work is done, the job completes — but it turns a failure into a cancel.
-  if (control.reason() == StopReason::lease_lost)
-    result.disposition = Disposition::abandoned;
-  else if (result.disposition == Disposition::failed && control.reason() == StopReason::cancelled)
-    result.disposition = Disposition::cancelled;
-  // The limit cut the work short; whatever failed then failed because of it.
-  else if (result.disposition == Disposition::failed && control.reason() == StopReason::timed_out)
-    result = timed_out(job);
-  if (!timings.has("download") && download_ms > 0) timings.set("download", download_ms);
-  timings.set("total", ms_since(start));
-  result.timings = std::move(timings);
-  return result;
+  return finished(std::move(result), control, job, std::move(timings), start, download_ms);
+}
+
+JobResult store_answer(storage::Storage& storage, const crypto::Encryption& enc,
+                       const JobRecord& job, JobControl& control, Answer answer) {
+  JobResult result;
+  try {
+    // (run_model() found the key: the keyring does not change while the relay runs.)
+    std::optional<std::string> key;
+    if (!job.key_id.empty()) key = enc.keyring.get(job.key_id);
+    auto t_up = Clock::now();
+    std::string result_key = result_object_key(job.service_type, job.id);
+    // The answer is in the spool: a storage blip (unreachable, 5xx, a reset) is retried here
+    // rather than fail the job and cost the model's work again.
+    Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(4));
+    for (int attempt = 1;; ++attempt) {
+      try {
+        auto body = answer.response.body.reader();
+        if (key) {
+          // The result is sealed with the job's key, bound to "<id>/result.json".
+          crypto::EncryptingSource sealed(*body, *key, crypto::result_aad(job.id), enc.params);
+          storage.put(result_key, sealed, control.token());
+        } else {
+          storage.put(result_key, *body, control.token());
+        }
+        break;
+      } catch (const storage::StorageError& e) {
+        if (e.kind() != storage::ErrorKind::unavailable || attempt >= kUploadAttempts) throw;
+        log::warn("result upload failed; retrying",
+                  {{"job_id", job.id}, {"attempt", attempt}, {"error", e.what()}});
+        if (!sleep_unless_stopped(backoff.next(), control.token())) throw Aborted();
+      }
+    }
+    answer.timings.set("upload", ms_since(t_up));
+    result.disposition = Disposition::completed;
+    result.result_key = result_key;
+    // Served back as the model said (a model answering text/plain is not passed off as JSON).
+    result.result_content_type = utf8_clean(answer.response.content_type, 255);
+  } catch (...) {
+    result = failure_of(std::current_exception(), Stage::upload, job, control);
+  }
+  return finished(std::move(result), control, job, std::move(answer.timings), answer.start, 0);
+}
+
+JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference,
+                  const crypto::Encryption& enc, const JobRecord& job, JobControl& control,
+                  const std::string& progress_url, ModelAtWork while_model_works,
+                  const PrefetchedInput* input) {
+  auto ran = run_model(cfg, storage, inference, enc, job, control, progress_url,
+                       std::move(while_model_works), input);
+  if (auto* answer = std::get_if<Answer>(&ran))
+    return store_answer(storage, enc, job, control, std::move(*answer));
+  return std::get<JobResult>(std::move(ran));
 }
 
 }  // namespace relay::sidecar

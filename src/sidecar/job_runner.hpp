@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "crypto/keyring.hpp"
@@ -54,10 +55,46 @@ struct JobResult {
   Timings timings;                                       // milliseconds per stage
 };
 
+// An input read ahead of its job, whole and in memory, while the model ran the job before it
+// (relay.take_ahead): the model's next request does not wait for storage.
+struct PrefetchedInput {
+  std::string job_id;
+  std::string bytes;  // as stored (sealed, when the job is encrypted)
+  double ms = 0;      // how long reading it took (the job's download time)
+};
+
+// The model's 200 answer to a job, its result not stored yet: run_model() ends there, and
+// store_answer() stores it — which the relay does while the model works on the next job, so
+// that storing a result is off the model's path too.
+struct Answer {
+  InferenceResponse response;
+  Timings timings;
+  std::chrono::steady_clock::time_point start;
+};
+
 // progress_url: sent to the model as Relay-Progress-URL (empty: not sent). while_model_works:
-// the caller's work while the model works (InferenceRequest::while_model_works).
+// the caller's work while the model works (InferenceRequest::while_model_works). input: the
+// job's input read already (used when it names this job; null or another job's: read now).
 JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference,
                   const crypto::Encryption& encryption, const JobRecord& job, JobControl& control,
-                  const std::string& progress_url = {}, ModelAtWork while_model_works = {});
+                  const std::string& progress_url = {}, ModelAtWork while_model_works = {},
+                  const PrefetchedInput* input = nullptr);
+
+// run_job() in its two halves: up to the model's answer (the job's result when it ends there:
+// a failure, a cancel...; else the answer), then the answer stored.
+std::variant<JobResult, Answer> run_model(const Config& config, storage::Storage& storage,
+                                          InferenceClient& inference,
+                                          const crypto::Encryption& encryption, const JobRecord& job,
+                                          JobControl& control, const std::string& progress_url = {},
+                                          ModelAtWork while_model_works = {},
+                                          const PrefetchedInput* input = nullptr);
+JobResult store_answer(storage::Storage& storage, const crypto::Encryption& encryption,
+                       const JobRecord& job, JobControl& control, Answer answer);
+
+// Reads a job's stored input whole into memory when it is at most max_bytes (an input by
+// reference, or a larger one, is left to be read as the job runs: nothing). Never throws: a
+// failure here leaves the read to run_job, which reports it as it would have.
+std::optional<PrefetchedInput> prefetch_input(storage::Storage& storage, const JobRecord& job,
+                                              std::size_t max_bytes, std::stop_token stop);
 
 }  // namespace relay::sidecar

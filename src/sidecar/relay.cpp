@@ -22,6 +22,7 @@
 #include "sidecar/job_runner.hpp"
 #include "sidecar/progress_endpoint.hpp"
 #include "sidecar/retry_policy.hpp"
+#include "sidecar/spool.hpp"
 
 namespace relay::sidecar {
 namespace {
@@ -30,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 
 // How long a give-back at shutdown waits for a Redis that is away (see process()).
 constexpr std::chrono::milliseconds kGiveBackWait{5'000};
+
+// The largest input read ahead of its job, into memory (as an answer that size is spooled).
+constexpr std::size_t kPrefetchBytes = Spool::kMemoryLimit;
 
 // Lease token: pod name + random, so that a lease names its holder and no two jobs share one.
 std::string new_token(const std::string& pod) {
@@ -65,6 +69,18 @@ struct Relay::Finishing {
   std::string trace_id;
 };
 
+// A job whose model has answered, its result not stored yet: stored (and the job finished)
+// once the model has the slot's next job (store_tail()). Until then the job is in hand as it
+// was: in running_, its lease kept, its timeout armed.
+struct Relay::Tail {
+  JobRecord job;
+  std::string token;
+  std::unique_ptr<JobControl> control;
+  std::unique_ptr<ScopedAlarm> limit;
+  std::unique_ptr<log::TraceScope> traced;
+  Answer answer;
+};
+
 // Steps sent on a slot's connection, their replies not read yet.
 struct Relay::Inflight {
   redis::JobStore::Sent sent;
@@ -88,6 +104,9 @@ struct Relay::Slot {
   // conn whose replies are not read yet (settle(): while the model works on the next job).
   Clock::duration last_run = Clock::duration::max();
   std::optional<Inflight> inflight;
+  // The last job's answer, stored while the model runs this one, and next's input, read then.
+  std::optional<Tail> tail;
+  std::optional<PrefetchedInput> prefetched;
   // Guarded by Relay::mu_: where this slot's BLMOVE waits, for unblock_pops().
   bool popping = false;
   redis::BlockedClient pop_client;
@@ -372,6 +391,7 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
 }
 
 bool Relay::give_back_next(Slot& slot, Heartbeat& heartbeat) {
+  slot.prefetched.reset();
   return give_back(slot.next, slot.next_control, slot, heartbeat);
 }
 
@@ -425,11 +445,19 @@ void Relay::send_ahead(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing
     slot.conn.reset();
     if (take) unclaim();
     if (finishing) slot.inflight = Inflight{{.finish = true}, std::move(finishing), Clock::now()};
-    settle(slot, heartbeat, /*lost=*/true);
+    settle_sent(slot, heartbeat, /*lost=*/true);
   }
 }
 
-void Relay::settle(Slot& slot, Heartbeat& heartbeat, bool lost) {
+void Relay::settle(Slot& slot, Heartbeat& heartbeat, bool lost, bool ahead) {
+  settle_sent(slot, heartbeat, lost);
+  if (!slot.tail) return;
+  // (After the replies due: the tail's steps use the connection.)
+  store_tail(slot, heartbeat, ahead);
+  settle_sent(slot, heartbeat);  // what its finish sent, if a job taken ahead waited
+}
+
+void Relay::settle_sent(Slot& slot, Heartbeat& heartbeat, bool lost) {
   if (!slot.inflight) return;
   Inflight in = std::move(*slot.inflight);
   slot.inflight.reset();
@@ -490,14 +518,14 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
   auto& conn = slot.conn;
   ++done_;
   const std::string& job_id = job.id;
-  const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
 
   // (A job taken ahead has its control already, in running_ since its take's reply was read.)
-  const auto owned = held ? std::move(held) : std::make_unique<JobControl>();
+  auto owned = held ? std::move(held) : std::make_unique<JobControl>();
   JobControl& control = *owned;
   // Every log line about this job carries its trace_id while it is in hand.
-  std::optional<log::TraceScope> traced;
-  if (auto trace = parse_traceparent(job.traceparent)) traced.emplace(job_id, trace->trace_id);
+  std::unique_ptr<log::TraceScope> traced;
+  if (auto trace = parse_traceparent(job.traceparent))
+    traced = std::make_unique<log::TraceScope>(job_id, trace->trace_id);
   ++busy_;
   struct Idle {
     std::atomic<int>& busy;
@@ -548,10 +576,10 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     }
   } close_progress{progress_.get(), progress_url};
   // The execution limit: when it passes, the job stops as for a cancel, and fails timed_out.
-  std::optional<ScopedAlarm> limit;
+  std::unique_ptr<ScopedAlarm> limit;
   if (job.timeout)
-    limit.emplace(alarms_, Clock::now() + *job.timeout,
-                  [&control] { control.stop(StopReason::timed_out); });
+    limit = std::make_unique<ScopedAlarm>(alarms_, Clock::now() + *job.timeout,
+                                          [&control] { control.stop(StopReason::timed_out); });
   if (job.expires_at && wall_now() >= *job.expires_at && !control.token().stop_requested()) {
     // Not started within its ttl (the gateway's sweep had not reached it yet): it never runs.
     result.disposition = Disposition::failed;
@@ -563,19 +591,23 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
                          : control.reason() == StopReason::lease_lost ? Disposition::abandoned
                                                                       : Disposition::given_back;
   } else {
-    // With a backlog and short jobs, the next job is taken while the model runs this one.
-    if (!slot.inflight && !slot.next && takes_ahead(slot))
+    // With a backlog and short jobs, the next job is taken while the model runs this one (with
+    // the last job's finish, when its result is still to be stored: store_tail()).
+    if (!slot.inflight && !slot.next && !slot.tail && takes_ahead(slot))
       send_ahead(slot, heartbeat, std::nullopt, true);
     // What was sent ahead is read while the model works on this job (the replies are there by
     // then): a job taken ahead is registered for cancels and its lease within a round trip of
     // its take, not after this job. It waits for this job at most take_ahead from its take:
     // if the model has not answered by then, this job is not a short one after all, and the
     // job taken ahead goes back to the front of pending, for a relay that is free.
+    // The last job's result is stored and its outcome written then too, and the input of the
+    // job taken ahead read: the model waits for neither storage nor Redis between two jobs.
     ModelAtWork while_model_works;
-    if (slot.inflight || slot.next) {
+    if (slot.inflight || slot.next || slot.tail) {
       while_model_works.sent = [&]() -> std::optional<Clock::time_point> {
         try {
-          settle(slot, heartbeat);
+          settle(slot, heartbeat, /*lost=*/false, /*ahead=*/true);
+          prefetch_next(slot);
         } catch (...) {
           unsettled = std::current_exception();
           return std::nullopt;
@@ -597,16 +629,77 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
       };
     }
     const auto began = Clock::now();
-    result = run_job(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url,
-                     std::move(while_model_works));
+    const auto input = std::exchange(slot.prefetched, std::nullopt);
+    auto ran = run_model(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url,
+                         std::move(while_model_works), input ? &*input : nullptr);
     slot.last_run = Clock::now() - began;
+    if (auto* answer = std::get_if<Answer>(&ran)) {
+      control.storing();
+      if (slot.next && !unsettled && !ending()) {
+        // A job taken ahead waits: it goes to the model first, and this one's result is stored
+        // while the model works on it. This job stays in hand meanwhile.
+        if (progress_) progress_->close(progress_url);
+        registered.on = false;  // (store_tail() releases it)
+        slot.tail = Tail{job, token, std::move(owned), std::move(limit), std::move(traced),
+                         std::move(*answer)};
+        return Step::next;
+      }
+      result = store_answer(*storage_, enc_, job, control, std::move(*answer));
+    } else {
+      result = std::get<JobResult>(std::move(ran));
+    }
   }
   limit.reset();  // disarmed (or rung): no timeout lands on the next job
   if (progress_) progress_->close(progress_url);  // before unwatch: no report after it
   registered.release();
   if (unsettled) std::rethrow_exception(unsettled);
   settle(slot, heartbeat);  // the job before's last step, and the job taken ahead, if any
+  return conclude(slot, heartbeat, job, token, std::move(result), &slot.next);
+}
 
+void Relay::release(const std::string& job_id, Heartbeat& heartbeat) {
+  heartbeat.unwatch(job_id);
+  std::lock_guard lock(mu_);
+  running_.erase(job_id);
+}
+
+void Relay::store_tail(Slot& slot, Heartbeat& heartbeat, bool ahead) {
+  if (!slot.tail) return;
+  Tail tail = std::move(*slot.tail);
+  slot.tail.reset();
+  JobResult result = store_answer(*storage_, enc_, tail.job, *tail.control, std::move(tail.answer));
+  tail.limit.reset();
+  release(tail.job.id, heartbeat);
+  // The finish takes the slot's next job with it: in the model's time (ahead), only while jobs
+  // are short and some wait, as take-ahead would; else as any finish does.
+  const auto at = Clock::now();
+  const bool take = !slot.next && (!ahead || takes_ahead(slot));
+  conclude(slot, heartbeat, tail.job, tail.token, std::move(result), take ? &slot.next : nullptr);
+  if (slot.next && !slot.next_control) {
+    // Taken while the slot has a job in hand (the model works on it, or is about to): it waits
+    // as one taken ahead does — a cancel reaches it, its lease is kept, late() may give it back.
+    auto control = std::make_unique<JobControl>();
+    hold(slot.next->record, *control);
+    heartbeat.watch(slot.next->id, slot.next->record.holder, control.get(), false, at);
+    slot.next_control = std::move(control);
+    slot.next_taken_at = at;
+  }
+}
+
+void Relay::prefetch_next(Slot& slot) {
+  if (!slot.next || !slot.next_control) return;
+  if (slot.prefetched && slot.prefetched->job_id == slot.next->id) return;
+  slot.prefetched =
+      prefetch_input(*storage_, slot.next->record, kPrefetchBytes, slot.next_control->token());
+}
+
+Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& job,
+                            const std::string& token, JobResult result,
+                            std::optional<redis::Taken>* next) {
+  const auto keys = cfg_.keys();
+  auto& conn = slot.conn;
+  const std::string& job_id = job.id;
+  const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
   // The last step: one script writes the outcome (or gives the job back).
   std::string outcome;
   if (result.disposition == Disposition::given_back) {
@@ -669,7 +762,7 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
       send_ahead(slot, heartbeat, std::move(f), takes_ahead(slot));
       return Step::next;
     }
-    outcome = write_outcome(conn, slot.candidates, completion, token, &slot.next);
+    outcome = write_outcome(conn, slot.candidates, completion, token, next);
   }
 
   auto line = finished_line(cfg_.model, job, result);

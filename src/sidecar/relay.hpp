@@ -13,6 +13,9 @@
 // next job the moment it answers, not one Redis round trip later. A job taken ahead is the
 // slot's from the moment its take is read; a cancel heard before that is kept for it. It waits
 // at most take_ahead from its take: a model still working then gets it given back to pending.
+// Storage goes the same way: the input of a job taken ahead is read while the model works, and
+// when the model answers with a job taken ahead waiting, that job goes to the model first and
+// the answer is stored (and its job finished) while the model works on it — the slot's tail.
 
 #include <atomic>
 #include <chrono>
@@ -33,6 +36,7 @@
 #include "redis/job_store.hpp"
 #include "sidecar/config.hpp"
 #include "sidecar/job_control.hpp"
+#include "sidecar/job_runner.hpp"
 #include "storage/storage.hpp"
 
 namespace relay::sidecar {
@@ -56,6 +60,7 @@ class Relay {
   struct Slot;
   struct Finishing;
   struct Inflight;
+  struct Tail;
   enum class Step { next, stop };
   // One slot's loop, until the relay ends (shutdown, max_jobs, idle, Redis gone).
   void work(Slot& slot, Heartbeat& heartbeat);
@@ -64,6 +69,20 @@ class Relay {
   // job's control when it was taken ahead (already in running_ and watched).
   Step process(Slot& slot, const JobRecord& job, const std::string& token, Heartbeat& heartbeat,
                std::unique_ptr<JobControl> held);
+  // A job's last step for its result: the outcome written (or the job given back, or retried);
+  // with next, the finish takes the slot's next job with it (see write_outcome()).
+  Step conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& job, const std::string& token,
+                JobResult result, std::optional<redis::Taken>* next);
+  // The slot's tail, if any (a job whose model answered while a job taken ahead waited): its
+  // result stored and its outcome written, taking the slot's next job with it when the slot has
+  // none — while jobs are short and some wait, if ahead (the model is at work on the slot's
+  // current job). A job taken so is held like one taken ahead.
+  void store_tail(Slot& slot, Heartbeat& heartbeat, bool ahead);
+  // Reads the input of the job taken ahead into memory, while the model works (kPrefetchBytes
+  // at most; else, or on failure, the job reads it as it runs).
+  void prefetch_next(Slot& slot);
+  // A job no longer in hand: out of running_ and the heartbeat.
+  void release(const std::string& job_id, Heartbeat& heartbeat);
   // A finished job's outcome written (completed, failed, cancelled: lua/finish.lua), retried
   // while Redis is away; with next, the take of the slot's next job rides in the same round
   // trip (when max_jobs leaves room and one waits). again: an earlier try may have run (its
@@ -79,7 +98,10 @@ class Relay {
   // Reads what send_ahead() sent (lost: its connection failed): logs the finished job (its
   // outcome written the usual way when the reply was lost) and holds the job taken, if any, in
   // slot.next — registered for cancels and the heartbeat.
-  void settle(Slot& slot, Heartbeat& heartbeat, bool lost = false);
+  // Then stores the slot's tail, if any (store_tail(), ahead as there). Before any other use of
+  // the slot's connection.
+  void settle(Slot& slot, Heartbeat& heartbeat, bool lost = false, bool ahead = false);
+  void settle_sent(Slot& slot, Heartbeat& heartbeat, bool lost = false);
   // Registers a job in hand for cancels (running_), stopping it if it is cancelled (its record, or
   // a cancel heard already) or the relay is shutting down.
   void hold(const JobRecord& job, JobControl& control);

@@ -1,9 +1,13 @@
 // relay.take_ahead: with short jobs and a backlog, a slot takes its next job while the model runs
 // the current one. What holds without it holds with it: every job runs once and is written, a
 // cancel reaches a job taken ahead (it never reaches the model), a job taken ahead keeps its
-// lease while it waits, a shutdown gives it back and a crash leaves it to the reaper.
+// lease while it waits, a shutdown gives it back and a crash leaves it to the reaper. And the
+// model waits for storage no more than for Redis: the input of the job taken ahead is read, and
+// the last job's result stored, while the model works.
 
 #include <algorithm>
+
+#include "common/sha256.hpp"
 
 #include "relay_fixture.hpp"
 
@@ -15,6 +19,12 @@ class RelayTakeAheadTest : public RelayTest {
   Env env_for(const InferenceServer& inference) {
     Env env = base_env(inference);
     env["RELAY_RELAY_TAKE_AHEAD"] = "10s";
+    return env;
+  }
+  Env env_for(const InferenceServer& inference, const S3Server& s3) {
+    Env env = base_env(inference, s3);
+    env["RELAY_RELAY_TAKE_AHEAD"] = "10s";
+    env["RELAY_QUEUE_POP_TIMEOUT"] = "1s";
     return env;
   }
   std::vector<std::string> submit_n(storage::Storage& st, int n) {
@@ -200,6 +210,99 @@ TEST_F(RelayTakeAheadTest, ACrashLeavesTheJobTakenAheadToTheReaper) {
     EXPECT_GT(redis::as_integer(conn_.command({"PTTL", keys_.lease(model_, id)}).get()), 0) << id;
   }
   EXPECT_EQ(list(keys_.pending(model_)), std::vector<std::string>{ids[3]});
+}
+
+// The first job's result is stored at once (nothing waits behind it yet); from the second on,
+// a job taken ahead goes to the model first and the result before it is stored meanwhile. The
+// second result's upload is held by the store: the model has the third job while the second is
+// still processing, its result not there (without the overlap the third reached the model
+// only once the second was written).
+TEST_F(RelayTakeAheadTest, TheModelGetsTheNextJobWhileTheLastResultIsStored) {
+  S3Server s3({}, {"--hold-requests", "1", "--hold-match", "result.json", "--hold-method", "PUT",
+                   "--hold-after", "1", "--hold-ms", "4000"});
+  InferenceServer inference({.delay_ms = 50});
+  auto env = env_for(inference, s3);
+  const auto ids = submit_n(*storage_for(env), 4);
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  ASSERT_TRUE(wait_until([&] { return s3.log().find("held 4000 ms") != std::string::npos; }, 20s))
+      << s3.log() << relay->log();
+  ASSERT_TRUE(wait_until(
+      [&] { return occurrences(inference.events(), "request /predict") >= 3; }, 3s))
+      << "the third job waited for the second's result: " << inference.events();
+  EXPECT_EQ(record(ids[1]).status, JobStatus::processing) << "its result is being stored";
+  EXPECT_NE(s3.log().find(ids[1] + "/result.json held"), std::string::npos)
+      << "the held upload is the second's: " << s3.log();
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto rec = record(ids[i]);
+    ASSERT_EQ(rec.status, JobStatus::completed) << i << " " << rec.error_message;
+    // Each result is its own job's: the model's answer names the input it was given.
+    EXPECT_EQ(file_part(s3.aws_cat("jobs/" + rec.result_key)).at("sha256").as_string(),
+              sha256_hex("input " + std::to_string(i)))
+        << i;
+  }
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 4u) << inference.events();
+  EXPECT_EQ(occurrences(relay->log(), "\"job finished\""), 4u) << relay->log();
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+}
+
+// The input of the job taken ahead is read while the model runs the job before it: the store
+// holds that read, and when it is held the model is still at work on the job before.
+TEST_F(RelayTakeAheadTest, TheInputOfTheJobTakenAheadIsReadWhileTheModelWorks) {
+  // GETs of inputs: the first job's, the second's (taken with the first's finish), the third's,
+  // taken ahead while the second runs: that one is held.
+  S3Server s3({}, {"--hold-requests", "1", "--hold-match", "/input", "--hold-method", "GET",
+                   "--hold-after", "2", "--hold-ms", "1500"});
+  InferenceServer inference({.delays_ms = {50, 3000, 50}});
+  auto env = env_for(inference, s3);
+  auto st = storage_for(env);
+  // The third input is larger than one read: read whole all the same.
+  std::string big(300 * 1024 + 7, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 13 + i / 977);
+  const std::vector<std::string> inputs = {"first", "second", big, "fourth"};
+  std::vector<std::string> ids;
+  for (const auto& in : inputs) ids.push_back(submit(*st, in));
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  ASSERT_TRUE(wait_until([&] { return s3.log().find("held 1500 ms") != std::string::npos; }, 20s))
+      << s3.log() << relay->log();
+  EXPECT_EQ(occurrences(inference.events(), "done /predict"), 1u)
+      << "read while the model runs the second job: " << inference.events();
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 2u) << inference.events();
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto rec = record(ids[i]);
+    ASSERT_EQ(rec.status, JobStatus::completed) << i << " " << rec.error_message;
+    EXPECT_EQ(file_part(s3.aws_cat("jobs/" + rec.result_key)).at("sha256").as_string(),
+              sha256_hex(inputs[i]))
+        << i;
+  }
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: GET"), 1u) << s3.log();
+}
+
+// A shutdown while the last job's result is being stored (the model at work on the next) lets
+// that job finish — its model's work is not thrown away — and gives back the one running.
+TEST_F(RelayTakeAheadTest, SigtermWhileAResultIsStoredFinishesThatJob) {
+  S3Server s3({}, {"--hold-requests", "1", "--hold-match", "result.json", "--hold-method", "PUT",
+                   "--hold-after", "1", "--hold-ms", "3000"});
+  InferenceServer inference({.delays_ms = {50, 50, 5000}});
+  auto env = env_for(inference, s3);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "5m";
+  const auto ids = submit_n(*storage_for(env), 4);
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  ASSERT_TRUE(wait_until([&] { return s3.log().find("held 3000 ms") != std::string::npos; }, 20s))
+      << s3.log() << relay->log();
+  ASSERT_TRUE(wait_until(
+      [&] { return occurrences(inference.events(), "request /predict") >= 3; }, 2s))
+      << inference.events();
+  relay->signal(SIGTERM);
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  EXPECT_EQ(status(ids[0]), "completed");
+  EXPECT_EQ(status(ids[1]), "completed") << "its result was being stored: " << relay->log();
+  EXPECT_EQ(list(keys_.pending(model_)).front(), ids[2]) << "the one running, given back";
+  auto back = record(ids[2]);
+  EXPECT_EQ(back.status, JobStatus::pending);
+  EXPECT_TRUE(back.holder.empty());
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
 }
 
 }  // namespace

@@ -12,6 +12,9 @@
 //   --fail-puts N --fail-match TEXT    PUTs answered 503 SlowDown (as S3 under load does)
 //   --cut-gets N --cut-match TEXT --cut-after BYTES   GETs whose connection drops after BYTES
 //                                                     bytes of the body (a reset mid-download)
+//   --hold-requests N --hold-match TEXT --hold-ms MS [--hold-method M] [--hold-after K]
+//       requests (of method M, if given) held MS ms before they are served: a slow store. The
+//       first K that match are served at once, the next N held.
 // Prints "ready <port>" on stdout once it listens.
 'use strict';
 const http = require('http');
@@ -41,6 +44,9 @@ const faults = {
   failPuts: Number(arg('fail-puts', '0')), failMatch: arg('fail-match', ''),
   cutGets: Number(arg('cut-gets', '0')), cutMatch: arg('cut-match', ''),
   cutAfter: Number(arg('cut-after', '0')),
+  holdRequests: Number(arg('hold-requests', '0')), holdMatch: arg('hold-match', ''),
+  holdMs: Number(arg('hold-ms', '0')), holdMethod: arg('hold-method', ''),
+  holdAfter: Number(arg('hold-after', '0')),
 };
 
 // The credentials a request's access key id names: the fixed ones, or an issued set.
@@ -162,6 +168,16 @@ async function main() {
         !Number.isInteger(Number(req.headers['content-length'] ?? 'x'))) {
       req.resume();
       return fail(res, 411, 'MissingContentLength', 'You must provide the Content-Length HTTP header.');
+    }
+    if (faults.holdRequests > 0 && req.url.includes(faults.holdMatch) &&
+        (!faults.holdMethod || req.method === faults.holdMethod)) {
+      if (faults.holdAfter > 0) {
+        faults.holdAfter--;
+      } else {
+        faults.holdRequests--;
+        process.stderr.write(`s3 fault: ${req.method} ${req.url} held ${faults.holdMs} ms\n`);
+        await new Promise((resolve) => setTimeout(resolve, faults.holdMs));
+      }
     }
     if (req.method === 'PUT' && faults.failPuts > 0 && req.url.includes(faults.failMatch)) {
       faults.failPuts--;
