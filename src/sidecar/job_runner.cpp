@@ -194,9 +194,9 @@ std::optional<PrefetchedInput> prefetch_input(storage::Storage& storage, const J
 }
 
 std::variant<JobResult, Answer> run_model(const Config& cfg, storage::Storage& storage,
-                                          InferenceClient& inference,
-                                          const crypto::Encryption& enc, const JobRecord& job,
-                                          JobControl& control, const std::string& progress_url,
+                                          InferenceClient& inference, const crypto::Encryption& enc,
+                                          const JobRecord& job, JobControl& control,
+                                          const std::string& progress_url,
                                           ModelAtWork while_model_works,
                                           const PrefetchedInput* prefetched) {
   const auto start = Clock::now();

@@ -84,8 +84,9 @@ JobResult run_job(const Config& config, storage::Storage& storage, InferenceClie
 // a failure, a cancel...; else the answer), then the answer stored.
 std::variant<JobResult, Answer> run_model(const Config& config, storage::Storage& storage,
                                           InferenceClient& inference,
-                                          const crypto::Encryption& encryption, const JobRecord& job,
-                                          JobControl& control, const std::string& progress_url = {},
+                                          const crypto::Encryption& encryption,
+                                          const JobRecord& job, JobControl& control,
+                                          const std::string& progress_url = {},
                                           ModelAtWork while_model_works = {},
                                           const PrefetchedInput* input = nullptr);
 JobResult store_answer(storage::Storage& storage, const crypto::Encryption& encryption,

@@ -640,8 +640,8 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
         // while the model works on it. This job stays in hand meanwhile.
         if (progress_) progress_->close(progress_url);
         registered.on = false;  // (store_tail() releases it)
-        slot.tail = Tail{job, token, std::move(owned), std::move(limit), std::move(traced),
-                         std::move(*answer)};
+        slot.tail = Tail{
+            job, token, std::move(owned), std::move(limit), std::move(traced), std::move(*answer)};
         return Step::next;
       }
       result = store_answer(*storage_, enc_, job, control, std::move(*answer));

@@ -8,7 +8,6 @@
 #include <algorithm>
 
 #include "common/sha256.hpp"
-
 #include "relay_fixture.hpp"
 
 namespace relay::testing {
@@ -226,8 +225,8 @@ TEST_F(RelayTakeAheadTest, TheModelGetsTheNextJobWhileTheLastResultIsStored) {
   auto relay = start_relay(env, {"--max-jobs", "0"});
   ASSERT_TRUE(wait_until([&] { return s3.log().find("held 4000 ms") != std::string::npos; }, 20s))
       << s3.log() << relay->log();
-  ASSERT_TRUE(wait_until(
-      [&] { return occurrences(inference.events(), "request /predict") >= 3; }, 3s))
+  ASSERT_TRUE(
+      wait_until([&] { return occurrences(inference.events(), "request /predict") >= 3; }, 3s))
       << "the third job waited for the second's result: " << inference.events();
   EXPECT_EQ(record(ids[1]).status, JobStatus::processing) << "its result is being stored";
   EXPECT_NE(s3.log().find(ids[1] + "/result.json held"), std::string::npos)
@@ -291,8 +290,8 @@ TEST_F(RelayTakeAheadTest, SigtermWhileAResultIsStoredFinishesThatJob) {
   auto relay = start_relay(env, {"--max-jobs", "0"});
   ASSERT_TRUE(wait_until([&] { return s3.log().find("held 3000 ms") != std::string::npos; }, 20s))
       << s3.log() << relay->log();
-  ASSERT_TRUE(wait_until(
-      [&] { return occurrences(inference.events(), "request /predict") >= 3; }, 2s))
+  ASSERT_TRUE(
+      wait_until([&] { return occurrences(inference.events(), "request /predict") >= 3; }, 2s))
       << inference.events();
   relay->signal(SIGTERM);
   ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
