@@ -49,6 +49,21 @@ class TimedSource final : public ByteSource {
   double spent_ms_ = 0;
 };
 
+// Bytes held elsewhere as a stream (an input read ahead: the caller keeps its buffer).
+class ViewSource final : public ByteSource {
+ public:
+  explicit ViewSource(std::string_view data) : data_(data) {}
+  size_t read(std::span<char> buf) override {
+    const size_t n = data_.copy(buf.data(), buf.size());
+    data_.remove_prefix(n);
+    return n;
+  }
+  std::optional<std::uint64_t> size() const override { return data_.size(); }
+
+ private:
+  std::string_view data_;
+};
+
 // Marks which stage a storage error came from.
 enum class Stage { prepare, download, inference, upload };
 
@@ -173,19 +188,23 @@ JobResult finished(JobResult result, const JobControl& control, const JobRecord&
 }  // namespace
 
 std::optional<PrefetchedInput> prefetch_input(storage::Storage& storage, const JobRecord& job,
-                                              std::size_t max_bytes, std::stop_token stop) {
+                                              std::size_t max_bytes, std::stop_token stop,
+                                              std::string buffer) {
   if (job.input_key.empty() || !job.input_url.empty()) return std::nullopt;
   if (job.input_size > max_bytes) return std::nullopt;  // (sealed, it is larger still)
   const auto t = Clock::now();
   try {
     storage::ResumingSource source(storage, job.input_key, stop);
-    PrefetchedInput in{job.id, {}, 0};
-    size_t capacity = 0;
-    auto buf = transfer_buffer(source.size(), capacity);
-    while (size_t n = source.read({buf.get(), capacity})) {
-      if (in.bytes.size() + n > max_bytes) return std::nullopt;
-      in.bytes.append(buf.get(), n);
+    // Read straight into the (reused) buffer: no copy, and no fresh pages to fault in per job.
+    PrefetchedInput in{job.id, std::move(buffer), 0};
+    size_t have = 0;
+    in.bytes.resize(std::min<std::uint64_t>(source.size().value_or(64 * 1024), max_bytes) + 1);
+    while (size_t n = source.read({in.bytes.data() + have, in.bytes.size() - have})) {
+      have += n;
+      if (have > max_bytes) return std::nullopt;
+      if (have == in.bytes.size()) in.bytes.resize(std::min(2 * have, max_bytes + 1));
     }
+    in.bytes.resize(have);
     in.ms = ms_since(t);
     return in;
   } catch (const std::exception&) {
@@ -240,7 +259,7 @@ std::variant<JobResult, Answer> run_model(const Config& cfg, storage::Storage& s
     std::unique_ptr<ByteSource> input;
     if (prefetched && prefetched->job_id == job.id) {
       // Read while the model ran the job before this one.
-      input = std::make_unique<MemorySource>(prefetched->bytes);
+      input = std::make_unique<ViewSource>(prefetched->bytes);
       download_ms += prefetched->ms;
     } else if (!job.input_url.empty()) {
       storage::InputUrlOptions o{cfg.input_urls_allow_private, cfg.input_urls_ca_file,

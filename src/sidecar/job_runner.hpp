@@ -94,8 +94,10 @@ JobResult store_answer(storage::Storage& storage, const crypto::Encryption& encr
 
 // Reads a job's stored input whole into memory when it is at most max_bytes (an input by
 // reference, or a larger one, is left to be read as the job runs: nothing). Never throws: a
-// failure here leaves the read to run_job, which reports it as it would have.
+// failure here leaves the read to run_job, which reports it as it would have. buffer: the
+// last one's, for its memory.
 std::optional<PrefetchedInput> prefetch_input(storage::Storage& storage, const JobRecord& job,
-                                              std::size_t max_bytes, std::stop_token stop);
+                                              std::size_t max_bytes, std::stop_token stop,
+                                              std::string buffer = {});
 
 }  // namespace relay::sidecar

@@ -107,6 +107,7 @@ struct Relay::Slot {
   // The last job's answer, stored while the model runs this one, and next's input, read then.
   std::optional<Tail> tail;
   std::optional<PrefetchedInput> prefetched;
+  std::string spare_input;  // the last one's buffer
   // Guarded by Relay::mu_: where this slot's BLMOVE waits, for unblock_pops().
   bool popping = false;
   redis::BlockedClient pop_client;
@@ -629,9 +630,10 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
       };
     }
     const auto began = Clock::now();
-    const auto input = std::exchange(slot.prefetched, std::nullopt);
+    auto input = std::exchange(slot.prefetched, std::nullopt);
     auto ran = run_model(cfg_, *storage_, *slot.inference, enc_, job, control, progress_url,
                          std::move(while_model_works), input ? &*input : nullptr);
+    if (input) slot.spare_input = std::move(input->bytes);  // (its memory, for the next one)
     slot.last_run = Clock::now() - began;
     if (auto* answer = std::get_if<Answer>(&ran)) {
       control.storing();
@@ -689,8 +691,8 @@ void Relay::store_tail(Slot& slot, Heartbeat& heartbeat, bool ahead) {
 void Relay::prefetch_next(Slot& slot) {
   if (!slot.next || !slot.next_control) return;
   if (slot.prefetched && slot.prefetched->job_id == slot.next->id) return;
-  slot.prefetched =
-      prefetch_input(*storage_, slot.next->record, kPrefetchBytes, slot.next_control->token());
+  slot.prefetched = prefetch_input(*storage_, slot.next->record, kPrefetchBytes,
+                                  slot.next_control->token(), std::move(slot.spare_input));
 }
 
 Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& job,
