@@ -692,7 +692,7 @@ void Relay::prefetch_next(Slot& slot) {
   if (!slot.next || !slot.next_control) return;
   if (slot.prefetched && slot.prefetched->job_id == slot.next->id) return;
   slot.prefetched = prefetch_input(*storage_, slot.next->record, kPrefetchBytes,
-                                  slot.next_control->token(), std::move(slot.spare_input));
+                                   slot.next_control->token(), std::move(slot.spare_input));
 }
 
 Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& job,
