@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdio>
 #include <mutex>
+#include <vector>
 
 #include "common/errors.hpp"
 
@@ -27,9 +28,43 @@ void Headers::add(const std::string& line) {
   list_ = next;
 }
 
+namespace {
+
+// This thread's idle multi handles. libcurl keeps its connection cache (and the DNS cache) in the
+// multi handle: a transfer driven through a fresh one each time opened a new connection per
+// request — with S3 over https, a TCP and TLS handshake for every input read and result stored.
+// A transfer takes the handle the last one on this thread left (a thread has at most a few
+// under way at once, each on its own), and so its connection to the same host.
+struct IdleMultis {
+  static constexpr std::size_t kKept = 4;
+  std::vector<CURLM*> handles;
+  ~IdleMultis() {
+    for (CURLM* m : handles) curl_multi_cleanup(m);
+  }
+};
+thread_local IdleMultis idle_multis;
+
+CURLM* take_multi() {
+  auto& idle = idle_multis.handles;
+  if (idle.empty()) return curl_multi_init();
+  CURLM* m = idle.back();
+  idle.pop_back();
+  return m;
+}
+
+void keep_multi(CURLM* m) {
+  auto& idle = idle_multis.handles;
+  if (idle.size() < IdleMultis::kKept)
+    idle.push_back(m);
+  else
+    curl_multi_cleanup(m);
+}
+
+}  // namespace
+
 Transfer::Transfer(CURL* easy, std::stop_token stop)
     : easy_(easy),
-      multi_(curl_multi_init()),
+      multi_(take_multi()),
       stop_(stop),
       wake_(stop, std::function<void()>([this] {
               // Runs in the thread that requested the stop; curl_multi_wakeup is thread-safe.
@@ -42,8 +77,8 @@ Transfer::Transfer(CURL* easy, std::stop_token stop)
 Transfer::~Transfer() {
   curl_multi_remove_handle(multi_, easy_);
   CURLM* m = multi_;
-  multi_ = nullptr;
-  curl_multi_cleanup(m);
+  multi_ = nullptr;  // (a stop requested from now on wakes nothing)
+  keep_multi(m);
 }
 
 bool Transfer::perform_once() {

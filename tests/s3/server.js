@@ -15,6 +15,7 @@
 //   --hold-requests N --hold-match TEXT --hold-ms MS [--hold-method M] [--hold-after K]
 //       requests (of method M, if given) held MS ms before they are served: a slow store. The
 //       first K that match are served at once, the next N held.
+// --log-connections: a line on stderr for every TCP connection accepted.
 // Prints "ready <port>" on stdout once it listens.
 'use strict';
 const http = require('http');
@@ -207,6 +208,10 @@ async function main() {
     delete req.headers['authorization'];
     s3rver(req, res);
   });
+  // --log-connections: each TCP connection a line, for tests of the clients' connection reuse.
+  if (process.argv.includes('--log-connections')) {
+    server.on('connection', () => process.stderr.write('s3 connection opened\n'));
+  }
   server.listen(port, '127.0.0.1', () => {
     process.stdout.write(`ready ${server.address().port}\n`);
   });
