@@ -63,14 +63,17 @@ void keep_multi(CURLM* m) {
 }  // namespace
 
 Transfer::Transfer(CURL* easy, std::stop_token stop)
-    : easy_(easy), multi_(take_multi()), stop_(stop), wake_(stop, std::function<void()>([this] {
-                                                              // Runs in the thread that requested
-                                                              // the stop; curl_multi_wakeup is
-                                                              // thread-safe.
-                                                              if (multi_) curl_multi_wakeup(multi_);
-                                                            })) {
+    : easy_(easy),
+      multi_(take_multi()),
+      stop_(stop),
+      wake_(stop, std::function<void()>([this] { wake(); })) {
   if (!multi_) throw std::runtime_error("curl_multi_init failed");
   curl_multi_add_handle(multi_, easy_);
+}
+
+// Runs in the thread that requested the stop; curl_multi_wakeup is thread-safe.
+void Transfer::wake() {
+  if (multi_) curl_multi_wakeup(multi_);
 }
 
 Transfer::~Transfer() {

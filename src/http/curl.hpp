@@ -74,6 +74,7 @@ class Transfer {
 
  private:
   bool perform_once();  // true when the transfer is done
+  void wake();
   void poll_once(int timeout_ms);
 
   CURL* easy_;
