@@ -33,10 +33,10 @@ namespace {
 // This thread's idle multi handles. libcurl keeps its connection cache (and the DNS cache) in the
 // multi handle: a transfer driven through a fresh one each time opened a new connection per
 // request — with S3 over https, a TCP and TLS handshake for every input read and result stored.
-// A transfer takes the handle the last one on this thread left (a thread has at most a few
-// under way at once, each on its own), and so its connection to the same host.
+// A transfer takes the handle the last one on this thread left, and so its connection to the
+// same host; transfers under way at once on a thread (a gateway's uploads) each have their own.
 struct IdleMultis {
-  static constexpr std::size_t kKept = 4;
+  static constexpr std::size_t kKept = 16;  // (a gateway thread may serve many uploads at once)
   std::vector<CURLM*> handles;
   ~IdleMultis() {
     for (CURLM* m : handles) curl_multi_cleanup(m);
