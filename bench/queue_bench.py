@@ -171,12 +171,14 @@ def redis_counters(port):
 class Measure:
     """CPU of each named process and Redis's counters, from start() to stop()."""
 
-    def __init__(self, redis_port, redis_pid, system, load):
+    def __init__(self, redis_port, redis_pid, system, load, apart=()):
+        """apart: measured, not counted in the system's CPU (the S3 test server)."""
         self.port, self.redis_pid, self.system, self.load = redis_port, redis_pid, system, load
+        self.apart = list(apart)
 
     def start(self):
         self.t0 = time.monotonic()
-        self.cpu0 = {p.pid: cpu_seconds(p.pid) for p in self.system + self.load}
+        self.cpu0 = {p.pid: cpu_seconds(p.pid) for p in self.system + self.load + self.apart}
         self.redis0 = cpu_seconds(self.redis_pid)
         self.cs0 = {p.pid: switches(p.pid) for p in self.system}
         self.cs0[self.redis_pid] = switches(self.redis_pid)
@@ -232,6 +234,9 @@ class Measure:
             "commands_per_job": (calls - self.calls0) / jobs,
             "reads_per_job": (reads - self.reads0) / jobs,
             "seconds": elapsed,
+            # (the share of one core it kept busy: near 1, it set the pace)
+            "apart": {os.path.basename(p.args[1] if p.args[0] == "node" else p.args[0]):
+                      (spent([p]) / jobs * 1e6, spent([p]) / elapsed) for p in self.apart},
             "parts": parts,
             "switches": cs,
         }
@@ -348,7 +353,8 @@ def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BY
     stack = RelayStack(redis_port, work, delay_ms, relays=WORKERS if delay_ms else None,
                        concurrency=1 if delay_ms else None, take_ahead=take_ahead)
     script = wrk_script(work, jobs, size)
-    measure = Measure(redis_port, redis_pid, stack.processes(), [])
+    measure = Measure(redis_port, redis_pid, stack.processes(), [],
+                      [stack.s3] if stack.s3 else [])
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
         redis_cli(redis_port, "CONFIG", "SET", "slowlog-log-slower-than", "0")
         redis_cli(redis_port, "CONFIG", "SET", "slowlog-max-len", "5000")
@@ -700,6 +706,10 @@ def main():
         for side, r in d.items():
             out(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
                 f"{r['jobs_per_s'] / IDEAL:.1%} | {r['cpu_us_per_job']:.0f} |")
+        for side, r in d.items():
+            for name, (us, share) in r.get("apart", {}).items():
+                out(f"\n{names[side].split(' (')[0]}: {name} (not counted) {us:.0f} CPU-µs per "
+                    f"job, {share:.0%} of a core")
         pace = results["model_pace_ms"]
         most = WORKERS * 1000 / pace
         out(f"\nThe no-op model alone takes {pace:.2f} ms per \"{DELAY_MS} ms\" request here (its "
