@@ -36,7 +36,7 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
   input in Redis, in the job; Relay in storage, Redis holding its key.
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4]
                       [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
@@ -88,6 +88,10 @@ RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=
 # tmpfs then. Its process is not counted in the system's CPU (S3 is another machine).
 STORAGE = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--storage=")), "/dev/shm")
 S3 = STORAGE == "s3"
+# --s3-core: with --storage=s3, the S3 test server alone on the last core and Relay's processes
+# on the others (as S3 is another machine: its one JavaScript thread does not share a core with
+# what it serves). Meant for the delay case; the throughput runs then have a core less.
+S3_CORE = S3 and "--s3-core" in sys.argv
 STORAGE_NAME = ("tmpfs" if STORAGE == "/dev/shm" else "the S3 test server" if S3 else
                 f"storage in {STORAGE}")
 # --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
@@ -283,12 +287,19 @@ class RelayStack:
                   "RELAY_STORAGE_URL": f"file://{self.storage}"}
         log = open(os.path.join(work, "relay-side.log"), "ab")
         self.s3 = None
+        self.cores = os.sched_getaffinity(0)
+        if S3_CORE:
+            # (This process first: everything it starts from now on, wrk too, inherits it.)
+            os.sched_setaffinity(0, set(range(os.cpu_count() - 1)))
         if S3:
             s3_port = free_port()
             self.s3 = start(["node", os.path.join(ROOT, "tests", "s3", "server.js"), "--port",
                              str(s3_port), "--dir", self.storage, "--bucket", "bench"],
                             stdout=subprocess.DEVNULL, stderr=log)
             wait_port(s3_port)
+            if S3_CORE:
+                for task in os.listdir(f"/proc/{self.s3.pid}/task"):
+                    os.sched_setaffinity(int(task), {os.cpu_count() - 1})
             common = {**common, "RELAY_STORAGE_URL": "s3://bench/jobs",
                       "RELAY_STORAGE_S3_ENDPOINT": f"http://127.0.0.1:{s3_port}",
                       "RELAY_STORAGE_S3_PATH_STYLE": "true", "RELAY_STORAGE_S3_REGION": "us-east-1",
@@ -317,6 +328,7 @@ class RelayStack:
             p.terminate()
             p.wait()
         shutil.rmtree(self.storage, ignore_errors=True)
+        os.sched_setaffinity(0, self.cores)
 
 
 def wrk_script(work, jobs, size):
