@@ -179,7 +179,9 @@ TEST_P(StorageTest, AnAbandonedWriterLeavesNothing) {
     w->write(data);
   }
   EXPECT_FALSE(exists(*st_, "svc/gone/input"));
-  if (GetParam() == "file") EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/svc/gone"));
+  if (GetParam() == "file") {
+    EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/svc/gone"));
+  }
   // A declared size not met is an error at commit, and stores nothing.
   {
     auto w = st_->create("svc/short/input", {}, std::uint64_t{6} << 20);
@@ -203,8 +205,18 @@ TEST_P(StorageTest, StoppedTransferIsAborted) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, StorageTest, ::testing::Values("file", "s3"));
 
-// ResumingSource against an S3 that drops connections: a few drops are ridden out (the bytes
-// come whole, each once), a store that keeps dropping fails the read after kAttempts in a row.
+// The S3 backend on the test server, under prefix pfx/ (its credentials in the environment).
+std::unique_ptr<storage::Storage> s3_storage(const S3Server& s3, std::int64_t part_size = 0) {
+  storage::Config config;
+  config.url = "s3://" + s3.bucket() + "/pfx";
+  config.s3_endpoint = s3.endpoint();
+  config.s3_path_style = true;
+  if (part_size) config.s3_part_size = part_size;
+  for (auto& [k, v] : s3.env())
+    if (k.starts_with("AWS_")) ::setenv(k.c_str(), v.c_str(), 1);
+  return storage::make_storage(config);
+}
+
 // ResumingSource against an S3 that drops connections: drops after some progress are ridden out
 // however many (the bytes come whole, each once); a store that drops every transfer before a
 // byte fails after kAttempts in a row, at its open or a read.
@@ -215,13 +227,7 @@ TEST(ResumingSource, RidesOutDroppedConnectionsAndGivesUpOnAStoreThatKeepsDroppi
   } cases[] = {{"3", "70000", true}, {"99", "70000", true}, {"99", "0", false}};
   for (const auto& c : cases) {
     S3Server s3({}, {"--cut-gets", c.cuts, "--cut-match", "obj", "--cut-after", c.after});
-    storage::Config config;
-    config.url = "s3://" + s3.bucket() + "/pfx";
-    config.s3_endpoint = s3.endpoint();
-    config.s3_path_style = true;
-    for (auto& [k, v] : s3.env())
-      if (k.starts_with("AWS_")) ::setenv(k.c_str(), v.c_str(), 1);
-    auto st = storage::make_storage(config);
+    auto st = s3_storage(s3);
     std::string data(250'000, '\0');
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13 + i / 333);
     MemorySource body(data);
@@ -249,13 +255,7 @@ TEST(ResumingSource, RidesOutDroppedConnectionsAndGivesUpOnAStoreThatKeepsDroppi
 // cost no TCP — with S3 over https, no TLS — handshake each. Before, every request opened one.
 TEST(S3Storage, RequestsOnOneThreadReuseTheirConnection) {
   S3Server s3({}, {"--log-connections"});
-  storage::Config config;
-  config.url = "s3://" + s3.bucket() + "/pfx";
-  config.s3_endpoint = s3.endpoint();
-  config.s3_path_style = true;
-  for (auto& [k, v] : s3.env())
-    if (k.starts_with("AWS_")) ::setenv(k.c_str(), v.c_str(), 1);
-  auto st = storage::make_storage(config);
+  auto st = s3_storage(s3);
   for (int i = 0; i < 10; ++i) {
     const std::string key = "svc/j" + std::to_string(i) + "/input";
     const std::string data = "object " + std::to_string(i);
@@ -274,14 +274,7 @@ TEST(S3Storage, APutRefusedFor503IsTriedAgain) {
   for (const char* fails : {"2", "3"}) {
     for (const char* match : {"small", "partNumber=2"}) {
       S3Server s3({}, {"--fail-puts", fails, "--fail-match", match});
-      storage::Config config;
-      config.url = "s3://" + s3.bucket() + "/pfx";
-      config.s3_endpoint = s3.endpoint();
-      config.s3_path_style = true;
-      config.s3_part_size = 5 << 20;
-      for (auto& [k, v] : s3.env())
-        if (k.starts_with("AWS_")) ::setenv(k.c_str(), v.c_str(), 1);
-      auto st = storage::make_storage(config);
+      auto st = s3_storage(s3, 5 << 20);
       const bool small = std::string(match) == "small";
       std::string data(small ? 1000 : (12 << 20), 'd');
       for (size_t i = 0; i < data.size(); i += 4093) data[i] = static_cast<char>(i);
