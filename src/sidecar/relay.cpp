@@ -637,7 +637,7 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     slot.last_run = Clock::now() - began;
     if (auto* answer = std::get_if<Answer>(&ran)) {
       control.storing();
-      if (slot.next && !unsettled && !ending()) {
+      if (slot.next && !unsettled && !ending() && !control.token().stop_requested()) {
         // A job taken ahead waits: it goes to the model first, and this one's result is stored
         // while the model works on it. This job stays in hand meanwhile.
         if (progress_) progress_->close(progress_url);
