@@ -98,6 +98,10 @@ STORAGE_NAME = ("tmpfs" if STORAGE == "/dev/shm" else "the S3 test server" if S3
 # concurrency 1, a BullMQ worker of concurrency W); its jobs fill ~10 s at the ideal rate W / D.
 DELAY_MS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--delay-ms=")), "20"))
 WORKERS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--workers=")), "4"))
+if DELAY_MS <= 0 or WORKERS <= 0:
+    sys.exit("--delay-ms and --workers take a whole number above 0")
+if "--s3-core" in sys.argv and not S3:
+    sys.exit("--s3-core goes with --storage=s3")
 IDEAL = WORKERS * 1000 / DELAY_MS  # jobs/s
 DELAY_JOBS = max(200, min(20000, round(IDEAL * 10)))
 LATENCY_RATE, LATENCY_JOBS = 100, 1000

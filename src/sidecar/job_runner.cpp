@@ -372,15 +372,4 @@ JobResult store_answer(storage::Storage& storage, const crypto::Encryption& enc,
   return finished(std::move(result), control, job, std::move(answer.timings), answer.start, 0);
 }
 
-JobResult run_job(const Config& cfg, storage::Storage& storage, InferenceClient& inference,
-                  const crypto::Encryption& enc, const JobRecord& job, JobControl& control,
-                  const std::string& progress_url, ModelAtWork while_model_works,
-                  const PrefetchedInput* input) {
-  auto ran = run_model(cfg, storage, inference, enc, job, control, progress_url,
-                       std::move(while_model_works), input);
-  if (auto* answer = std::get_if<Answer>(&ran))
-    return store_answer(storage, enc, job, control, std::move(*answer));
-  return std::get<JobResult>(std::move(ran));
-}
-
 }  // namespace relay::sidecar

@@ -72,16 +72,11 @@ struct Answer {
   std::chrono::steady_clock::time_point start;
 };
 
-// progress_url: sent to the model as Relay-Progress-URL (empty: not sent). while_model_works:
-// the caller's work while the model works (InferenceRequest::while_model_works). input: the
-// job's input read already (used when it names this job; null or another job's: read now).
-JobResult run_job(const Config& config, storage::Storage& storage, InferenceClient& inference,
-                  const crypto::Encryption& encryption, const JobRecord& job, JobControl& control,
-                  const std::string& progress_url = {}, ModelAtWork while_model_works = {},
-                  const PrefetchedInput* input = nullptr);
-
-// run_job() in its two halves: up to the model's answer (the job's result when it ends there:
-// a failure, a cancel...; else the answer), then the answer stored.
+// A job's pipeline in two halves. run_model(): up to the model's answer — the job's result when
+// it ends there (a failure, a cancel...), else the answer. progress_url: sent to the model as
+// Relay-Progress-URL (empty: not sent); while_model_works: the caller's work while the model
+// works (InferenceRequest::while_model_works); input: the job's input read already (used when it
+// names this job; null or another job's: read now). store_answer(): the answer stored.
 std::variant<JobResult, Answer> run_model(const Config& config, storage::Storage& storage,
                                           InferenceClient& inference,
                                           const crypto::Encryption& encryption,
@@ -94,7 +89,7 @@ JobResult store_answer(storage::Storage& storage, const crypto::Encryption& encr
 
 // Reads a job's stored input whole into memory when it is at most max_bytes (an input by
 // reference, or a larger one, is left to be read as the job runs: nothing). Never throws: a
-// failure here leaves the read to run_job, which reports it as it would have. buffer: the
+// failure here leaves the read to run_model(), which reports it as it would have. buffer: the
 // last one's, for its memory.
 std::optional<PrefetchedInput> prefetch_input(storage::Storage& storage, const JobRecord& job,
                                               std::size_t max_bytes, std::stop_token stop,

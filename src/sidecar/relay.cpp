@@ -489,11 +489,7 @@ void Relay::settle_sent(Slot& slot, Heartbeat& heartbeat, bool lost) {
     log::info("job finished", line);
   }
   if (!next) return;
-  // The job is this relay's since its take: a cancel reaches it from now on (one heard in the
-  // meantime was kept), and its lease is kept — at once if a beat has come due since.
-  auto control = std::make_unique<JobControl>();
-  hold(next->record, *control);
-  heartbeat.watch(next->id, next->record.holder, control.get(), false, in.at);
+  auto control = held_control(*next, heartbeat, in.at);
   if (slot.next) {
     // (The end of work(): a job taken ahead is waiting already. This one, taken after it, goes
     // back first, to stay behind it at the front of pending.)
@@ -545,10 +541,7 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
     const std::string& id;
     bool on = true;
     void release() {
-      if (!std::exchange(on, false)) return;
-      heartbeat.unwatch(id);
-      std::lock_guard lock(relay.mu_);
-      relay.running_.erase(id);
+      if (std::exchange(on, false)) relay.release(id, heartbeat);
     }
     ~Registered() { release(); }
   } registered{*this, heartbeat, job_id};
@@ -680,12 +673,19 @@ void Relay::store_tail(Slot& slot, Heartbeat& heartbeat, bool ahead) {
   if (slot.next && !slot.next_control) {
     // Taken while the slot has a job in hand (the model works on it, or is about to): it waits
     // as one taken ahead does — a cancel reaches it, its lease is kept, late() may give it back.
-    auto control = std::make_unique<JobControl>();
-    hold(slot.next->record, *control);
-    heartbeat.watch(slot.next->id, slot.next->record.holder, control.get(), false, at);
-    slot.next_control = std::move(control);
+    slot.next_control = held_control(*slot.next, heartbeat, at);
     slot.next_taken_at = at;
   }
+}
+
+std::unique_ptr<JobControl> Relay::held_control(const redis::Taken& job, Heartbeat& heartbeat,
+                                                Clock::time_point taken_at) {
+  // The job is this relay's since its take: a cancel reaches it from now on (one heard in the
+  // meantime was kept), and its lease is kept — at once if a beat has come due since.
+  auto control = std::make_unique<JobControl>();
+  hold(job.record, *control);
+  heartbeat.watch(job.id, job.record.holder, control.get(), false, taken_at);
+  return control;
 }
 
 void Relay::prefetch_next(Slot& slot) {

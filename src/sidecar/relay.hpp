@@ -83,6 +83,10 @@ class Relay {
   void prefetch_next(Slot& slot);
   // A job no longer in hand: out of running_ and the heartbeat.
   void release(const std::string& job_id, Heartbeat& heartbeat);
+  // A job taken while another is in hand, registered as one in hand: its control, in running_
+  // (stopped if a cancel for it was heard) and watched by the heartbeat from its take.
+  std::unique_ptr<JobControl> held_control(const redis::Taken& job, Heartbeat& heartbeat,
+                                           std::chrono::steady_clock::time_point taken_at);
   // A finished job's outcome written (completed, failed, cancelled: lua/finish.lua), retried
   // while Redis is away; with next, the take of the slot's next job rides in the same round
   // trip (when max_jobs leaves room and one waits). again: an earlier try may have run (its
