@@ -37,7 +37,6 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 
 usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4]
-                      [--concurrency=4]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
 import os
@@ -52,14 +51,47 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ports import free_port, wait_port  # noqa: E402
 
+# The options this script reads: anything else is a typo, refused rather than silently ignored
+# (a run of minutes measuring the wrong thing).
+OPTIONS = ("--jobs=", "--input-bytes=", "--results=", "--storage=", "--s3-core", "--only=",
+           "--relays=", "--concurrency=", "--delay-ms=", "--workers=")
+USAGE = "usage: " + __doc__.split("usage: ", 1)[1]
+
+
+def usage_error(message):
+    print(f"{message}\n{USAGE}", file=sys.stderr)
+    sys.exit(2)
+
+
+def int_option(name, default):
+    """--NAME=N as a whole number above 0 (default when absent); a clear error otherwise (0
+    jobs, workers or bytes would wait forever for a run that never starts)."""
+    text = next((a.split("=", 1)[1] for a in sys.argv if a.startswith(f"--{name}=")), default)
+    if not text.isdigit() or int(text) == 0:
+        usage_error(f"--{name}={text}: not a whole number above 0")
+    return int(text)
+
+
+if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+    print(__doc__)
+    sys.exit(0)
+if len(sys.argv) < 2 or not os.path.isdir(sys.argv[1]):
+    usage_error("BIN_DIR (the folder of Relay's binaries, e.g. build/bin) comes first" if
+                len(sys.argv) < 2 or sys.argv[1].startswith("-") else
+                f"{sys.argv[1]}: not a folder (BIN_DIR: Relay's binaries, e.g. build/bin)")
+for a in sys.argv[2:]:
+    if not any(a == o or (o.endswith("=") and a.startswith(o)) for o in OPTIONS):
+        usage_error(f"{a}: unknown option")
 BIN = sys.argv[1]
-JOBS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--jobs=")), "20000"))
+JOBS = int_option("jobs", "20000")
 # --only=relay or --only=bullmq: one side's throughput run (for profiling); --only=delay: the
 # 20 ms case alone, both sides and the model's pace.
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
+if ONLY not in ("", "relay", "relay_off", "bullmq", "bullmq_model", "bullmq_work", "delay",
+                "oneshot", "sizes"):
+    usage_error(f"--only={ONLY}: not one of the runs")
 # --input-bytes=N: the main runs' input size (the by-size runs have their own, SIZES).
-INPUT_BYTES = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--input-bytes=")),
-                       "1024"))
+INPUT_BYTES = int_option("input-bytes", "1024")
 # The by-size runs: (input bytes, jobs) — fewer jobs as they grow (a run writes them all to
 # storage, and BullMQ's producer holds them in Redis).
 SIZES = [(4 << 10, 5000), (16 << 10, 5000), (32 << 10, 5000), (64 << 10, 5000), (256 << 10, 2000),
@@ -72,12 +104,12 @@ def size_name(n):
 
 
 INPUT_NAME = size_name(INPUT_BYTES)
-RELAYS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--relays=")), "1"))
+RELAYS = int_option("relays", "1")
 # Relay runs twice: as configured by default (relay.take_ahead 100ms: the next job taken while
 # the model runs one, the Redis round trip between two jobs hidden), and with it off.
 TAKE_AHEAD_OFF = "0s"
 # --concurrency=C: each relay of the throughput run keeps C jobs in hand (relay.concurrency).
-CONCURRENCY = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--concurrency=")), "4"))
+CONCURRENCY = int_option("concurrency", "4")
 # --results=DIR: the figures also written to DIR/queue_bench.md (with the machine described)
 # and DIR/queue_bench.png (gnuplot).
 RESULTS = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--results=")), "")
@@ -96,10 +128,8 @@ STORAGE_NAME = ("tmpfs" if STORAGE == "/dev/shm" else "the S3 test server" if S3
                 f"storage in {STORAGE}")
 # --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
 # concurrency 1, a BullMQ worker of concurrency W); its jobs fill ~10 s at the ideal rate W / D.
-DELAY_MS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--delay-ms=")), "20"))
-WORKERS = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--workers=")), "4"))
-if DELAY_MS <= 0 or WORKERS <= 0:
-    sys.exit("--delay-ms and --workers take a whole number above 0")
+DELAY_MS = int_option("delay-ms", "20")
+WORKERS = int_option("workers", "4")
 if "--s3-core" in sys.argv and not S3:
     sys.exit("--s3-core goes with --storage=s3")
 IDEAL = WORKERS * 1000 / DELAY_MS  # jobs/s
