@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -97,6 +99,20 @@ class FileSource final : public ByteSource {
   std::stop_token stop_;
 };
 
+// Folders known to exist (see FileWriter::known_dirs).
+struct KnownDirs {
+  std::array<std::string, 4> dirs;
+  std::size_t next = 0;
+  bool seen(const std::string& dir) const {
+    return std::find(dirs.begin(), dirs.end(), dir) != dirs.end();
+  }
+  void add(std::string dir) {
+    if (seen(dir)) return;
+    dirs[next] = std::move(dir);
+    next = (next + 1) % dirs.size();
+  }
+};
+
 // Writes "<object>.tmp-<pid>-<n>" and renames it into place on commit.
 class FileWriter final : public ObjectWriter {
  public:
@@ -114,7 +130,7 @@ class FileWriter final : public ObjectWriter {
     tmp_ = path_ + ".tmp-" + pid + "-" + std::to_string(counter.fetch_add(1));
     // The folder is made first unless this thread has just seen it (a relay writes its result
     // beside the input it read); if it has gone since, it is made after all.
-    const bool known = dir_ == known_dir;
+    const bool known = known_dirs.seen(dir_);
     if (!known) make_dir();
     fd_ = FdGuard(::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
     if (fd_.get() < 0 && errno == ENOENT && known) {
@@ -128,9 +144,11 @@ class FileWriter final : public ObjectWriter {
       fail_errno("cannot create", tmp_);
     }
   }
-  // The folder of the object this thread last read or wrote, which therefore exists (unless
-  // removed since).
-  inline static thread_local std::string known_dir;
+  // The folders of the objects this thread last read or wrote, which therefore exist (unless
+  // removed since). A few, not one: a relay taking ahead reads the next job's input before it
+  // writes the last job's result, and one remembered folder made that write's mkdir (EEXIST)
+  // a wasted syscall per job.
+  inline static thread_local KnownDirs known_dirs;
 
   ~FileWriter() override {
     if (committed_) return;
@@ -161,7 +179,7 @@ class FileWriter final : public ObjectWriter {
     if (::close(fd_.release()) != 0) fail_errno("cannot close", key_);
     if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail_errno("cannot rename into", key_);
     committed_ = true;
-    known_dir = dir_;
+    known_dirs.add(dir_);
   }
 
  private:
@@ -210,7 +228,7 @@ std::unique_ptr<ByteSource> FileStorage::open_range(const std::string& key, std:
   if (first > size || (first > 0 && ::lseek(fd, static_cast<off_t>(first), SEEK_SET) < 0))
     throw StorageError(ErrorKind::invalid, "cannot read " + key + " from byte " +
                                                std::to_string(first) + ": past its end");
-  FileWriter::known_dir = path.substr(0, path.rfind('/'));
+  FileWriter::known_dirs.add(path.substr(0, path.rfind('/')));
   return std::make_unique<FileSource>(guard.release(), key, std::min(length, size - first),
                                       std::move(stop));
 }

@@ -333,6 +333,43 @@ TEST(FileStorage, AFailedWriteLeavesNothingBehind) {
       << "no object, no temporary file, and not the job's folder it made";
 }
 
+// A writer skips the mkdir for a folder this thread has just read from or written to (a relay
+// writes the result beside the input it read, after reading the next jobs' inputs when it takes
+// ahead); a folder removed since is made again, and one never seen is made.
+TEST(FileStorage, AResultLandsBesideItsInputWhateverWasReadOrRemovedSince) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  storage::Config c;
+  c.url = "file://" + dir.path();
+  auto st = storage::make_storage(c);
+  for (int j = 0; j < 6; ++j) {
+    MemorySource in("input " + std::to_string(j));
+    st->put("svc/j" + std::to_string(j) + "/input", in, {});
+  }
+  // Inputs read ahead of the results, more than the writer remembers, then results for each.
+  for (int j = 0; j < 6; ++j)
+    EXPECT_EQ(read_all(*st, "svc/j" + std::to_string(j) + "/input"), "input " + std::to_string(j));
+  for (int j = 5; j >= 0; --j) {
+    MemorySource out("result " + std::to_string(j));
+    st->put("svc/j" + std::to_string(j) + "/result.json", out, {});
+    EXPECT_EQ(read_all(*st, "svc/j" + std::to_string(j) + "/result.json"),
+              "result " + std::to_string(j));
+  }
+  // A folder read from, then removed (by the garbage collector, say): the write makes it again.
+  EXPECT_EQ(read_all(*st, "svc/j0/input"), "input 0");
+  fs::remove_all(dir.path() + "/svc/j0");
+  MemorySource again("late");
+  st->put("svc/j0/result.json", again, {});
+  EXPECT_EQ(read_all(*st, "svc/j0/result.json"), "late");
+  // Gone with its parent too: the whole path is made.
+  fs::remove_all(dir.path() + "/svc");
+  MemorySource deep("deep");
+  st->put("svc/j0/result.json", deep, {});
+  EXPECT_EQ(read_all(*st, "svc/j0/result.json"), "deep");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path() + "/svc/j0"), {}), 1)
+      << "no temporary file left beside it";
+}
+
 // What a crashed writer left — temporaries and empty job folders — goes once it is old enough;
 // an upload in progress (a fresh temporary) and stored objects stay.
 TEST(FileStorage, SweepRemovesOldLeftoversOnly) {
