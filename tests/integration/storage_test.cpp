@@ -300,11 +300,16 @@ TEST(S3Storage, APutRefusedFor503IsTriedAgain) {
   }
 }
 
+// File storage rooted at `root`.
+std::unique_ptr<storage::Storage> file_storage(const std::string& root) {
+  storage::Config c;
+  c.url = "file://" + root;
+  return storage::make_storage(c);
+}
+
 TEST(FileStorage, KeysCannotEscapeTheRoot) {
   TempDir dir;
-  storage::Config c;
-  c.url = "file://" + dir.path() + "/root";
-  auto st = storage::make_storage(c);
+  auto st = file_storage(dir.path() + "/root");
   MemorySource body("x");
   for (const char* bad :
        {"../escape", "/abs", "a/../../b", "", "a/./b", "a/..", "..", ".", "a//../b"})
@@ -314,9 +319,7 @@ TEST(FileStorage, KeysCannotEscapeTheRoot) {
 
 TEST(FileStorage, AFailedWriteLeavesNothingBehind) {
   TempDir dir;
-  storage::Config c;
-  c.url = "file://" + dir.path();
-  auto st = storage::make_storage(c);
+  auto st = file_storage(dir.path());
   class Failing final : public ByteSource {
    public:
     size_t read(std::span<char> buf) override {
@@ -339,9 +342,7 @@ TEST(FileStorage, AFailedWriteLeavesNothingBehind) {
 TEST(FileStorage, AResultLandsBesideItsInputWhateverWasReadOrRemovedSince) {
   namespace fs = std::filesystem;
   TempDir dir;
-  storage::Config c;
-  c.url = "file://" + dir.path();
-  auto st = storage::make_storage(c);
+  auto st = file_storage(dir.path());
   for (int j = 0; j < 6; ++j) {
     MemorySource in("input " + std::to_string(j));
     st->put("svc/j" + std::to_string(j) + "/input", in, {});
@@ -375,9 +376,7 @@ TEST(FileStorage, AResultLandsBesideItsInputWhateverWasReadOrRemovedSince) {
 TEST(FileStorage, SweepRemovesOldLeftoversOnly) {
   namespace fs = std::filesystem;
   TempDir dir;
-  storage::Config c;
-  c.url = "file://" + dir.path();
-  auto st = storage::make_storage(c);
+  auto st = file_storage(dir.path());
   MemorySource kept("kept");
   st->put("svc/done/input", kept, {});
   fs::create_directories(dir.path() + "/svc/crashed");
