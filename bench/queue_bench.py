@@ -131,7 +131,7 @@ STORAGE_NAME = ("tmpfs" if STORAGE == "/dev/shm" else "the S3 test server" if S3
 DELAY_MS = int_option("delay-ms", "20")
 WORKERS = int_option("workers", "4")
 if "--s3-core" in sys.argv and not S3:
-    sys.exit("--s3-core goes with --storage=s3")
+    usage_error("--s3-core goes with --storage=s3")
 IDEAL = WORKERS * 1000 / DELAY_MS  # jobs/s
 DELAY_JOBS = max(200, min(20000, round(IDEAL * 10)))
 LATENCY_RATE, LATENCY_JOBS = 100, 1000
