@@ -159,6 +159,19 @@ class RelayTest : public ::testing::Test {
                                   redis_.node_of_slot(redis::key_slot(keys_.pending(model_)))))
                             : redis_.connect();
   }
+  // PUBLISH, heard by the channel's subscribers everywhere before it returns: in a cluster, sent
+  // to each node itself (a node forwards a PUBLISH to the others over the cluster bus, later
+  // than its reply). The subscribers that heard it, all nodes together.
+  long long publish_heard(const std::string& channel, const std::string& message) {
+    if (!redis_.cluster())
+      return redis::as_integer(conn_.command({"PUBLISH", channel, message}).get());
+    long long heard = 0;
+    for (int i = 0; i < redis_.nodes(); ++i)
+      heard += redis::as_integer(redis::Connection::open(redis_.node_endpoint(i))
+                                     .command({"PUBLISH", channel, message})
+                                     .get());
+    return heard;
+  }
   // Until a client (the relay) is blocked in BLMOVE, as INFO clients reports it.
   bool wait_for_blocked_client() {
     return wait_until(
