@@ -17,6 +17,18 @@
 #include "sidecar/relay.hpp"
 #include "storage/storage.hpp"
 
+#ifdef RELAY_JEMALLOC
+// jemalloc's options (CMakeLists.txt says why it is the relay's allocator), read at the first
+// allocation; MALLOC_CONF adds to them. Blocks of 1 MiB and more (a large answer or result in
+// hand) come from an arena of their own that gives freed pages back at once, as glibc does with
+// its mmapped blocks. With jemalloc's default (8 MiB), eight jobs in hand with 8 MB results peaked
+// at 152 MiB resident (S3 storage), against 134 on glibc's malloc and 90 with this; 20 MB results
+// (streamed) 35, 31 and 26 MiB.
+extern "C" {
+const char* malloc_conf = "oversize_threshold:1048576";
+}
+#endif
+
 int main(int argc, char** argv) {
   CLI::App app{"relay: takes inference jobs from Redis, runs them on the local model server"};
   std::string config_path;
