@@ -74,6 +74,10 @@ constexpr std::size_t kPiece = 1024 * 1024;
 constexpr std::size_t kSmallPiece = 16 * 1024;
 constexpr std::size_t kDownloadChunk = 64 * 1024;  // a stored object's piece on its way out
 constexpr std::size_t kRead = 256 * 1024;          // Beast's read buffer for a chunked body
+// Room for the first read of a request: a small one, header and body, comes in one read (with
+// Beast's 512-byte minimum a 1 KiB submission took a read, a FIONREAD and another read). Given
+// back while a request without a body waits (a long-poll holds none).
+constexpr std::size_t kFirstRead = 4096;
 constexpr auto kHold = std::chrono::seconds(1);
 constexpr const char* kEventStream = "text/event-stream";  // a job's live events
 
@@ -464,6 +468,7 @@ struct HttpServer::Impl {
       parser.header_limit(static_cast<std::uint32_t>(cfg.max_header_size));
       parser.body_limit(boost::none);  // the API enforces input limits (413)
       stream.expires_after(kHeaderTimeout);
+      if (buffer.capacity() < kFirstRead) buffer.reserve(kFirstRead);
       beast::error_code read_error;
       try {
         co_await http::async_read_header(stream, buffer, parser, asio::use_awaitable);
@@ -532,6 +537,7 @@ struct HttpServer::Impl {
       };
       if (auto n = parser.content_length()) r.content_length = *n;
       r.has_body = !parser.is_done();
+      if (!r.has_body && buffer.size() == 0) buffer.shrink_to_fit();  // (see kFirstRead)
       const bool expect_continue =
           beast::iequals(req[http::field::expect], "100-continue") && r.has_body;
       BodyReader body(stream, buffer, parser, cfg);
