@@ -76,7 +76,8 @@ constexpr std::size_t kDownloadChunk = 64 * 1024;  // a stored object's piece on
 constexpr std::size_t kRead = 256 * 1024;          // Beast's read buffer for a chunked body
 // Room for the first read of a request: a small one, header and body, comes in one read (with
 // Beast's 512-byte minimum a 1 KiB submission took a read, a FIONREAD and another read). Given
-// back while a request without a body waits (a long-poll holds none).
+// back while a request without a body waits (a long-poll holds none); an idle kept-alive
+// connection holds it (4 KiB, not 512 bytes) while it waits for its next request.
 constexpr std::size_t kFirstRead = 4096;
 constexpr auto kHold = std::chrono::seconds(1);
 constexpr const char* kEventStream = "text/event-stream";  // a job's live events
