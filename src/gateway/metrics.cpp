@@ -11,9 +11,9 @@
 // jemalloc's control interface when it is the allocator linked in; null otherwise.
 extern "C" int mallctl(const char* name, void* oldp, std::size_t* oldlenp, void* newp,
                        std::size_t newlen) __attribute__((weak));
-#if defined(__SANITIZE_ADDRESS__)
-// AddressSanitizer's count of what its allocator has handed out (sanitizer/allocator_interface.h,
-// which GCC's packages do not install).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// A sanitizer's count of what its allocator has handed out (sanitizer/allocator_interface.h,
+// which GCC's packages do not install): AddressSanitizer and ThreadSanitizer replace malloc.
 extern "C" std::size_t __sanitizer_get_current_allocated_bytes();
 #endif
 
@@ -120,9 +120,9 @@ ProcessMemory process_memory() {
     std::fclose(f);
   }
   // jemalloc (the gateway's allocator, RELAY_JEMALLOC) counts what is allocated once its stats
-  // are refreshed (a new "epoch"); AddressSanitizer's allocator its own way; glibc's malloc
+  // are refreshed (a new "epoch"); a sanitizer's allocator its own way; glibc's malloc
   // through mallinfo2.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   m.heap_in_use_bytes = static_cast<double>(__sanitizer_get_current_allocated_bytes());
 #else
   if (mallctl != nullptr) {

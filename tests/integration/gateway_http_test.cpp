@@ -789,10 +789,7 @@ TEST_F(GatewayTest, ManyFastUploadsHoldBoundedMemory) {
   }
   // 2 MiB of budget + 40 x 2 x 16 KiB, and the rest of the gateway's working memory; without
   // the budget: 40 x 2 x 1 MiB.
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP()
-      << "the memory bound is not meaningful under AddressSanitizer (shadow memory, quarantine)";
-#endif
+  if (kSanitized) GTEST_SKIP() << kSanitizedSkip;
   EXPECT_LT(grew_kib, 40 * 1024) << "the gateway's peak grew by " << grew_kib << " KiB";
 }
 
@@ -818,10 +815,11 @@ TEST_F(GatewayTest, AnswersBeforeTheBodyHoldNoBufferPerConnection) {
   }
   const long grew_kib = status_kib(gateway_->pid(), "VmRSS") - before;
   for (int fd : held) ::close(fd);
+  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+  if (kSanitized) GTEST_SKIP() << kSanitizedSkip;
   // ~11 KiB per connection (its read buffer, its coroutine); 64 KiB more each before.
   EXPECT_LT(grew_kib, 32 * 1024) << "the gateway grew by " << grew_kib << " KiB for "
                                  << kConnections << " connections";
-  EXPECT_EQ(http("GET", url("/healthz")).status, 200);
 }
 
 // Result downloads whose readers stall hold memory within server.upload_buffer_memory (plus
@@ -876,10 +874,7 @@ TEST_F(GatewayTest, StalledDownloadsHoldBoundedMemory) {
   // ~75 KiB each with a 64 KiB chunk each.
   std::cerr << "the gateway's heap grew by " << heap_kib << " KiB (its resident set by " << rss_kib
             << " KiB) for " << kReaders << " stalled downloads\n";
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP()
-      << "the memory bound is not meaningful under AddressSanitizer (shadow memory, quarantine)";
-#endif
+  if (kSanitized) GTEST_SKIP() << kSanitizedSkip;
   EXPECT_LT(heap_kib, 32 * 1024);
   EXPECT_LT(rss_kib, 40 * 1024);
 }
@@ -890,10 +885,7 @@ TEST_F(GatewayTest, StalledDownloadsHoldBoundedMemory) {
 // container's limit, 8,000 such connections had the kernel OOM-kill the gateway (exit 137): the
 // default connection limit was the open-file limit alone — in a container often a million.
 TEST_F(GatewayTest, AFloodOfSlowHeadersIsRefusedWithinTheMemoryLimit) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP()
-      << "the memory bound is not meaningful under AddressSanitizer (shadow memory, quarantine)";
-#endif
+  if (kSanitized) GTEST_SKIP() << kSanitizedSkip;
   MemoryCgroup cgroup(128 << 20);
   cgroup.enter();  // the gateway starts inside, as in a container
   start_gateway({{"RELAY_LOG_LEVEL", "info"}});

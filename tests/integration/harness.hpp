@@ -22,6 +22,17 @@ namespace relay::testing {
 using namespace std::chrono_literals;
 using Env = std::map<std::string, std::string>;
 
+// A sanitized build (AddressSanitizer, ThreadSanitizer) keeps memory of its own beside what the
+// program uses (shadow memory, ASan's quarantine, TSan's access history): a bound on a process's
+// memory means nothing there, so the memory tests skip it, saying kSanitizedSkip.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+inline constexpr const char* kSanitizedSkip =
+    "the memory bound is not meaningful in a sanitized build (shadow memory, quarantine)";
+
 // Polls pred every 10 ms until it holds or the deadline passes. Never a bare sleep.
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout = 10s);
 // How many times `what` occurs in text (lines of a fake server's events file, a log).

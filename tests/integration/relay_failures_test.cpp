@@ -320,10 +320,7 @@ TEST_F(RelayTest, AnAnswerWithAnEndlessChunkLineFailsTheJobInBoundedMemory) {
       [&] { return inference.events().find("endless answer cut after ") != std::string::npos; },
       10s))
       << inference.events();
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP()
-      << "the memory bound is not meaningful under AddressSanitizer (shadow memory, quarantine)";
-#endif
+  if (kSanitized) GTEST_SKIP() << kSanitizedSkip;
   EXPECT_LT(relay->peak_rss_proc_kib(), 64 * 1024) << "KiB at peak";
 }
 

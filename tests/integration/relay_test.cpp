@@ -197,10 +197,7 @@ TEST_F(RelayTest, LargeInputStreamsInBoundedMemory) {
   EXPECT_EQ(file_part(result).at("size").as_int64(), static_cast<std::int64_t>(size));
   std::cerr << "relay peak RSS: /proc VmHWM " << relay->peak_rss_proc_kib() << " KiB, ru_maxrss "
             << relay->peak_rss_rusage_kib() << " KiB\n";
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP()
-      << "the memory bound is not meaningful under AddressSanitizer (shadow memory, quarantine)";
-#endif
+  if (kSanitized) GTEST_SKIP() << kSanitizedSkip;
   EXPECT_GT(relay->peak_rss_proc_kib(), 0);
   EXPECT_LT(relay->peak_rss_proc_kib(), 64 * 1024);
   EXPECT_LT(relay->peak_rss_rusage_kib(), 64 * 1024);
@@ -244,9 +241,8 @@ TEST_F(RelayTest, LargeResultIsSpooledInTheConfiguredDirectory) {
   ASSERT_TRUE(src->size());
   EXPECT_GT(*src->size(), 100ull << 20);
   EXPECT_TRUE(std::filesystem::is_empty(spool.path())) << "the spool file is unnamed";
-#if !defined(__SANITIZE_ADDRESS__)
-  EXPECT_LT(relay->peak_rss_rusage_kib(), 64 * 1024) << "the answer was not held in memory";
-#endif
+  if (!kSanitized)
+    EXPECT_LT(relay->peak_rss_rusage_kib(), 64 * 1024) << "the answer was not held in memory";
 }
 
 // The example model servers run as PID 1 of their containers, where a signal without a handler is
