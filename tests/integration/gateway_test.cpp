@@ -238,9 +238,9 @@ TEST_F(GatewayTest, RelaysTakingJobsAheadKilledOneAfterAnotherLoseNoJob) {
   EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", keys_.events("m1")}).get()), 40)
       << "one end per job";
   // Each kill cost the job running a lease, and the one taken ahead too when the relay had
-  // taken it by then (a kill right after a relay's second request, the first it takes ahead
-  // behind, can come first on a slow machine: a ThreadSanitizer build counted 9 reaps for 5
-  // kills): all were reaped, and at least one kill lost a job taken ahead.
+  // taken it by then (its first take ahead follows its second request, and on a slow machine a
+  // kill right after that request can come first: a ThreadSanitizer build counted 9 reaps for
+  // 5 kills): all were reaped, and at least one kill lost a job taken ahead.
   std::int64_t reaped = 0;
   for (const auto& id : ids) reaped += job(id).at("attempts").as_int64();
   EXPECT_GT(reaped, 5);
