@@ -35,8 +35,10 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
   (fewer jobs each): how each side's cost grows with what a job carries — BullMQ keeps the
   input in Redis, in the job; Relay in storage, Redis holding its key.
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
+--encryption: every Relay run with encryption at rest on (inputs and results sealed with a random
+  AES-256 key; BullMQ has no counterpart).
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import json
 import os
@@ -54,7 +56,7 @@ from ports import free_port, wait_port  # noqa: E402
 # The options this script reads: anything else is a typo, refused rather than silently ignored
 # (a run of minutes measuring the wrong thing).
 OPTIONS = ("--jobs=", "--input-bytes=", "--results=", "--storage=", "--s3-core", "--only=",
-           "--relays=", "--concurrency=", "--delay-ms=", "--workers=")
+           "--relays=", "--concurrency=", "--delay-ms=", "--workers=", "--encryption")
 USAGE = "usage: " + __doc__.split("usage: ", 1)[1]
 
 
@@ -126,6 +128,11 @@ S3 = STORAGE == "s3"
 S3_CORE = S3 and "--s3-core" in sys.argv
 STORAGE_NAME = ("tmpfs" if STORAGE == "/dev/shm" else "the S3 test server" if S3 else
                 f"storage in {STORAGE}")
+# --encryption: Relay's inputs and results encrypted at rest (encryption.enabled, a random
+# AES-256 key per run), as a deployment that turns it on runs. BullMQ's side has no counterpart.
+ENCRYPTION = "--encryption" in sys.argv
+if ENCRYPTION:
+    STORAGE_NAME += ", encrypted"
 # --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
 # concurrency 1, a BullMQ worker of concurrency W); its jobs fill ~10 s at the ideal rate W / D.
 DELAY_MS = int_option("delay-ms", "20")
@@ -319,6 +326,11 @@ class RelayStack:
         self.model, model_port = noop_model(delay_ms)
         common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}",
                   "RELAY_STORAGE_URL": f"file://{self.storage}"}
+        if ENCRYPTION:
+            import base64
+            common = {**common, "RELAY_ENCRYPTION_ENABLED": "true",
+                      "RELAY_ENCRYPTION_ACTIVE_KEY": "bench",
+                      "RELAY_ENCRYPTION_KEY_BENCH": base64.b64encode(os.urandom(32)).decode()}
         log = open(os.path.join(work, "relay-side.log"), "ab")
         self.s3 = None
         self.cores = os.sched_getaffinity(0)
