@@ -1,11 +1,16 @@
 #include "crypto/streaming_aead.hpp"
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <mutex>
+#include <tuple>
+#include <vector>
 
 #include "common/random.hpp"
 
@@ -59,13 +64,16 @@ std::string hkdf(HkdfHash hash, const std::string& ikm, const std::string& salt,
   return out;
 }
 
-std::string nonce(const std::string& prefix, std::uint32_t segment, bool last) {
-  std::string n = prefix;
-  n += static_cast<char>(segment >> 24);
-  n += static_cast<char>(segment >> 16);
-  n += static_cast<char>(segment >> 8);
-  n += static_cast<char>(segment);
-  n += static_cast<char>(last ? 1 : 0);
+using Nonce = std::array<unsigned char, kNoncePrefixSize + 5>;
+
+Nonce nonce(const std::string& prefix, std::uint32_t segment, bool last) {
+  Nonce n;
+  std::memcpy(n.data(), prefix.data(), kNoncePrefixSize);
+  n[kNoncePrefixSize] = static_cast<unsigned char>(segment >> 24);
+  n[kNoncePrefixSize + 1] = static_cast<unsigned char>(segment >> 16);
+  n[kNoncePrefixSize + 2] = static_cast<unsigned char>(segment >> 8);
+  n[kNoncePrefixSize + 3] = static_cast<unsigned char>(segment);
+  n[kNoncePrefixSize + 4] = last ? 1 : 0;
   return n;
 }
 
@@ -74,6 +82,95 @@ size_t plaintext_segment(size_t i, const StreamingParams& p) {
   return p.segment_size - kTagSize - (i == 0 ? header_size(p) : 0);
 }
 
+// A segment's bytes in hand (ciphertext read ahead, plaintext sealed or verified): a buffer that
+// is not zeroed when it grows, and whose memory is kept for the next object rather than freed.
+// A segment is 1 MiB by default, and the relay's allocator hands blocks that large back to the
+// kernel when they are freed (main.cpp): two fresh ones per encrypted object were faulted in
+// and zeroed again for every job — most of a relay's CPU for an encrypted 1 MiB input (issue 14,
+// the benchmark with encryption on). Up to kShelfBytes of them wait on a process-wide shelf; one
+// that held plaintext is wiped first (freed, its bytes would have stayed until reused as well).
+class Buffer {
+ public:
+  enum Holds { ciphertext, plaintext };
+  explicit Buffer(Holds holds) : wipe_(holds == plaintext) { reuse(); }
+  ~Buffer() { shelve(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  char* data() { return data_.get() + begin_; }
+  const char* data() const { return data_.get() + begin_; }
+  size_t size() const { return end_ - begin_; }
+  bool empty() const { return end_ == begin_; }
+  std::string_view view() const { return {data(), size()}; }
+  operator std::span<const char>() const { return {data(), size()}; }
+
+  // n bytes in all: those held kept, any added unspecified until written.
+  void resize(size_t n) {
+    if (begin_ + n > capacity_) grow(n);
+    end_ = begin_ + n;
+    touched_ = std::max(touched_, end_);
+  }
+  void append(std::string_view bytes) {
+    const size_t old = size();
+    resize(old + bytes.size());
+    std::memcpy(data() + old, bytes.data(), bytes.size());
+  }
+  // Drops the first n bytes (what a segment used; a byte read ahead, or none, stays).
+  void consume(size_t n) {
+    begin_ += n;
+    if (begin_ == end_) begin_ = end_ = 0;
+  }
+  void clear() { begin_ = end_ = 0; }
+
+ private:
+  static constexpr size_t kShelfBytes = 16 << 20;
+  static constexpr size_t kWorthShelving = 64 << 10;  // smaller ones cost little to allocate
+  struct Shelf {
+    std::mutex mu;
+    std::vector<std::pair<std::unique_ptr<char[]>, size_t>> spare;  // (memory, capacity)
+    size_t bytes = 0;
+  };
+  static Shelf& shelf() {
+    static Shelf* s = new Shelf;  // (never destroyed: a buffer may outlive static destruction)
+    return *s;
+  }
+
+  void grow(size_t n) {
+    // Doubling when appended to bit by bit; exactly n when sized to a segment at once.
+    const size_t cap = std::max(n, std::min(2 * capacity_, n + (n >> 1)));
+    auto fresh = std::make_unique_for_overwrite<char[]>(cap);
+    if (size()) std::memcpy(fresh.get(), data(), size());
+    end_ -= begin_;
+    begin_ = 0;
+    if (wipe_) OPENSSL_cleanse(data_.get(), touched_);
+    data_ = std::move(fresh);
+    capacity_ = cap;
+    touched_ = end_;
+  }
+  void reuse() {
+    Shelf& s = shelf();
+    std::lock_guard lock(s.mu);
+    if (s.spare.empty()) return;
+    std::tie(data_, capacity_) = std::move(s.spare.back());
+    s.spare.pop_back();
+    s.bytes -= capacity_;
+  }
+  void shelve() {
+    if (wipe_ && data_) OPENSSL_cleanse(data_.get(), touched_);
+    if (capacity_ < kWorthShelving) return;
+    Shelf& s = shelf();
+    std::lock_guard lock(s.mu);
+    if (s.bytes + capacity_ > kShelfBytes) return;  // (freed)
+    s.bytes += capacity_;
+    s.spare.emplace_back(std::move(data_), capacity_);
+  }
+
+  const bool wipe_;
+  std::unique_ptr<char[]> data_;
+  size_t capacity_ = 0, begin_ = 0, end_ = 0;
+  size_t touched_ = 0;  // bytes written to since the buffer was taken: what a wipe clears
+};
+
 // Reads until buf holds `want` bytes or the source ends. The buffer grows with what arrives
 // (doubling, from 16 KiB), not to `want` at once: `want` is a whole segment, 1 MiB by default,
 // and sizing the buffer to it zeroed — and, fresh from the allocator, faulted in — a segment's
@@ -81,7 +178,7 @@ size_t plaintext_segment(size_t i, const StreamingParams& p) {
 // gateway's submission (issue 14, the benchmark with encryption on).
 constexpr size_t kFirstFill = 16 << 10;
 
-void fill(ByteSource& src, std::string& buf, size_t want) {
+void fill(ByteSource& src, Buffer& buf, size_t want) {
   while (buf.size() < want) {
     size_t old = buf.size();
     size_t room = std::min(want, std::max(2 * old, kFirstFill));
@@ -174,13 +271,13 @@ class Sealer {
   size_t segment_plaintext() const { return plaintext_segment(segment_, p_); }
   bool done() const { return done_; }
   // Seals the next segment (plain.size() <= segment_plaintext()) into out (replaced).
-  void seal(std::string_view plain, bool last, std::string& out) {
-    std::string iv = nonce(prefix_, segment_, last);
-    out.assign(plain.size() + kTagSize, '\0');
+  void seal(std::string_view plain, bool last, Buffer& out) {
+    const Nonce iv = nonce(prefix_, segment_, last);
+    out.clear();
+    out.resize(plain.size() + kTagSize);
     int len = 0;
     if (EVP_EncryptInit_ex(ctx_.get(), nullptr, nullptr,
-                           reinterpret_cast<const unsigned char*>(key_.data()),
-                           reinterpret_cast<const unsigned char*>(iv.data())) != 1 ||
+                           reinterpret_cast<const unsigned char*>(key_.data()), iv.data()) != 1 ||
         EVP_EncryptUpdate(ctx_.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
                           reinterpret_cast<const unsigned char*>(plain.data()),
                           static_cast<int>(plain.size())) != 1 ||
@@ -206,8 +303,8 @@ class Sealer {
 struct EncryptingSource::Impl {
   ByteSource& in;
   Sealer sealer;
-  std::string pending;  // plaintext read ahead (one segment + 1 byte, to know which is last)
-  std::string out;      // ciphertext not yet handed out
+  Buffer pending{Buffer::plaintext};  // read ahead (one segment + 1 byte: which is last)
+  Buffer out{Buffer::ciphertext};     // not yet handed out
   size_t out_pos = 0;
 
   void next_segment() {
@@ -215,8 +312,8 @@ struct EncryptingSource::Impl {
     fill(in, pending, n + 1);
     bool last = pending.size() <= n;
     size_t take = std::min(n, pending.size());
-    sealer.seal(std::string_view(pending).substr(0, take), last, out);
-    pending.erase(0, take);
+    sealer.seal(pending.view().substr(0, take), last, out);
+    pending.consume(take);
     out_pos = 0;
   }
 };
@@ -225,8 +322,8 @@ EncryptingSource::EncryptingSource(ByteSource& plaintext, const std::string& key
                                    const std::string& aad, StreamingParams params,
                                    std::optional<std::string> salt,
                                    std::optional<std::string> nonce_prefix)
-    : impl_(new Impl{plaintext, Sealer(key, aad, params, salt, nonce_prefix), {}, {}}) {
-  impl_->out = impl_->sealer.header();
+    : impl_(new Impl{plaintext, Sealer(key, aad, params, salt, nonce_prefix)}) {
+  impl_->out.append(impl_->sealer.header());
 }
 
 EncryptingSource::~EncryptingSource() = default;
@@ -251,8 +348,8 @@ std::optional<std::uint64_t> EncryptingSource::size() const {
 struct EncryptingWriter::Impl {
   ByteSink& out;
   Sealer sealer;
-  std::string pending;  // plaintext of the segment being filled
-  std::string sealed;
+  Buffer pending{Buffer::plaintext};  // of the segment being filled
+  Buffer sealed{Buffer::ciphertext};
   bool started = false;
 
   void start() {
@@ -265,7 +362,7 @@ struct EncryptingWriter::Impl {
 EncryptingWriter::EncryptingWriter(ByteSink& out, const std::string& key, const std::string& aad,
                                    StreamingParams params, std::optional<std::string> salt,
                                    std::optional<std::string> nonce_prefix)
-    : impl_(new Impl{out, Sealer(key, aad, params, salt, nonce_prefix), {}, {}}) {}
+    : impl_(new Impl{out, Sealer(key, aad, params, salt, nonce_prefix)}) {}
 
 EncryptingWriter::~EncryptingWriter() = default;
 
@@ -278,7 +375,7 @@ void EncryptingWriter::write(std::span<const char> data) {
     // A segment is sealed once a byte beyond it arrived: only then is it known not to be last.
     const size_t n = m.sealer.segment_plaintext();
     if (m.pending.size() == n) {
-      m.sealer.seal(m.pending, false, m.sealed);
+      m.sealer.seal(m.pending.view(), false, m.sealed);
       m.out.write(m.sealed);
       m.pending.clear();
     }
@@ -292,7 +389,7 @@ void EncryptingWriter::finish() {
   auto& m = *impl_;
   if (m.sealer.done()) return;
   m.start();
-  m.sealer.seal(m.pending, true, m.sealed);
+  m.sealer.seal(m.pending.view(), true, m.sealed);
   m.out.write(m.sealed);
   m.pending.clear();
 }
@@ -300,15 +397,15 @@ void EncryptingWriter::finish() {
 struct DecryptingSource::Impl {
   ByteSource& in;
   StreamingParams p;
-  std::string master, aad, key, prefix;
+  std::string master, aad, key = {}, prefix = {};
   CipherCtx ctx{EVP_CIPHER_CTX_new()};
-  std::string pending;  // ciphertext read ahead
-  std::string out;      // verified plaintext not yet handed out
+  Buffer pending{Buffer::ciphertext};  // read ahead
+  Buffer out{Buffer::plaintext};       // verified, not yet handed out
   size_t out_pos = 0;
   std::uint32_t segment = 0;
   bool started = false, done = false;
   // Resumed (a byte range): the object's size, and where the next segment starts in it.
-  std::optional<std::uint64_t> object_size;
+  std::optional<std::uint64_t> object_size = {};
   std::uint64_t at = 0;
 
   void take_header(std::string_view header) {
@@ -325,8 +422,8 @@ struct DecryptingSource::Impl {
 
   void read_header() {
     fill(in, pending, header_size(p));
-    take_header(pending);
-    pending.erase(0, header_size(p));
+    take_header(pending.view());
+    pending.consume(std::min(pending.size(), header_size(p)));
   }
 
   void next_segment() {
@@ -355,28 +452,30 @@ struct DecryptingSource::Impl {
     size_t take = std::min(n, pending.size());
     if (take < kTagSize)
       throw DecryptionError("decryption failed: truncated segment " + std::to_string(segment));
-    std::string iv = nonce(prefix, segment, last);
+    const Nonce iv = nonce(prefix, segment, last);
     size_t pt = take - kTagSize;
-    out.assign(pt, '\0');
+    out.clear();
+    out.resize(pt);
     int len = 0;
-    std::string tag = pending.substr(pt, kTagSize);
+    std::array<char, kTagSize> tag;
+    std::memcpy(tag.data(), pending.data() + pt, kTagSize);
     // The plaintext goes to `out` but is released only after EVP_DecryptFinal_ex verified the tag.
-    bool ok = EVP_DecryptInit_ex(ctx.get(), nullptr, nullptr,
-                                 reinterpret_cast<const unsigned char*>(key.data()),
-                                 reinterpret_cast<const unsigned char*>(iv.data())) == 1 &&
-              EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
-                                reinterpret_cast<const unsigned char*>(pending.data()),
-                                static_cast<int>(pt)) == 1 &&
-              EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTagSize, tag.data()) == 1 &&
-              EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + len,
-                                  &len) == 1;
+    bool ok =
+        EVP_DecryptInit_ex(ctx.get(), nullptr, nullptr,
+                           reinterpret_cast<const unsigned char*>(key.data()), iv.data()) == 1 &&
+        EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
+                          reinterpret_cast<const unsigned char*>(pending.data()),
+                          static_cast<int>(pt)) == 1 &&
+        EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTagSize, tag.data()) == 1 &&
+        EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + len, &len) ==
+            1;
     if (!ok) {
       out.clear();
       throw DecryptionError(
           "decryption failed at segment " + std::to_string(segment) +
           " (wrong key or associated data, or the object was altered, truncated or reordered)");
     }
-    pending.erase(0, take);
+    pending.consume(take);
     out_pos = 0;
     ++segment;
     done = last;

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
 #include <set>
 
 namespace relay::crypto {
@@ -202,6 +204,29 @@ TEST(StreamingAead, ReadsASmallObjectWithoutASegmentSizedBuffer) {
       EXPECT_LE(sealed.asked, size_t{16 << 10}) << n;
     }
   }
+}
+
+// Segment buffers are kept for the next object (not zeroed, shared by the process's threads):
+// objects large and small, one after another on several threads at once, each round-trips to
+// its own bytes — none reads what an earlier object left in a buffer.
+TEST(StreamingAead, BuffersKeptForTheNextObjectNeverCarryItsBytes) {
+  const std::string key(32, 'q');
+  const std::vector<size_t> sizes = {3 << 20, 10, (1 << 20) + 5, 0, 70000, 2 << 20, 1};
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong = 0;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          std::string pt(sizes[(k + t) % sizes.size()], '\0');
+          for (size_t i = 0; i < pt.size(); ++i)
+            pt[i] = static_cast<char>(i * 31 + t * 7 + round * 3 + k);
+          const std::string aad = "job" + std::to_string(t) + "/input";
+          if (decrypt(encrypt(pt, key, aad, {}, 65536), key, aad, {}, 65536) != pt) ++wrong;
+        }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(StreamingAead, PlaintextSizeInvertsCiphertextSize) {

@@ -196,6 +196,9 @@ std::optional<PrefetchedInput> prefetch_input(storage::Storage& storage, const J
   try {
     storage::ResumingSource source(storage, job.input_key, stop);
     // Read straight into the (reused) buffer: no copy, and no fresh pages to fault in per job.
+    // Too large as stored: known before a byte is read (an encrypted input is larger stored
+    // than its input_size says; read up to the limit and dropped, it cost a job's worth).
+    if (source.size() > max_bytes) return std::nullopt;
     PrefetchedInput in{job.id, std::move(buffer), 0};
     size_t have = 0;
     in.bytes.resize(std::min<std::uint64_t>(source.size().value_or(64 * 1024), max_bytes) + 1);

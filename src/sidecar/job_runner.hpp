@@ -87,10 +87,11 @@ std::variant<JobResult, Answer> run_model(const Config& config, storage::Storage
 JobResult store_answer(storage::Storage& storage, const crypto::Encryption& encryption,
                        const JobRecord& job, JobControl& control, Answer answer);
 
-// Reads a job's stored input whole into memory when it is at most max_bytes (an input by
-// reference, or a larger one, is left to be read as the job runs: nothing). Never throws: a
-// failure here leaves the read to run_model(), which reports it as it would have. buffer: the
-// last one's, for its memory.
+// Reads a job's stored input whole into memory when it is at most max_bytes as stored (sealed,
+// when encrypted: the caller allows for the format's overhead); an input by reference, or a
+// larger one, is left to be read as the job runs: nothing. Never throws: a failure here leaves
+// the read to run_model(), which reports it as it would have. buffer: the last one's, for its
+// memory.
 std::optional<PrefetchedInput> prefetch_input(storage::Storage& storage, const JobRecord& job,
                                               std::size_t max_bytes, std::stop_token stop,
                                               std::string buffer = {});

@@ -691,8 +691,12 @@ std::unique_ptr<JobControl> Relay::held_control(const redis::Taken& job, Heartbe
 void Relay::prefetch_next(Slot& slot) {
   if (!slot.next || !slot.next_control) return;
   if (slot.prefetched && slot.prefetched->job_id == slot.next->id) return;
-  slot.prefetched = prefetch_input(*storage_, slot.next->record, kPrefetchBytes,
-                                   slot.next_control->token(), std::move(slot.spare_input));
+  // (An encrypted input's limit is that of its plaintext, sealed.)
+  const auto& job = slot.next->record;
+  const std::size_t limit =
+      job.key_id.empty() ? kPrefetchBytes : crypto::ciphertext_size(kPrefetchBytes, enc_.params);
+  slot.prefetched = prefetch_input(*storage_, job, limit, slot.next_control->token(),
+                                   std::move(slot.spare_input));
 }
 
 Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& job,

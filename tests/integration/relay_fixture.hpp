@@ -12,6 +12,8 @@
 
 #include "common/job_id.hpp"
 #include "common/time.hpp"
+#include "crypto/keyring.hpp"
+#include "crypto/streaming_aead.hpp"
 #include "harness.hpp"
 #include "redis/job_store.hpp"
 #include "redis/slot.hpp"
@@ -28,6 +30,10 @@ struct SubmitOptions {
   bool priority = false;
   bool upload_input = true;
   std::optional<std::uint64_t> size = {};  // recorded input size, when the stream does not know it
+  // Stored sealed with this key (32 raw bytes), recorded as key_id's, as the gateway does with
+  // encryption on.
+  std::string key_id = {};
+  std::string key = {};
 };
 
 // A pending job's record as the gateway writes it (for the Redis steps' tests).
@@ -128,7 +134,13 @@ class RelayTest : public ::testing::Test {
     r.params = o.params;
     r.priority = o.priority;
     r.created_at = wall_now();
-    if (o.upload_input) storage.put(r.input_key, input, {});
+    if (o.upload_input && !o.key_id.empty()) {
+      r.key_id = o.key_id;
+      crypto::EncryptingSource sealed(input, o.key, crypto::input_aad(r.id));
+      storage.put(r.input_key, sealed, {});
+    } else if (o.upload_input) {
+      storage.put(r.input_key, input, {});
+    }
     EXPECT_TRUE(store.submit(r, o.priority));
     return r.id;
   }
