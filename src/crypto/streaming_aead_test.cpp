@@ -4,8 +4,8 @@
 
 #include <atomic>
 #include <random>
-#include <thread>
 #include <set>
+#include <thread>
 
 namespace relay::crypto {
 namespace {
