@@ -37,9 +37,14 @@ By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4
 Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs).
 --encryption: every Relay run with encryption at rest on (inputs and results sealed with a random
   AES-256 key; BullMQ has no counterpart).
+--webhooks: every Relay job of the throughput runs with a callback_url, all to one receiver (a
+  no-op HTTP server on loopback, the clients' backend: its CPU not counted); after each run, how
+  long the last webhook came after the last job, and how many deliveries were put back for a
+  receiver with its webhooks.per_host_concurrency in hand.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
+import base64
 import json
 import os
 import re
@@ -49,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ports import free_port, wait_port  # noqa: E402
@@ -56,7 +62,8 @@ from ports import free_port, wait_port  # noqa: E402
 # The options this script reads: anything else is a typo, refused rather than silently ignored
 # (a run of minutes measuring the wrong thing).
 OPTIONS = ("--jobs=", "--input-bytes=", "--results=", "--storage=", "--s3-core", "--only=",
-           "--relays=", "--concurrency=", "--delay-ms=", "--workers=", "--encryption")
+           "--relays=", "--concurrency=", "--delay-ms=", "--workers=", "--encryption",
+           "--webhooks")
 USAGE = "usage: " + __doc__.split("usage: ", 1)[1]
 
 
@@ -133,6 +140,9 @@ STORAGE_NAME = ("tmpfs" if STORAGE == "/dev/shm" else "the S3 test server" if S3
 ENCRYPTION = "--encryption" in sys.argv
 if ENCRYPTION:
     STORAGE_NAME += ", encrypted"
+WEBHOOKS = "--webhooks" in sys.argv
+if WEBHOOKS:
+    STORAGE_NAME += ", a webhook per job"
 # --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
 # concurrency 1, a BullMQ worker of concurrency W); its jobs fill ~10 s at the ideal rate W / D.
 DELAY_MS = int_option("delay-ms", "20")
@@ -327,7 +337,6 @@ class RelayStack:
         common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{redis_port}",
                   "RELAY_STORAGE_URL": f"file://{self.storage}"}
         if ENCRYPTION:
-            import base64
             common = {**common, "RELAY_ENCRYPTION_ENABLED": "true",
                       "RELAY_ENCRYPTION_ACTIVE_KEY": "bench",
                       "RELAY_ENCRYPTION_KEY_BENCH": base64.b64encode(os.urandom(32)).decode()}
@@ -351,8 +360,15 @@ class RelayStack:
                       "RELAY_STORAGE_S3_PATH_STYLE": "true", "RELAY_STORAGE_S3_REGION": "us-east-1",
                       "AWS_ACCESS_KEY_ID": "relaytestkey",
                       "AWS_SECRET_ACCESS_KEY": "relaytestsecret"}
+        hooks = {}
+        self.receiver = None
+        if WEBHOOKS:
+            self.receiver, receiver_port = noop_model()
+            self.hook_url = f"http://127.0.0.1:{receiver_port}/hook"
+            hooks = {"RELAY_WEBHOOKS_SECRET": "whsec_" + base64.b64encode(os.urandom(24)).decode(),
+                     "RELAY_WEBHOOKS_ALLOW_PRIVATE": "true"}  # (the receiver is on loopback)
         self.gateway = start([f"{BIN}/relay-gateway"], {
-            **common, "RELAY_SERVER_LISTEN": f"127.0.0.1:{self.gw_port}",
+            **common, **hooks, "RELAY_SERVER_LISTEN": f"127.0.0.1:{self.gw_port}",
             "RELAY_SERVICE_TYPES": "echo=m1", "RELAY_AUTH_ENABLED": "false"},
             stdout=log, stderr=log)
         wait_port(self.gw_port)
@@ -369,22 +385,40 @@ class RelayStack:
     def processes(self):
         return [self.gateway, self.model, *self.relays]
 
+    def webhooks_after(self, jobs):
+        """Once the jobs are done: waits (at most a minute) until the gateway attempted a webhook
+        per job; (seconds that took, attempts, deliveries put back)."""
+        import urllib.request
+        t0 = time.monotonic()
+
+        def total(text, name):
+            return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name))
+        while True:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{self.gw_port}/metrics").read().decode()
+            attempts = total(text, "relay_webhook_attempts_total")
+            if attempts >= jobs or time.monotonic() - t0 > 60:
+                return (time.monotonic() - t0, attempts,
+                        total(text, "relay_webhook_deferrals_total"))
+            time.sleep(0.02)
+
     def stop(self):
-        for p in self.processes() + ([self.s3] if self.s3 else []):
+        for p in self.processes() + [p for p in (self.s3, self.receiver) if p]:
             p.terminate()
             p.wait()
         shutil.rmtree(self.storage, ignore_errors=True)
         os.sched_setaffinity(0, self.cores)
 
 
-def wrk_script(work, jobs, size):
+def wrk_script(work, jobs, size, callback=None):
     """wrk's script for the throughput runs: raw bodies of `size` bytes POSTed to /jobs/echo, N
-    in all."""
+    in all (each with a callback_url, if given)."""
     script = os.path.join(work, "post.lua")
+    query = "filename=in.bin" + (f"&callback_url={urllib.parse.quote(callback, safe='')}"
+                                 if callback else "")
     with open(script, "w") as f:
         f.write(f"""
 wrk.method = "POST"
-wrk.path = "/jobs/echo?filename=in.bin"
+wrk.path = "/jobs/echo?{query}"
 wrk.body = string.rep("x", {size})
 wrk.headers["Content-Type"] = "application/octet-stream"
 -- Each of the 2 threads submits its half; the connections' requests in flight when it stops
@@ -410,7 +444,7 @@ def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BY
     # (The delay case compares with WORKERS workers: as many relays of one job each.)
     stack = RelayStack(redis_port, work, delay_ms, relays=WORKERS if delay_ms else None,
                        concurrency=1 if delay_ms else None, take_ahead=take_ahead)
-    script = wrk_script(work, jobs, size)
+    script = wrk_script(work, jobs, size, stack.hook_url if WEBHOOKS and not delay_ms else None)
     measure = Measure(redis_port, redis_pid, stack.processes(), [],
                       [stack.s3] if stack.s3 else [])
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
@@ -435,6 +469,8 @@ def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BY
     # Its threads stopped at their share; wrk itself would sleep out -d.
     load.terminate()
     load.wait()
+    if WEBHOOKS and not delay_ms:
+        result["webhooks"] = stack.webhooks_after(jobs)
     stack.stop()
     return result
 
@@ -798,6 +834,12 @@ def main():
     for side, r in results["throughput"].items():
         out(f"  {names[side]}: " + ", ".join(
             f"{k} {v:.0f} ({r['switches'].get(k, 0):.2f})" for k, v in r["parts"].items()))
+    for side, r in results["throughput"].items():
+        if "webhooks" in r:
+            secs, attempts, deferred = r["webhooks"]
+            out(f"  {names[side].split(' (')[0]}: {attempts:,.0f} webhooks attempted, the last "
+                f"{secs:.2f} s after the last job; {deferred:,.0f} put back for a receiver with "
+                f"its share in hand")
     if ONLY:
         return
     t, d, lat = results["throughput"], results["delay"], results["latency"]

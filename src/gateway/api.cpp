@@ -586,6 +586,10 @@ Response Api::metrics_text() {
               "Duration of webhook delivery attempts, by outcome.", {"outcome"}, m.webhook_seconds);
   w.counter("relay_webhook_attempts_total", "Webhook delivery attempts by outcome.", {"outcome"},
             m.webhook_attempts.snapshot());
+  w.counter("relay_webhook_deferrals_total",
+            "Webhook deliveries put back for a moment: their receiver had its "
+            "webhooks.per_host_concurrency in flight and as many waiting.",
+            m.webhook_deferrals.value());
   // Queue gauges, read now.
   std::map<std::vector<std::string>, double> depth, oldest;
   auto conn = redis_.borrow();

@@ -59,6 +59,7 @@ struct Metrics {
   LabeledCounter expired;           // {model}: queue deadlines passed in pending
   LabeledCounter quota_refusals;    // {tenant, limit}
   LabeledCounter webhook_attempts;  // {outcome}
+  Counter webhook_deferrals;        // put back for a receiver with its share in hand
   // Inference jobs take from milliseconds to an hour: one set of bounds for their durations.
   Histogram job_stage_seconds{
       {0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}};  // {model, stage}

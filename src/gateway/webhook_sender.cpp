@@ -207,39 +207,50 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
   }
 }
 
-int WebhookSender::dispatch() {
+bool WebhookSender::place(Task task) {
+  Host& host = hosts_[task.destination];
+  if (host.in_flight < p_.per_host) {
+    ++host.in_flight;
+    ++in_flight_;
+    queue_.push_back(std::move(task));
+    work_cv_.notify_one();
+    return true;
+  }
+  if (static_cast<std::int64_t>(host.waiting.size()) < p_.per_host) {
+    host.waiting.push_back(std::move(task));
+    ++waiting_;
+    return true;
+  }
+  return false;
+}
+
+WebhookSender::Round WebhookSender::dispatch(int limit) {
   redis::Schedules schedules(conn_.get(), p_.keys);
-  // Claimed for the attempt's timeout plus a margin: if this replica dies, another retries.
-  const auto lock = p_.timeout + std::chrono::seconds(30);
-  int dispatched = 0;
+  // Claimed for the attempt's timeout plus a margin, twice over for one that waits in memory
+  // behind another to its receiver: if this replica dies, another retries it.
+  const auto lock = 2 * p_.timeout + std::chrono::seconds(30);
+  Round round;
   for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
-    int free = 0;
-    {
-      std::lock_guard l(mu_);
-      free = static_cast<int>(p_.concurrency - in_flight_);
-    }
-    if (free <= 0) break;
-    for (const auto& id : schedules.claim_webhooks(model, now_ms(), lock, free)) {
+    if (round.claimed >= limit) break;
+    for (const auto& id : schedules.claim_webhooks(model, now_ms(), lock, limit - round.claimed)) {
+      ++round.claimed;
       auto d = schedules.delivery(model, id);
       if (!d) continue;  // vanished (expired with its job)
-      const std::string dest = webhook_destination(d->url);
+      std::string dest = webhook_destination(d->url);
       {
         std::lock_guard l(mu_);
-        if (per_host_[dest] < p_.per_host) {
-          ++per_host_[dest];
-          ++in_flight_;
-          queue_.push_back({std::move(*d), dest});
-          ++dispatched;
-          work_cv_.notify_one();
+        if (place({std::move(*d), std::move(dest)})) {
+          ++round.placed;
           continue;
         }
       }
-      // That receiver already has its share of deliveries in flight: this one waits its turn
-      // (no attempt counted), and other receivers' deliveries go ahead.
+      // That receiver already has its share of deliveries in flight and waiting: this one
+      // waits its turn in Redis (no attempt counted), and other receivers' deliveries go ahead.
       schedules.defer_webhook(model, id, now_ms() + kDeferMs);
+      ++round.deferred;
     }
   }
-  return dispatched;
+  return round;
 }
 
 void WebhookSender::work(std::stop_token stop) {
@@ -264,8 +275,19 @@ void WebhookSender::work(std::stop_token stop) {
     }
     {
       std::lock_guard l(mu_);
-      if (--per_host_[task.destination] == 0) per_host_.erase(task.destination);
-      --in_flight_;
+      ++ended_;
+      Host& host = hosts_[task.destination];
+      if (!host.waiting.empty()) {
+        // Its receiver's next delivery takes this one's place.
+        queue_.push_back(std::move(host.waiting.front()));
+        host.waiting.pop_front();
+        --waiting_;
+        work_cv_.notify_one();
+      } else {
+        --host.in_flight;
+        --in_flight_;
+        if (host.in_flight == 0) hosts_.erase(task.destination);
+      }
     }
     idle_cv_.notify_all();
   }
@@ -276,24 +298,48 @@ void WebhookSender::run(std::stop_token stop) {
   for (std::int64_t i = 0; i < p_.concurrency; ++i)
     workers.emplace_back([this](std::stop_token st) { work(st); });
   auto last_error_log = std::chrono::steady_clock::time_point{};
+  // For a while after a round that put deliveries back (a receiver had its share in hand), a
+  // round claims only as many as attempts ended since it last claimed: each frees one place,
+  // most likely for that same receiver's next delivery. Once per kDeferMs a round claims all a
+  // free place allows again, as the deliveries put back come due.
+  using Clock = std::chrono::steady_clock;
+  auto backed_up_until = Clock::time_point{};
+  std::uint64_t ended_at_claim = 0;
   while (!stop.stop_requested()) {
-    int dispatched = 0;
+    const bool backed_up = Clock::now() < backed_up_until;
+    int limit = 0;
+    {
+      std::lock_guard l(mu_);
+      limit = static_cast<int>(p_.concurrency - in_flight_ - waiting_);
+      // (One at least when an attempt ended or a poll came: another receiver's may be next.)
+      if (backed_up)
+        limit = std::min<std::int64_t>(limit, std::max<std::uint64_t>(ended_ - ended_at_claim, 1));
+      if (limit > 0) ended_at_claim = ended_;
+    }
+    Round round;
     try {
-      dispatched = dispatch();
+      if (limit > 0) round = dispatch(limit);
     } catch (const std::exception& e) {
       conn_.reset();
-      auto now = std::chrono::steady_clock::now();
+      auto now = Clock::now();
       if (now - last_error_log > std::chrono::minutes(1)) {
         log::warn("webhook sender: redis unavailable; retrying", {{"error", e.what()}});
         last_error_log = now;
       }
     }
+    if (round.deferred > 0) {
+      metrics().webhook_deferrals.add(static_cast<std::uint64_t>(round.deferred));
+      if (!backed_up) backed_up_until = Clock::now() + std::chrono::milliseconds(kDeferMs);
+    }
     std::unique_lock l(mu_);
-    if (dispatched > 0 && in_flight_ < p_.concurrency) continue;  // more may be due
-    // Until the next poll, or until a worker frees up when all were busy.
-    const std::int64_t busy = in_flight_;
-    idle_cv_.wait_for(l, stop, p_.poll_interval,
-                      [&] { return busy >= p_.concurrency && in_flight_ < busy; });
+    const bool full = in_flight_ + waiting_ >= p_.concurrency;
+    if (round.deferred == 0 && limit > 0 && round.claimed == limit && !full)
+      continue;  // more may be due
+    // Until the next poll, or until an attempt ends when that frees a place to claim for: all
+    // places taken, or deliveries put back for want of one.
+    const std::uint64_t ended = ended_;
+    const bool wake_on_end = full || Clock::now() < backed_up_until;
+    idle_cv_.wait_for(l, stop, p_.poll_interval, [&] { return wake_on_end && ended_ > ended; });
   }
   for (auto& w : workers) w.request_stop();
   // The workers' destructors join: an attempt in flight is aborted (its claim lapses).

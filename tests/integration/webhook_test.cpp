@@ -194,6 +194,37 @@ TEST_F(WebhookTest, HangingReceiverDelaysOnlyItsOwnWebhooks) {
   ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "delivered"; }, 10s));
 }
 
+// One receiver, one delivery at a time (per_host_concurrency 1), thirty jobs ending at once:
+// the claims beyond its share wait in memory or are put back in Redis, and every webhook is
+// still delivered exactly once, at its first attempt — none lost from the waiting line, none
+// sent twice, none counted as a failed attempt.
+TEST_F(WebhookTest, AReceiverWithItsShareInHandGetsEveryWebhookOnceInTurn) {
+  WebhookReceiver receiver;
+  receiver.start();
+  start_gateway(webhook_env({{"RELAY_WEBHOOKS_PER_HOST_CONCURRENCY", "1"}}));
+  InferenceServer inference;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 30; ++i) ids.push_back(submit_with_callback(receiver.url()));
+  ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "30"})->wait_exit(60s), 0);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& id : ids)
+          if (webhook_status(id) != "delivered") return false;
+        return true;
+      },
+      60s))
+      << gateway_->log();
+  auto lines = receiver.lines();
+  std::set<std::string> delivered;
+  for (auto& l : lines) delivered.insert(str(line_json(l), "id"));
+  EXPECT_EQ(lines.size(), ids.size());
+  EXPECT_EQ(delivered.size(), ids.size());
+  for (auto& id : ids) EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 1);
+  const auto metrics = http("GET", url("/metrics")).body;
+  EXPECT_EQ(metric_value(metrics, "relay_webhook_attempts_total{outcome=\"delivered\"}"), 30);
+  EXPECT_NE(metrics.find("relay_webhook_deferrals_total "), std::string::npos) << metrics;
+}
+
 TEST_F(WebhookTest, RetryAfterIsHonoured) {
   WebhookReceiver receiver(/*fail_first=*/1, /*port=*/0, /*retry_after=*/2);
   receiver.start();
