@@ -295,7 +295,9 @@ config::Schema schema(Config& c) {
             "Delivery attempts in flight at once, per gateway replica.");
   s.integer("webhooks.per_host_concurrency", &c.webhook_per_host, 2, 1, 1024,
             "Of those, at most this many to one destination (host and port): a slow or hanging "
-            "receiver delays only its own webhooks.");
+            "receiver delays only its own webhooks. As many more wait in memory to go out the "
+            "moment one ends. A receiver a round trip of r away gets at most this many / r "
+            "webhooks a second (2 at 50 ms: 40/s): raise it for a busy backend far away.");
   s.duration("webhooks.max_age", &c.webhook_max_age, "24h",
              "Retry failed deliveries (exponential backoff, jitter) for this long.",
              config::kZeroAllowed);
