@@ -363,6 +363,11 @@ bool JobStore::renew_idempotency(const std::string& key, const std::string& job_
                         .get()) == 1;
 }
 
+Connection::Call JobStore::renew_idempotency_call(const std::string& key, const std::string& job_id,
+                                                  std::chrono::milliseconds ttl) {
+  return {&lua::renew_idempotency, {key}, {job_id, std::to_string(ttl.count())}};
+}
+
 void JobStore::require_replicas(std::int64_t replicas) {
   if (replicas <= 0) return;
   auto acks = as_integer(conn_.command({"WAIT", std::to_string(replicas), "1000"}).get());

@@ -188,6 +188,9 @@ class JobStore {
   // renew_idempotency.lua).
   bool renew_idempotency(const std::string& key, const std::string& job_id,
                          std::chrono::milliseconds ttl);
+  // The same as a call, to pipeline (its reply is 1 or 0 as above).
+  static Connection::Call renew_idempotency_call(const std::string& key, const std::string& job_id,
+                                                 std::chrono::milliseconds ttl);
 
   // Returns once `replicas` replicas have this connection's writes so far (WAIT, up to 1 s; in
   // cluster mode on the node of the previous command); 0 = at once. Throws IoError when fewer

@@ -412,11 +412,20 @@ TEST_F(GatewayTest, AWrongMethodIsToldTheRoutesMethods) {
   }
 }
 
+// A retry with the same key returns the first job — also once the upload's short reservation
+// would have lapsed: creating the job gave the key the job's retention (in the same batch as the
+// job's record; a reservation left to lapse would let a late retry make a second job).
 TEST_F(GatewayTest, IdempotencyKeyReturnsTheFirstJob) {
-  start_gateway();
+  start_gateway({{"RELAY_IDEMPOTENCY_RESERVATION", "2s"}});
   auto first = submit("once", {"Idempotency-Key: order-42"});
-  auto again = submit("once", {"Idempotency-Key: order-42"});
   ASSERT_EQ(first.status, 202);
+  const std::string key = keys_.idempotency("m1", "default", sha256_hex("order-42"));
+  EXPECT_EQ(redis::as_optional_string(conn_.command({"GET", key}).get()),
+            std::optional<std::string>(str(parse(first), "id")))
+      << key;
+  EXPECT_GT(redis::as_integer(conn_.command({"PTTL", key}).get()), 60'000)
+      << "the job's retention, not the 2 s reservation";
+  auto again = submit("once", {"Idempotency-Key: order-42"});
   ASSERT_EQ(again.status, 202);
   EXPECT_EQ(str(parse(first), "id"), str(parse(again), "id"));
   EXPECT_EQ(again.headers["idempotent-replayed"], "true");

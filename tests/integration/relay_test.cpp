@@ -241,8 +241,9 @@ TEST_F(RelayTest, LargeResultIsSpooledInTheConfiguredDirectory) {
   ASSERT_TRUE(src->size());
   EXPECT_GT(*src->size(), 100ull << 20);
   EXPECT_TRUE(std::filesystem::is_empty(spool.path())) << "the spool file is unnamed";
-  if (!kSanitized)
+  if (!kSanitized) {
     EXPECT_LT(relay->peak_rss_rusage_kib(), 64 * 1024) << "the answer was not held in memory";
+  }
 }
 
 // The example model servers run as PID 1 of their containers, where a signal without a handler is
