@@ -41,8 +41,10 @@ Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs
   no-op HTTP server on loopback, the clients' backend: its CPU not counted); after each run, how
   long the last webhook came after the last job, and how many deliveries were put back for a
   receiver with its webhooks.per_host_concurrency in hand.
+--idempotency-keys: every Relay submission of the throughput runs with an Idempotency-Key of its
+  own, as the Python and JavaScript clients send one with every submission.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks] [--idempotency-keys]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import base64
 import json
@@ -63,7 +65,7 @@ from ports import free_port, wait_port  # noqa: E402
 # (a run of minutes measuring the wrong thing).
 OPTIONS = ("--jobs=", "--input-bytes=", "--results=", "--storage=", "--s3-core", "--only=",
            "--relays=", "--concurrency=", "--delay-ms=", "--workers=", "--encryption",
-           "--webhooks")
+           "--webhooks", "--idempotency-keys")
 USAGE = "usage: " + __doc__.split("usage: ", 1)[1]
 
 
@@ -143,6 +145,9 @@ if ENCRYPTION:
 WEBHOOKS = "--webhooks" in sys.argv
 if WEBHOOKS:
     STORAGE_NAME += ", a webhook per job"
+IDEMPOTENCY_KEYS = "--idempotency-keys" in sys.argv
+if IDEMPOTENCY_KEYS:
+    STORAGE_NAME += ", Idempotency-Keys"
 # --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
 # concurrency 1, a BullMQ worker of concurrency W); its jobs fill ~10 s at the ideal rate W / D.
 DELAY_MS = int_option("delay-ms", "20")
@@ -409,9 +414,9 @@ class RelayStack:
         os.sched_setaffinity(0, self.cores)
 
 
-def wrk_script(work, jobs, size, callback=None):
+def wrk_script(work, jobs, size, callback=None, keys=False):
     """wrk's script for the throughput runs: raw bodies of `size` bytes POSTed to /jobs/echo, N
-    in all (each with a callback_url, if given)."""
+    in all (each with a callback_url, if given; with an Idempotency-Key of its own, if keys)."""
     script = os.path.join(work, "post.lua")
     query = "filename=in.bin" + (f"&callback_url={urllib.parse.quote(callback, safe='')}"
                                  if callback else "")
@@ -421,6 +426,7 @@ wrk.method = "POST"
 wrk.path = "/jobs/echo?{query}"
 wrk.body = string.rep("x", {size})
 wrk.headers["Content-Type"] = "application/octet-stream"
+{KEYED if keys else ""}
 -- Each of the 2 threads submits its half; the connections' requests in flight when it stops
 -- (at most 64 in all) make a few jobs more, which only count against the side measured.
 local answered, limit = 0, {jobs // 2}
@@ -430,6 +436,16 @@ function response(status, headers, body)
 end
 """)
     return script
+
+
+# A request function giving each submission a key of its own (a thread's Lua state: its own
+# table address, so the two threads' keys differ).
+KEYED = """local sent, thread_id = 0, tostring({}):sub(8)
+function request()
+  sent = sent + 1
+  return wrk.format(nil, nil, {["Content-Type"] = "application/octet-stream",
+                               ["Idempotency-Key"] = "bench-" .. thread_id .. "-" .. sent}, wrk.body)
+end"""
 
 
 def wrk_load(script, port):
@@ -444,7 +460,8 @@ def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BY
     # (The delay case compares with WORKERS workers: as many relays of one job each.)
     stack = RelayStack(redis_port, work, delay_ms, relays=WORKERS if delay_ms else None,
                        concurrency=1 if delay_ms else None, take_ahead=take_ahead)
-    script = wrk_script(work, jobs, size, stack.hook_url if WEBHOOKS and not delay_ms else None)
+    script = wrk_script(work, jobs, size, stack.hook_url if WEBHOOKS and not delay_ms else None,
+                        IDEMPOTENCY_KEYS and not delay_ms)
     measure = Measure(redis_port, redis_pid, stack.processes(), [],
                       [stack.s3] if stack.s3 else [])
     if os.environ.get("RELAY_BENCH_SLOWLOG"):
