@@ -275,7 +275,18 @@ TEST_F(WebhookTest, CompletionWhileTheGatewayIsDownIsDeliveredAfterRestart) {
 TEST_F(WebhookTest, EventsADeadReplicaLeftUnacknowledgedAreClaimed) {
   WebhookReceiver receiver;
   receiver.start();
-  start_gateway(webhook_env());  // creates the consumer group
+  start_gateway(webhook_env());
+  // Its completion consumer creates the consumer group, after the gateway listens: under load a
+  // stop right away came first (the group was then made by the restarted gateway, but the read
+  // below found none).
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto groups = conn_.command({"EXISTS", keys_.events("m1")});
+        if (redis::as_integer(groups.get()) == 0) return false;
+        return conn_.command({"XINFO", "GROUPS", keys_.events("m1")})->elements > 0;
+      },
+      10s))
+      << gateway_->log();
   ASSERT_EQ(gateway_->stop(), 0);
   // Its blocked read must not take the event (it did under load: pending under the gateway's
   // own consumer name, nothing left for the dead replica below; has_blocked_client()).
