@@ -111,6 +111,7 @@ class Buffer {
     touched_ = std::max(touched_, end_);
   }
   void append(std::string_view bytes) {
+    if (bytes.empty()) return;  // (memcpy to an empty buffer's null data is not allowed, even 0)
     const size_t old = size();
     resize(old + bytes.size());
     std::memcpy(data() + old, bytes.data(), bytes.size());
