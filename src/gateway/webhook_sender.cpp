@@ -226,9 +226,10 @@ bool WebhookSender::place(Task task) {
 
 WebhookSender::Round WebhookSender::dispatch(int limit) {
   redis::Schedules schedules(conn_.get(), p_.keys);
-  // Claimed for the attempt's timeout plus a margin, twice over for one that waits in memory
-  // behind another to its receiver: if this replica dies, another retries it.
-  const auto lock = 2 * p_.timeout + std::chrono::seconds(30);
+  // Claimed for the attempt's timeout plus a margin, and for as long again for each wait a
+  // delivery may have in memory before it (its receiver's turn, then a free worker): no other
+  // replica claims it meanwhile, and if this one dies, another retries it.
+  const auto lock = 3 * p_.timeout + std::chrono::seconds(30);
   Round round;
   for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
     if (round.claimed >= limit) break;
@@ -310,7 +311,7 @@ void WebhookSender::run(std::stop_token stop) {
     int limit = 0;
     {
       std::lock_guard l(mu_);
-      limit = static_cast<int>(p_.concurrency - in_flight_ - waiting_);
+      limit = static_cast<int>(in_hand_limit() - in_flight_ - waiting_);
       // (One at least when an attempt ended or a poll came: another receiver's may be next.)
       if (backed_up)
         limit = std::min<std::int64_t>(limit, std::max<std::uint64_t>(ended_ - ended_at_claim, 1));
@@ -332,7 +333,7 @@ void WebhookSender::run(std::stop_token stop) {
       if (!backed_up) backed_up_until = Clock::now() + std::chrono::milliseconds(kDeferMs);
     }
     std::unique_lock l(mu_);
-    const bool full = in_flight_ + waiting_ >= p_.concurrency;
+    const bool full = in_flight_ + waiting_ >= in_hand_limit();
     if (round.deferred == 0 && limit > 0 && round.claimed == limit && !full)
       continue;  // more may be due
     // Until the next poll, or until an attempt ends when that frees a place to claim for: all

@@ -68,6 +68,10 @@ class WebhookSender {
   };
   Round dispatch(int limit);  // claims at most limit; throws redis errors
   bool place(Task task);      // (mu_ held) queued or waiting; false: its host has its share
+  // Deliveries claimed and not ended, at most: as many waiting (for a worker, or for their
+  // receiver's turn) as attempted, so that receivers waiting their turn never keep workers idle
+  // while other receivers' deliveries are due.
+  std::int64_t in_hand_limit() const { return 2 * p_.concurrency; }
   void work(std::stop_token stop);
   void attempt(const redis::Delivery& d, redis::LazyConnection& conn, std::mt19937_64& rng,
                std::stop_token stop);
