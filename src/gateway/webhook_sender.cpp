@@ -240,10 +240,7 @@ WebhookSender::Round WebhookSender::dispatch(int limit) {
       std::string dest = webhook_destination(d->url);
       {
         std::lock_guard l(mu_);
-        if (place({std::move(*d), std::move(dest)})) {
-          ++round.placed;
-          continue;
-        }
+        if (place({std::move(*d), std::move(dest)})) continue;
       }
       // That receiver already has its share of deliveries in flight and waiting: this one
       // waits its turn in Redis (no attempt counted), and other receivers' deliveries go ahead.

@@ -64,7 +64,7 @@ class WebhookSender {
     std::deque<Task> waiting;    // claimed, for the next worker free for this destination
   };
   struct Round {
-    int claimed = 0, placed = 0, deferred = 0;
+    int claimed = 0, deferred = 0;
   };
   Round dispatch(int limit);  // claims at most limit; throws redis errors
   bool place(Task task);      // (mu_ held) queued or waiting; false: its host has its share

@@ -359,8 +359,9 @@ void JobStore::release_idempotency(const std::string& key) {
 
 bool JobStore::renew_idempotency(const std::string& key, const std::string& job_id,
                                  std::chrono::milliseconds ttl) {
-  return as_integer(conn_.eval(lua::renew_idempotency, {key}, {job_id, std::to_string(ttl.count())})
-                        .get()) == 1;
+  auto call = renew_idempotency_call(key, job_id, ttl);
+  return as_integer(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get()) ==
+         1;
 }
 
 Connection::Call JobStore::renew_idempotency_call(const std::string& key, const std::string& job_id,
