@@ -43,8 +43,12 @@ Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs
   receiver with its webhooks.per_host_concurrency in hand.
 --idempotency-keys: every Relay submission of the throughput runs with an Idempotency-Key of its
   own, as the Python and JavaScript clients send one with every submission.
+--auth: the gateway checks an API key on every request (auth.enabled, as in production; the
+  bench runs without by default), and wrk sends one.
+--quotas: the tenant has quotas (quotas.max_pending and quotas.submits_per_minute), too high to
+  refuse anything: what admitting each submission and freeing its slot when it ends costs.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks] [--idempotency-keys]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks] [--idempotency-keys] [--auth] [--quotas]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import base64
 import json
@@ -65,7 +69,7 @@ from ports import free_port, wait_port  # noqa: E402
 # (a run of minutes measuring the wrong thing).
 OPTIONS = ("--jobs=", "--input-bytes=", "--results=", "--storage=", "--s3-core", "--only=",
            "--relays=", "--concurrency=", "--delay-ms=", "--workers=", "--encryption",
-           "--webhooks", "--idempotency-keys")
+           "--webhooks", "--idempotency-keys", "--auth", "--quotas")
 USAGE = "usage: " + __doc__.split("usage: ", 1)[1]
 
 
@@ -148,6 +152,14 @@ if WEBHOOKS:
 IDEMPOTENCY_KEYS = "--idempotency-keys" in sys.argv
 if IDEMPOTENCY_KEYS:
     STORAGE_NAME += ", Idempotency-Keys"
+AUTH = "--auth" in sys.argv
+if AUTH:
+    STORAGE_NAME += ", API keys"
+QUOTAS = "--quotas" in sys.argv
+if QUOTAS:
+    STORAGE_NAME += ", quotas"
+# The API key wrk sends with --auth (the gateway knows its SHA-256).
+API_KEY = "bench-" + base64.b16encode(os.urandom(16)).decode().lower()
 # --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
 # concurrency 1, a BullMQ worker of concurrency W); its jobs fill ~10 s at the ideal rate W / D.
 DELAY_MS = int_option("delay-ms", "20")
@@ -372,9 +384,16 @@ class RelayStack:
             self.hook_url = f"http://127.0.0.1:{receiver_port}/hook"
             hooks = {"RELAY_WEBHOOKS_SECRET": "whsec_" + base64.b64encode(os.urandom(24)).decode(),
                      "RELAY_WEBHOOKS_ALLOW_PRIVATE": "true"}  # (the receiver is on loopback)
+        auth = {"RELAY_AUTH_ENABLED": "false"}
+        if AUTH:
+            import hashlib
+            auth = {"RELAY_AUTH_API_KEYS": hashlib.sha256(API_KEY.encode()).hexdigest() + "=bench"}
+        if QUOTAS:  # (a quota that never refuses: what it costs, not what it stops)
+            auth = {**auth, "RELAY_QUOTAS_MAX_PENDING": "100000000",
+                    "RELAY_QUOTAS_SUBMITS_PER_MINUTE": "1000000000"}
         self.gateway = start([f"{BIN}/relay-gateway"], {
-            **common, **hooks, "RELAY_SERVER_LISTEN": f"127.0.0.1:{self.gw_port}",
-            "RELAY_SERVICE_TYPES": "echo=m1", "RELAY_AUTH_ENABLED": "false"},
+            **common, **hooks, **auth, "RELAY_SERVER_LISTEN": f"127.0.0.1:{self.gw_port}",
+            "RELAY_SERVICE_TYPES": "echo=m1"},
             stdout=log, stderr=log)
         wait_port(self.gw_port)
         self.relay_env = {**os.environ, **common, "RELAY_MODEL": "m1",
@@ -426,6 +445,7 @@ wrk.method = "POST"
 wrk.path = "/jobs/echo?{query}"
 wrk.body = string.rep("x", {size})
 wrk.headers["Content-Type"] = "application/octet-stream"
+{f'wrk.headers["Authorization"] = "Bearer {API_KEY}"' if AUTH else ""}
 {KEYED if keys else ""}
 -- Each of the 2 threads submits its half; the connections' requests in flight when it stops
 -- (at most 64 in all) make a few jobs more, which only count against the side measured.
@@ -443,8 +463,10 @@ end
 KEYED = """local sent, thread_id = 0, tostring({}):sub(8)
 function request()
   sent = sent + 1
-  return wrk.format(nil, nil, {["Content-Type"] = "application/octet-stream",
-                               ["Idempotency-Key"] = "bench-" .. thread_id .. "-" .. sent}, wrk.body)
+  local headers = {}
+  for k, v in pairs(wrk.headers) do headers[k] = v end
+  headers["Idempotency-Key"] = "bench-" .. thread_id .. "-" .. sent
+  return wrk.format(nil, nil, headers, wrk.body)
 end"""
 
 
@@ -496,6 +518,7 @@ def relay_latency(redis_port, work):
     stack = RelayStack(redis_port, work)
     out = subprocess.run(["node", "latency.js", "relay", f"http://127.0.0.1:{stack.gw_port}",
                           str(LATENCY_RATE), str(LATENCY_JOBS)], cwd=BULLMQ_DIR,
+                         env={**os.environ, **({"RELAY_API_KEY": API_KEY} if AUTH else {})},
                          capture_output=True, text=True, check=True).stdout
     stack.stop()
     return json.loads(out)

@@ -45,8 +45,11 @@ async function relay() {
     new Promise((resolve, reject) => {
       const req = http.request(
         { host: url.hostname, port: url.port, method, path, agent,
-          headers: body ? { "Content-Type": "application/octet-stream",
-                            "Content-Length": body.length } : {} },
+          headers: { ...(body ? { "Content-Type": "application/octet-stream",
+                                  "Content-Length": body.length } : {}),
+                     // (the bench's --auth: the gateway then wants an API key)
+                     ...(process.env.RELAY_API_KEY
+                       ? { Authorization: `Bearer ${process.env.RELAY_API_KEY}` } : {}) } },
         (res) => {
           let text = "";
           res.on("data", (c) => (text += c));
