@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -9,6 +10,7 @@
 
 #include "common/backoff.hpp"
 #include "common/log.hpp"
+#include "redis/job_store.hpp"
 
 namespace relay::gateway {
 
@@ -43,6 +45,7 @@ std::vector<std::vector<redis::Event>> by_model(const std::vector<redis::Event>&
 void CompletionConsumer::follow_up(redis::Connection& c, const std::vector<redis::Event>& run,
                                    const std::vector<std::string>& tenants) {
   log::Deferred lines;  // a line per job: written together
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> ended;  // by tenant
   for (size_t i = 0; i < run.size(); ++i) {
     const auto& ev = run[i];
     if (ev.job_id.empty()) continue;
@@ -53,7 +56,12 @@ void CompletionConsumer::follow_up(redis::Connection& c, const std::vector<redis
       // (A Redis failure here fails the next round trip too, which resets the connection.)
       log::error("completion follow-up failed", {{"job_id", ev.job_id}, {"error", e.what()}});
     }
+    // (A record gone has no tenant: the reaper's sweep frees its slot.)
+    if (p_.release_admissions && !tenants[i].empty())
+      ended[tenants[i]].emplace_back(ev.model, ev.job_id);
   }
+  for (const auto& [tenant, jobs] : ended)
+    releases_.push_back(redis::JobStore::release_call(p_.keys, tenant, jobs));
 }
 
 void CompletionConsumer::adopt_own_pending(redis::Connection& c, redis::EventLog& events) {
@@ -91,8 +99,10 @@ int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
                                std::optional<redis::Connection::Call> read,
                                redis::Reply* read_reply) {
   const auto runs = by_model(batch);
-  std::vector<redis::Connection::Call> calls;
-  calls.reserve(runs.size() + 1);
+  // Releases first: in cluster mode their node is then visited before a read that may block.
+  std::vector<redis::Connection::Call> calls = std::exchange(releases_, {});
+  const size_t released = calls.size();
+  calls.reserve(released + runs.size() + 1);
   for (const auto& run : runs)
     calls.push_back(events.settle_call(run.front().model, run, p_.job_retention));
   if (read) calls.push_back(std::move(*read));
@@ -101,13 +111,21 @@ int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
   try {
     replies = c.pipeline(calls, /*checked=*/false);
   } catch (const std::exception&) {
-    // The connection failed: the batch is settled again by the next pass (at no cost if it was).
+    // The connection failed: the batch is settled again by the next pass (at no cost if it was),
+    // and the releases are sent again.
     unsettled_.insert(unsettled_.end(), std::make_move_iterator(batch.begin()),
                       std::make_move_iterator(batch.end()));
+    releases_.insert(releases_.begin(), std::make_move_iterator(calls.begin()),
+                     std::make_move_iterator(calls.begin() + static_cast<long>(released)));
     throw;
   }
+  for (size_t i = 0; i < released; ++i)
+    if (replies[i] && replies[i]->type == REDIS_REPLY_ERROR)  // (the sweep frees them later)
+      log::warn("quota slots not released", {{"tenant_key", calls[i].args[1]},
+                                              {"error", redis::as_string(replies[i].get())}});
   int handled = 0;
-  for (size_t i = 0; i < runs.size(); ++i) handled += settled(c, runs[i], replies[i].get());
+  for (size_t i = 0; i < runs.size(); ++i)
+    handled += settled(c, runs[i], replies[released + i].get());
   if (read_reply) *read_reply = std::move(replies.back());
   return handled;
 }
@@ -202,6 +220,7 @@ void CompletionConsumer::settle_at_stop() {
     redis::EventLog events(c, p_.keys, kEventsGroup);
     adopt_own_pending(c, events);
     handle(c, events, std::exchange(unsettled_, {}));
+    if (!releases_.empty()) handle(c, events, {});  // (the last batch's)
   } catch (const std::exception& e) {
     log::warn("completion consumer: the last batch read is left to another replica",
               {{"entries", unsettled_.size()}, {"error", e.what()}});

@@ -48,9 +48,12 @@ struct CompletionConsumerParams {
   std::string consumer;
   std::chrono::milliseconds claim_idle;
   std::chrono::milliseconds job_retention;
-  // After a batch is settled: each event's own work outside Redis's step (metrics, logs, the
-  // quota slot), with the given connection. An exception is logged; the entry stays handled.
+  // After a batch is settled: each event's own work outside Redis's step (metrics, logs), with
+  // the given connection. An exception is logged; the entry stays handled.
   std::function<void(redis::Connection&, const CompletionEvent&)> settled;
+  // quotas.max_pending is set: each ended job's admission is released (JobStore::release_call),
+  // a batch's together, in the consumer's next round trip.
+  bool release_admissions = false;
 };
 
 class CompletionConsumer {
@@ -83,7 +86,8 @@ class CompletionConsumer {
   // One run's settle reply: followed up when settled, back to unsettled_ when refused for a
   // passing state, logged otherwise (left pending: claimed again after claim_idle).
   int settled(redis::Connection& c, const std::vector<redis::Event>& run, const redisReply* reply);
-  // The work outside Redis's step for each settled entry (p_.settled); failures logged.
+  // The work outside Redis's step for each settled entry (p_.settled; failures logged), and
+  // the run's quota releases queued in releases_.
   void follow_up(redis::Connection& c, const std::vector<redis::Event>& run,
                  const std::vector<std::string>& tenants);
 
@@ -99,6 +103,10 @@ class CompletionConsumer {
   bool prepared_ = false;  // on this connection: see prepare()
   // The entries the last pass read, settled by the next (or at stop).
   std::vector<redis::Event> unsettled_;
+  // Quota admissions of jobs followed up, released ahead of the next settle in its round trip
+  // (one ZREM per tenant and batch, not a round trip per job: issue 14's benchmark with quotas
+  // on). A round trip that fails keeps them: ZREM again is harmless.
+  std::vector<redis::Connection::Call> releases_;
   std::chrono::steady_clock::time_point last_claim_{};
 };
 

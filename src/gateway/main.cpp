@@ -88,9 +88,7 @@ int main(int argc, char** argv) {
       {endpoint, keys, models, cfg.reap_interval, cfg.reap_grace, cfg.max_reap_attempts, tenants,
        std::max(2 * cfg.idempotency_reservation, std::chrono::milliseconds(60'000))});
   gateway::DueSweep due_sweep({endpoint, keys, models, cfg.expire_interval});
-  auto on_completion = [&](redis::Connection& c, const gateway::CompletionEvent& ev) {
-    if (cfg.quotas_limit_pending() && !ev.tenant.empty())  // the job's max_pending slot is free
-      redis::JobStore(c, keys).release(ev.tenant, ev.model, ev.job_id);
+  auto on_completion = [&](redis::Connection&, const gateway::CompletionEvent& ev) {
     gateway::metrics().jobs_finished.add({ev.model, ev.status});
     gateway::observe_timings(ev.model, ev.status, ev.timings);
     boost::json::object line{{"job_id", ev.job_id}, {"model", ev.model}, {"status", ev.status}};
@@ -108,7 +106,8 @@ int main(int argc, char** argv) {
   for (auto& ms : consumer_models)
     consumers.push_back(
         std::make_unique<gateway::CompletionConsumer>(gateway::CompletionConsumerParams{
-            endpoint, keys, ms, cfg.consumer, cfg.claim_idle, cfg.job_retention, on_completion}));
+            endpoint, keys, ms, cfg.consumer, cfg.claim_idle, cfg.job_retention, on_completion,
+            /*release_admissions=*/cfg.quotas_limit_pending()}));
   // Host name lookups of callback and input URLs: one resolver for submissions, whose waits are
   // bounded to half the request threads (a flood of submissions naming slow hosts leaves the
   // other half to everyone else), one for webhook deliveries (bounded by their workers).

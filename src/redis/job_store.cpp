@@ -538,6 +538,17 @@ void JobStore::release(const std::string& tenant, const std::string& model, cons
   conn_.command({"ZREM", keys_.quota_admitted(tenant), admitted_member(model, id)});
 }
 
+Connection::Call JobStore::release_call(
+    const Keys& keys, const std::string& tenant,
+    const std::vector<std::pair<std::string, std::string>>& jobs) {
+  Connection::Call call;
+  call.args.reserve(jobs.size() + 2);
+  call.args.push_back("ZREM");
+  call.args.push_back(keys.quota_admitted(tenant));
+  for (const auto& [model, id] : jobs) call.args.push_back(admitted_member(model, id));
+  return call;
+}
+
 void JobStore::renew(const std::string& tenant, const std::string& model, const std::string& id) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::system_clock::now().time_since_epoch())

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "redis/completion.hpp"
@@ -217,6 +218,9 @@ class JobStore {
   Admission admit(const std::string& tenant, const std::string& model, const std::string& id,
                   const Quota& q);
   void release(const std::string& tenant, const std::string& model, const std::string& id);
+  // release() of several of a tenant's jobs, as one call for a pipeline: jobs are {model, id}.
+  static Connection::Call release_call(const Keys& keys, const std::string& tenant,
+                                       const std::vector<std::pair<std::string, std::string>>& jobs);
   void renew(const std::string& tenant, const std::string& model, const std::string& id);
   // Admissions older than cutoff whose job has ended or never came to be (a gateway crashed
   // mid-upload) are dropped; returns how many.

@@ -51,8 +51,9 @@ class ConsumerTest : public RelayTest {
   }
 
   // A job taken and finished by a relay: its completion entry is on the events stream.
-  std::string finished_job() {
+  std::string finished_job(const std::string& tenant = "") {
     auto r = pending_job(model_);
+    r.tenant = tenant;
     store_.submit(r, false);
     store_.pop(model_, 1s);
     store_.begin(model_, r.id, "tok", 5s);
@@ -113,6 +114,60 @@ TEST_F(ConsumerTest, ABatchIsSettledWithTheNextReadAndFollowedUpWithoutWaitingIt
   EXPECT_EQ(pending_entries(), 0);
   EXPECT_GT(redis::as_integer(conn_.command({"PTTL", keys_.job(model_, id)}).get()), 0);
   EXPECT_LT(took, 10s);  // (kFollowUpWait: a behaviour, not a speed — the block is 20 s)
+}
+
+// Under a max_pending quota, the ended jobs' admissions are released a batch at a time, each
+// tenant's in one ZREM riding with the next settle and read: no round trip of their own.
+TEST_F(ConsumerTest, AdmissionsOfEndedJobsAreReleasedInTheNextRoundTrip) {
+  Followed followed;
+  auto p = params(followed);
+  p.release_admissions = true;
+  gateway::CompletionConsumer consumer(std::move(p));
+  consumer.pass(100ms);  // (the group made)
+  const redis::Quota quota{.max_pending = 10};
+  std::vector<std::string> ids;
+  for (const std::string tenant : {"acme", "acme", "globex"}) {
+    ids.push_back(finished_job(tenant));
+    ASSERT_EQ(store_.admit(tenant, model_, ids.back(), quota).outcome,
+              redis::Admission::Outcome::ok);
+  }
+  const std::string other = new_job_id();  // admitted, not ended: keeps its slot
+  ASSERT_EQ(store_.admit("acme", model_, other, quota).outcome, redis::Admission::Outcome::ok);
+  auto admitted = [&](const std::string& tenant) {
+    return redis::as_integer(conn_.command({"ZCARD", keys_.quota_admitted(tenant)}).get());
+  };
+  ASSERT_TRUE(wait_until(
+      [&] {
+        consumer.pass(200ms);
+        return followed.calls() == 3;
+      },
+      10s));
+  EXPECT_EQ(admitted("acme"), 3);  // queued for the next round trip
+  const auto before = reads();
+  consumer.pass(200ms);
+  EXPECT_EQ(reads() - before, 2);  // that round trip (and this INFO)
+  EXPECT_EQ(admitted("acme"), 1);
+  EXPECT_EQ(admitted("globex"), 0);
+  EXPECT_NE(conn_.command({"ZSCORE", keys_.quota_admitted("acme"), model_ + "/" + other})->type,
+            REDIS_REPLY_NIL);
+}
+
+// A stopping consumer releases the admissions of the last jobs it followed up.
+TEST_F(ConsumerTest, AStopReleasesTheLastBatchsAdmissions) {
+  create_group();
+  Followed followed;
+  auto p = params(followed);
+  p.release_admissions = true;
+  gateway::CompletionConsumer consumer(std::move(p));
+  std::jthread runner([&](std::stop_token st) { consumer.run(st); });
+  const std::string id = finished_job("acme");
+  ASSERT_EQ(store_.admit("acme", model_, id, {.max_pending = 10}).outcome,
+            redis::Admission::Outcome::ok);
+  ASSERT_TRUE(wait_until([&] { return pending_entries() == 1 || followed.has(id); }, 10s));
+  runner.request_stop();
+  runner.join();
+  EXPECT_TRUE(followed.has(id));
+  EXPECT_EQ(redis::as_integer(conn_.command({"ZCARD", keys_.quota_admitted("acme")}).get()), 0);
 }
 
 // A pass that reads new entries while it settles the previous batch keeps them for the next.
