@@ -56,10 +56,12 @@ class Intake {
   // The whole body was pushed: the answer (202 and the job, or a refusal) — or a Response with
   // `commit` set: the job's record, to go to Redis with other requests' (group commit) while no
   // thread waits for it. The server sends it, then asks for the answer: committed() with the
-  // replies (cheap: it runs on the I/O thread), or commit_again() when the batch failed (blocking:
-  // the step again, with its retries; a first attempt that ran is found by the job's id).
+  // replies (cheap: it runs on the I/O thread), or commit_again() (blocking) when the batch
+  // failed — the step again, with its retries; a first attempt that ran is found by the job's
+  // id — or when committed() had no answer on its own (nullopt: the Idempotency-Key names
+  // another job, whose record is the answer).
   virtual Response finish() = 0;
-  virtual Response committed(std::vector<redis::Reply> replies) = 0;
+  virtual std::optional<Response> committed(std::vector<redis::Reply> replies) = 0;
   virtual Response commit_again() = 0;
   // The job exists: nothing is left to undo, and the Intake may go on any thread.
   virtual bool settled() const = 0;
@@ -132,6 +134,9 @@ class Api {
   auto step(Context& ctx, F&& f, const std::function<void(int)>& on_retry = {});
   class Upload;  // a submission taking its input (submit.cpp)
   Response submit(const Request& req, Context& ctx, const std::string& service_type);
+  // A submission whose Idempotency-Key names another job (holder; "" if the key vanished): that
+  // job (202, Idempotent-Replayed), or 409 while its upload is still under way.
+  Response replayed(Context& ctx, const std::string& model, const std::string& holder);
   SubmissionRules rules_for(const std::string& service_type) const;
   // The answer to a request that failed with e: Redis or storage unavailable (503), or a body
   // that could not be read (400, closing).

@@ -254,8 +254,9 @@ config::Schema schema(Config& c) {
              config::kPositive);
   s.duration("idempotency.reservation", &c.idempotency_reservation, "2m",
              "How long an `Idempotency-Key` stays reserved for a submission whose upload has not "
-             "finished: renewed while the upload progresses, so a gateway that crashes mid-upload "
-             "frees the key within this time (a retry meanwhile gets 409).",
+             "finished (a body over 64 KiB, or sent after `100 Continue`; a smaller one claims "
+             "its key as its job is made): renewed while the upload progresses, so a gateway that "
+             "crashes mid-upload frees the key within this time (a retry meanwhile gets 409).",
              std::chrono::seconds(1));
   s.duration("gc.job_retention", &c.job_retention, "168h",
              "Terminal job records expire this long after they finish.",

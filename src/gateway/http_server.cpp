@@ -229,20 +229,22 @@ class BodyReader {
 
   // Appends to out what arrives, at least one read's worth: then more while more is already
   // there, until `max` bytes, or the end. With hold_small, a piece under kSmallPiece also waits
-  // for more for up to a second, so that a trickle is handed on in pieces, not byte by byte.
-  // Throws Cut, or beast::system_error when the client goes away.
-  asio::awaitable<void> read(Piece& out, std::size_t max, bool hold_small) {
+  // for more for up to a second, so that a trickle is handed on in pieces, not byte by byte;
+  // with whole, it waits for the end (up to max). Throws Cut, or beast::system_error when the
+  // client goes away.
+  asio::awaitable<void> read(Piece& out, std::size_t max, bool hold_small, bool whole = false) {
     const auto start = Clock::now();
     // One deadline for the call (it waits for the client at most once: later reads find bytes
-    // already there, or are the short hold of a small piece), not one per read.
+    // already there, or are the short hold of a small piece), not one per read — but for whole.
     stream_.expires_after(cfg_.body_idle_timeout);
     while (!done() && out.size() < max) {
       if (abandoned_) throw Abandoned{};
+      if (whole) stream_.expires_after(cfg_.body_idle_timeout);  // (it waits once per read)
       beast::error_code aec;
       const std::size_t ready =
           buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
       const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
-      if (!out.empty() && ready == 0 && !hold) break;
+      if (!out.empty() && ready == 0 && !hold && !whole) break;
       // Room for what is waiting, 4 KiB when the read will wait: a thousand trickling clients
       // must not each hold a large buffer for the few bytes they send.
       const auto room = out.room(std::max<std::size_t>(ready, 4096), max);
@@ -550,9 +552,13 @@ struct HttpServer::Impl {
         // A small body (or the first piece of a large one) is read before the handler runs,
         // so that a small submission costs one trip to the pool. A client waiting for
         // `100 Continue` is asked for its body only once the handler accepted the header.
+        // A body declared that small is waited for whole (a client may send it apart from its
+        // header): the handler then gets all of it, and a submission with an Idempotency-Key
+        // claims it in the step that makes the job, not in a round trip of its own first.
         if (r.has_body && !expect_continue) {
           Piece first(piece_budget);
-          co_await body.read(first, kPrefetch, false);
+          co_await body.read(first, kPrefetch, false,
+                             r.content_length && *r.content_length <= kPrefetch);
           r.body.assign(first.view());
         }
         r.body_complete = body.done();
@@ -758,9 +764,11 @@ struct HttpServer::Impl {
   }
 
   // The answer to a submission whose job record went through the group commit: made here (it
-  // is cheap), or, when the batch failed, by the step again, blocking, on the upload pool.
+  // is cheap), or, when the batch failed (or the answer needs a record read: a replay), by the
+  // step again, blocking, on the upload pool.
   asio::awaitable<Response> answer_commit(Intake& intake, redis::Batcher::Outcome o) {
-    if (!o.error) co_return intake.committed(std::move(o.replies));
+    if (!o.error)
+      if (auto answer = intake.committed(std::move(o.replies))) co_return std::move(*answer);
     co_return co_await run_blocking(uploads, [&] { return intake.commit_again(); });
   }
 

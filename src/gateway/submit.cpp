@@ -70,11 +70,11 @@ class Api::Upload final : public Intake, private multipart::Handler {
                 {{"key", input_key_}, {"error", e.what()}});
       held_ = false;  // (the hold stays: GC deletes it later)
     }
-    if (!idem_key_.empty() || admitted_ || held_) {
+    if (key_reserved_ || admitted_ || held_) {
       try {
         auto conn = api_.redis_.borrow();
         redis::JobStore store(conn->get(), api_.keys_);
-        if (!idem_key_.empty()) store.release_idempotency(idem_key_);
+        if (key_reserved_) store.release_idempotency(idem_key_);
         if (admitted_) store.release(tenant_, st_.model, job_id_);
         if (held_)
           redis::Schedules(conn->get(), api_.keys_).release_upload(st_.model, svc_, job_id_);
@@ -84,8 +84,10 @@ class Api::Upload final : public Intake, private multipart::Handler {
   }
 
   const std::string& job_id() const { return job_id_; }
-  // The Idempotency-Key turned out to be someone else's: not ours to free.
-  void keep_reservation() { idem_key_.clear(); }
+  const std::string& idempotency_key() const { return idem_key_; }
+  // The Idempotency-Key was reserved for this upload before its body came (the upload renews it,
+  // and frees it if no job comes of it).
+  void key_reserved() { key_reserved_ = true; }
   // Admitted under a max_pending quota: the slot is held by this job from now, freed if the
   // submission fails (and by the completion consumer once the job ends).
   void hold_admission() { admitted_ = true; }
@@ -123,17 +125,12 @@ class Api::Upload final : public Intake, private multipart::Handler {
         committed_ = true;
       }
       // The job's record goes to Redis with other requests' while no thread waits for it (the
-      // server sends it; see Intake), and right behind it, on the same connection, an
-      // Idempotency-Key's renewal for the job's retention. (A step of its own after the job was
-      // made had a request thread wait for each: with the clients' keys on every submission,
-      // the gateway's CPU per job doubled, issue 14's benchmark as the clients submit.)
+      // server sends it; see Intake); an Idempotency-Key is claimed in the same step.
       if (api_.submits_) {
         Response r;
+        const auto c = claim();
         r.commit = redis::JobStore::submit_calls(api_.keys_, record(), priority_,
-                                                 api_.cfg_.job_retention, held_);
-        if (!idem_key_.empty())
-          r.commit.push_back(
-              redis::JobStore::renew_idempotency_call(idem_key_, job_id_, api_.cfg_.job_retention));
+                                                 api_.cfg_.job_retention, held_, c ? &*c : nullptr);
         return r;
       }
       return create_job(/*maybe_ran=*/false);
@@ -142,10 +139,13 @@ class Api::Upload final : public Intake, private multipart::Handler {
     }
   }
 
-  Response committed(std::vector<redis::Reply> replies) override {
+  std::optional<Response> committed(std::vector<redis::Reply> replies) override {
     try {
-      if (!redis::JobStore::submitted(replies)) throw std::runtime_error("job id collision");
-      return created();
+      auto outcome = redis::JobStore::submit_outcome(replies);
+      if (outcome.made) return created();
+      if (outcome.holder.empty()) throw std::runtime_error("job id collision");
+      replay_of_ = std::move(outcome.holder);  // its answer reads a record: commit_again()
+      return std::nullopt;
     } catch (...) {
       return refusal(std::current_exception());
     }
@@ -153,6 +153,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
 
   Response commit_again() override {
     try {
+      if (replay_of_) return replay(*replay_of_);
       return create_job(/*maybe_ran=*/true);
     } catch (...) {
       return refusal(std::current_exception());
@@ -193,14 +194,14 @@ class Api::Upload final : public Intake, private multipart::Handler {
   static constexpr std::uint64_t kHoldAfter = 1 << 20;
   void renew_reservation() {
     const bool hold = size_ > kHoldAfter;
-    if (idem_key_.empty() && !admitted_ && !hold) return;
+    if (!key_reserved_ && !admitted_ && !hold) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_renewal_ < api_.cfg_.idempotency_reservation / 3 && (held_ || !hold)) return;
     last_renewal_ = now;
-    if (!idem_key_.empty() || admitted_) {
+    if (key_reserved_ || admitted_) {
       auto conn = api_.redis_.borrow();
       redis::JobStore store(conn->get(), api_.keys_);
-      if (!idem_key_.empty())
+      if (key_reserved_)
         store.renew_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
       if (admitted_) store.renew(tenant_, st_.model, job_id_);
     }
@@ -336,26 +337,40 @@ class Api::Upload final : public Intake, private multipart::Handler {
     // An attempt that fails after Redis received it may have run: a retry that then finds the
     // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
     bool retried = maybe_ran;
-    bool made = api_.step(
+    const auto c = claim();
+    auto outcome = api_.step(
         ctx,
-        [&](redis::JobStore& store, redis::Connection&) {
+        [&](redis::JobStore& store, redis::Connection& conn) {
           // Listed from now, in the same round trip. Not acknowledged before replicas have it:
           // a failover must not drop it. Too few acks is an unknown outcome, retried (on the
           // new master once the sentinels say so).
+          auto calls = redis::JobStore::submit_calls(
+              api_.keys_, r, priority_, api_.cfg_.job_retention, held_, c ? &*c : nullptr);
           if (api_.submits_)  // with the other requests' submits; its batch ends with the WAIT
-            return redis::JobStore::submitted(api_.submits_->pipeline(
-                store.submit_calls(r, priority_, api_.cfg_.job_retention, held_)));
-          bool ok = store.submit(r, priority_, api_.cfg_.job_retention, held_);
+            return redis::JobStore::submit_outcome(api_.submits_->pipeline(calls));
+          auto o = redis::JobStore::submit_outcome(conn.pipeline(calls));
           store.require_replicas(api_.cfg_.redis.wait_replicas);
-          return ok;
+          return o;
         },
         [&](int) { retried = true; });
-    if (!made && !retried) throw std::runtime_error("job id collision");
-    if (!idem_key_.empty())
-      api_.step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-        return store.renew_idempotency(idem_key_, job_id_, api_.cfg_.job_retention);
-      });
+    if (!outcome.holder.empty()) return replay(outcome.holder);
+    if (!outcome.made && !retried) throw std::runtime_error("job id collision");
     return created();
+  }
+
+  // The Idempotency-Key's claim in the submit step: the key names the job for its retention.
+  std::optional<redis::JobStore::IdempotencyClaim> claim() const {
+    if (idem_key_.empty()) return std::nullopt;
+    return redis::JobStore::IdempotencyClaim{idem_key_, api_.cfg_.job_retention};
+  }
+
+  // The Idempotency-Key names another job (its request came first): that job is the answer,
+  // and this one's input goes (the key is not ours to free).
+  Response replay(const std::string& holder) {
+    key_reserved_ = false;
+    auto conn = api_.redis_.borrow();
+    Context ctx{*conn, tenant_};
+    return api_.replayed(ctx, st_.model, holder);
   }
 
   // The job exists: the answer.
@@ -384,7 +399,9 @@ class Api::Upload final : public Intake, private multipart::Handler {
   const std::optional<std::uint64_t> declared_;
   Submission sub_;
   const bool priority_;
-  std::string idem_key_;
+  const std::string idem_key_;            // the Idempotency-Key's key ("" without one)
+  bool key_reserved_ = false;             // see key_reserved()
+  std::optional<std::string> replay_of_;  // committed() found the key naming this job
   const TraceParent trace_;
   const std::string tracestate_;
   const std::string job_id_, input_key_;
@@ -418,6 +435,24 @@ SubmissionRules Api::rules_for(const std::string& svc) const {
         nullptr, &resolver_);
   };
   return rules;
+}
+
+Response Api::replayed(Context& ctx, const std::string& model, const std::string& holder) {
+  if (!holder.empty()) {
+    auto rec = step(
+        ctx, [&](redis::JobStore& store, redis::Connection&) { return store.get(model, holder); });
+    if (rec && rec->tenant == ctx.tenant) {
+      Response r;
+      r.status = 202;
+      r.body = job_json(*rec);
+      r.headers.emplace_back("Location", "/jobs/" + rec->service_type + "/" + rec->id);
+      r.headers.emplace_back("Idempotent-Replayed", "true");
+      return r;
+    }
+  }
+  // (Reserved by an upload still under way: its job does not exist yet.)
+  return error_response(409, "idempotency_in_progress",
+                        "a request with this Idempotency-Key is still being processed");
 }
 
 Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
@@ -460,8 +495,8 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
     idem_key = keys_.idempotency(st.model, ctx.tenant, sha256_hex(k));
   }
   const bool priority = !cfg_.priority_header.empty() && !req.header(cfg_.priority_header).empty();
-  // Made before the key is reserved: the upload owns the reservation (and frees it) from then.
-  std::string reserved = idem_key;
+  // (Made before the key is reserved: the upload owns the reservation, and frees it, from then.)
+  const bool reserve = !idem_key.empty() && !req.body_complete;
   // The client's trace, or a new one: every job has a trace_id for its log lines.
   // (A tracestate goes with the traceparent it came with, never with a new trace.)
   auto given = parse_traceparent(req.header("traceparent"));
@@ -471,31 +506,19 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
       *this, ctx.tenant, svc, limit, boundary, req.content_length, std::move(sub), priority,
       std::move(idem_key), std::move(trace), std::move(tracestate));
 
-  // Idempotency-Key: reserve it for the new id before storing anything; a retry finds the first
-  // job. Reserved for as long as an upload may stall; renewed while it progresses, given the
-  // job's retention once the job exists.
-  if (!reserved.empty()) {
+  // Idempotency-Key: the step that makes the job claims it (a retry finds the first job, and of
+  // two requests at once one makes the job). A body still to come reserves it first, for the new
+  // id: a retry then finds it reserved rather than uploading again; reserved for as long as an
+  // upload may stall, renewed while it progresses. (Reserving every submission's cost a round
+  // trip a request thread waited for: a third of the gateway's CPU per keyed job, and both
+  // clients send a key with every submission; issue 14's benchmark with --idempotency-keys.)
+  if (reserve) {
     auto existing = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-      return store.reserve_idempotency(reserved, upload->job_id(), cfg_.idempotency_reservation);
+      return store.reserve_idempotency(upload->idempotency_key(), upload->job_id(),
+                                       cfg_.idempotency_reservation);
     });
-    if (existing && *existing != upload->job_id()) {
-      upload->keep_reservation();  // not ours to free
-      if (!existing->empty()) {
-        auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-          return store.get(st.model, *existing);
-        });
-        if (rec && rec->tenant == ctx.tenant) {
-          Response r;
-          r.status = 202;
-          r.body = job_json(*rec);
-          r.headers.emplace_back("Location", "/jobs/" + rec->service_type + "/" + rec->id);
-          r.headers.emplace_back("Idempotent-Replayed", "true");
-          return r;
-        }
-      }
-      return error_response(409, "idempotency_in_progress",
-                            "a request with this Idempotency-Key is still being processed");
-    }
+    if (existing && *existing != upload->job_id()) return replayed(ctx, st.model, *existing);
+    upload->key_reserved();
   }
 
   // Quotas: charged before anything is stored; a refusal stores nothing and says which limit.

@@ -25,7 +25,8 @@ std::string_view to_string(FinishOutcome o) {
 
 std::vector<Connection::Call> JobStore::submit_calls(
     const Keys& keys, const JobRecord& record, bool priority,
-    std::optional<std::chrono::milliseconds> listed_for, bool upload_held) {
+    std::optional<std::chrono::milliseconds> listed_for, bool upload_held,
+    const IdempotencyClaim* claim) {
   std::string expiry;
   if (record.expires_at)
     expiry = std::to_string(
@@ -37,7 +38,9 @@ std::vector<Connection::Call> JobStore::submit_calls(
         keys.paused(record.model), keys.held(record.model), keys.gc_due(record.model)},
        {record.id, priority ? "L" : "R", expiry,
         upload_held ? Schedules::upload_member(record.model, record.service_type, record.id)
-                    : std::string()}}};
+                    : std::string(),
+        claim ? std::to_string(claim->ttl.count()) : std::string()}}};
+  if (claim) calls[0].keys.push_back(claim->key);
   for (auto& [k, v] : record.to_fields()) {
     calls[0].args.push_back(k);
     calls[0].args.push_back(v);
@@ -58,14 +61,11 @@ std::vector<Connection::Call> JobStore::submit_calls(
   return calls;
 }
 
-bool JobStore::submitted(const std::vector<Reply>& replies) {
-  if (replies.empty()) throw ReplyError("submit: unexpected reply");
-  return as_integer(replies.front().get()) == 1;
-}
-
-bool JobStore::submit(const JobRecord& record, bool priority,
-                      std::optional<std::chrono::milliseconds> listed_for, bool upload_held) {
-  return submitted(conn_.pipeline(submit_calls(record, priority, listed_for, upload_held)));
+JobStore::SubmitOutcome JobStore::submit_outcome(const std::vector<Reply>& replies) {
+  if (replies.empty() || !replies.front()) throw ReplyError("submit: unexpected reply");
+  const redisReply* r = replies.front().get();
+  if (r->type == REDIS_REPLY_STRING) return {false, as_string(r)};
+  return {as_integer(r) == 1, {}};
 }
 
 std::optional<std::string> JobStore::pop(const std::string& model,
@@ -359,14 +359,8 @@ void JobStore::release_idempotency(const std::string& key) {
 
 bool JobStore::renew_idempotency(const std::string& key, const std::string& job_id,
                                  std::chrono::milliseconds ttl) {
-  auto call = renew_idempotency_call(key, job_id, ttl);
-  return as_integer(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get()) ==
-         1;
-}
-
-Connection::Call JobStore::renew_idempotency_call(const std::string& key, const std::string& job_id,
-                                                  std::chrono::milliseconds ttl) {
-  return {&lua::renew_idempotency, {key}, {job_id, std::to_string(ttl.count())}};
+  return as_integer(conn_.eval(lua::renew_idempotency, {key}, {job_id, std::to_string(ttl.count())})
+                        .get()) == 1;
 }
 
 void JobStore::require_replicas(std::int64_t replicas) {

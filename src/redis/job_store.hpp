@@ -86,13 +86,38 @@ class JobStore {
  public:
   JobStore(Connection& conn, Keys keys) : conn_(conn), keys_(std::move(keys)) {}
 
+  // An Idempotency-Key claimed by the submit step itself: its key (keys().idempotency()), and how
+  // long it names the job once made (the records' retention).
+  struct IdempotencyClaim {
+    std::string key;
+    std::chrono::milliseconds ttl;
+  };
+  // What the submit step did: made the job, or not — its id was taken (a collision, or a retry
+  // of an attempt that ran), or its Idempotency-Key names another job: holder, that job's id.
+  struct SubmitOutcome {
+    bool made = false;
+    std::string holder;
+  };
+
   // Record + enqueue, atomically. Returns false if the id exists already. With listed_for (the
   // records' retention), the job enters its tenant's listing index in the same round trip (a
   // retry that finds the id taken indexes it again: harmless). upload_held: the upload held its
-  // input with Schedules::hold_upload(), released in the same step.
+  // input with Schedules::hold_upload(), released in the same step. With claim, the job is made
+  // only if the Idempotency-Key is free or already names this id, and then names it (lua/
+  // submit.lua): a key held by another job makes nothing.
   bool submit(const JobRecord& record, bool priority,
               std::optional<std::chrono::milliseconds> listed_for = std::nullopt,
-              bool upload_held = false);
+              bool upload_held = false) {
+    return submit_outcome(
+               conn_.pipeline(submit_calls(keys_, record, priority, listed_for, upload_held)))
+        .made;
+  }
+  SubmitOutcome submit(const JobRecord& record, bool priority,
+                       std::optional<std::chrono::milliseconds> listed_for, bool upload_held,
+                       const IdempotencyClaim& claim) {
+    return submit_outcome(
+        conn_.pipeline(submit_calls(keys_, record, priority, listed_for, upload_held, &claim)));
+  }
   // submit() in parts, for a caller that sends the calls another way (redis/batcher.hpp).
   std::vector<Connection::Call> submit_calls(const JobRecord& record, bool priority,
                                              std::optional<std::chrono::milliseconds> listed_for,
@@ -101,8 +126,10 @@ class JobStore {
   }
   static std::vector<Connection::Call> submit_calls(
       const Keys& keys, const JobRecord& record, bool priority,
-      std::optional<std::chrono::milliseconds> listed_for, bool upload_held = false);
-  static bool submitted(const std::vector<Reply>& replies);
+      std::optional<std::chrono::milliseconds> listed_for, bool upload_held = false,
+      const IdempotencyClaim* claim = nullptr);
+  static SubmitOutcome submit_outcome(const std::vector<Reply>& replies);
+  static bool submitted(const std::vector<Reply>& replies) { return submit_outcome(replies).made; }
 
   // BLMOVE pending -> processing LEFT RIGHT; nullopt on timeout or when unblocked by
   // CLIENT UNBLOCK (shutdown).
@@ -177,8 +204,9 @@ class JobStore {
   // by the completion consumer, redis/events.hpp); the opt-in events' ids extend it.
   static std::string webhook_id(const std::string& job_id);  // "msg_<id without dashes>"
 
-  // Idempotency-Key (keys().idempotency()): reserves the key for job_id for ttl. nullopt when
-  // reserved now; otherwise the id it holds — job_id itself when an earlier attempt of this
+  // Idempotency-Key (keys().idempotency()): reserves the key for job_id for ttl (an upload whose
+  // body is still to come; a body received whole claims it in the submit step instead). nullopt
+  // when reserved now; otherwise the id it holds — job_id itself when an earlier attempt of this
   // request reserved it (its reply was lost), "" when it vanished meanwhile.
   std::optional<std::string> reserve_idempotency(const std::string& key, const std::string& job_id,
                                                  std::chrono::milliseconds ttl);
@@ -189,9 +217,6 @@ class JobStore {
   // renew_idempotency.lua).
   bool renew_idempotency(const std::string& key, const std::string& job_id,
                          std::chrono::milliseconds ttl);
-  // The same as a call, to pipeline (its reply is 1 or 0 as above).
-  static Connection::Call renew_idempotency_call(const std::string& key, const std::string& job_id,
-                                                 std::chrono::milliseconds ttl);
 
   // Returns once `replicas` replicas have this connection's writes so far (WAIT, up to 1 s; in
   // cluster mode on the node of the previous command); 0 = at once. Throws IoError when fewer
@@ -219,8 +244,9 @@ class JobStore {
                   const Quota& q);
   void release(const std::string& tenant, const std::string& model, const std::string& id);
   // release() of several of a tenant's jobs, as one call for a pipeline: jobs are {model, id}.
-  static Connection::Call release_call(const Keys& keys, const std::string& tenant,
-                                       const std::vector<std::pair<std::string, std::string>>& jobs);
+  static Connection::Call release_call(
+      const Keys& keys, const std::string& tenant,
+      const std::vector<std::pair<std::string, std::string>>& jobs);
   void renew(const std::string& tenant, const std::string& model, const std::string& id);
   // Admissions older than cutoff whose job has ended or never came to be (a gateway crashed
   // mid-upload) are dropped; returns how many.

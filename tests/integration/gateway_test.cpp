@@ -3,6 +3,7 @@
 
 #include <random>
 #include <regex>
+#include <thread>
 
 #include "gateway_fixture.hpp"
 
@@ -433,6 +434,78 @@ TEST_F(GatewayTest, IdempotencyKeyReturnsTheFirstJob) {
   EXPECT_EQ(stored_files(), 1u);
   auto other = submit("once", {"Idempotency-Key: order-43"});
   EXPECT_NE(str(parse(other), "id"), str(parse(first), "id"));
+}
+
+// Submissions with one key at once make one job. A body received whole claims its key in the
+// step that makes the job — no round trip of its own before its input is stored (issue 14) —
+// so of requests racing, the first step to run makes the job and the others answer with it,
+// their inputs deleted. A body still to come reserves the key first: a retry meanwhile gets 409.
+TEST_F(GatewayTest, SubmissionsWithOneIdempotencyKeyAtOnceMakeOneJob) {
+  start_gateway();
+  const bool standalone = !redis_.cluster();  // (SLOWLOG is per node)
+  if (standalone) {
+    conn_.command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
+    conn_.command({"SLOWLOG", "RESET"});
+  }
+  std::vector<HttpResult> answers(8);
+  {
+    std::vector<std::jthread> threads;
+    for (auto& a : answers)
+      threads.emplace_back([&] { a = submit("at once", {"Idempotency-Key: burst-1"}); });
+  }
+  std::set<std::string> ids;
+  int made = 0;
+  for (const auto& a : answers) {
+    ASSERT_EQ(a.status, 202) << a.body;
+    ids.insert(str(parse(a), "id"));
+    made += a.headers.count("idempotent-replayed") ? 0 : 1;
+  }
+  EXPECT_EQ(ids.size(), 1u);
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 1u);
+  EXPECT_EQ(stored_files(), 1u) << "the replays' inputs are deleted";
+  if (standalone) {
+    conn_.command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
+    // Every command run (a script's own too): no reservation (SET NX) among them.
+    auto log = conn_.command({"SLOWLOG", "GET", "1000"});
+    ASSERT_GT(log->elements, 8u);
+    for (size_t i = 0; i < log->elements; ++i) {
+      const auto argv = redis::as_strings(log->element[i]->element[3]);
+      EXPECT_FALSE(argv.size() > 3 && argv[0] == "SET" &&
+                   std::find(argv.begin(), argv.end(), "NX") != argv.end())
+          << "a key reserved in a round trip of its own: " << argv[1];
+    }
+  }
+
+  // A body still to come (larger than the gateway waits for before it answers): the key is
+  // reserved before it is stored.
+  int fd = raw_connect(gateway_->url());
+  const std::string half(100'000, 'x');
+  const std::string head =
+      "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Idempotency-Key: slow-1\r\nContent-Length: 200000\r\n\r\n" +
+      half;
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  const std::string key = keys_.idempotency("m1", "default", sha256_hex("slow-1"));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return redis::as_integer(conn_.command({"EXISTS", key}).get()) == 1;
+      },
+      10s));
+  auto early = submit("a retry", {"Idempotency-Key: slow-1"});
+  EXPECT_EQ(early.status, 409) << early.body;
+  EXPECT_EQ(error_code(early), "idempotency_in_progress");
+  ASSERT_GT(::send(fd, half.data(), half.size(), MSG_NOSIGNAL), 0);
+  const std::string answer = recv_some(fd, 10);
+  ::close(fd);
+  ASSERT_NE(answer.find("202 Accepted"), std::string::npos) << answer;
+  std::smatch id;
+  ASSERT_TRUE(std::regex_search(answer, id, std::regex(R"re("id":"([^"]+)")re"))) << answer;
+  const std::string slow_id = id[1];
+  auto late = submit("a retry", {"Idempotency-Key: slow-1"});
+  ASSERT_EQ(late.status, 202) << late.body;
+  EXPECT_EQ(str(parse(late), "id"), slow_id);
+  EXPECT_EQ(late.headers["idempotent-replayed"], "true");
 }
 
 TEST_F(GatewayTest, OpenApiDocumentsEveryRoute) {
