@@ -103,6 +103,50 @@ TEST_F(RelayConcurrencyTest, ACancelStopsOnlyTheJobItNamesAndSigtermGivesTheRest
   EXPECT_EQ(occurrences(inference.events(), "dropped /predict"), 3u) << inference.events();
 }
 
+// Slots outnumbering the jobs: each job reaches a slot waiting in BLMOVE, and a slot whose finish
+// saw the queue empty waits again at once, with no look at pending first (a take's LRANGE, a
+// round trip for nothing per job while the queue stays empty; issue 14).
+TEST_F(RelayConcurrencyTest, ASlotThatSawTheQueueEmptyWaitsWithoutLookingAgain) {
+  InferenceServer inference;
+  auto env = env_for(inference, 3);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "5m";
+  auto st = storage_for(env);
+  auto relay = start_relay(env, {"--max-jobs", "0"});
+  auto node = queue_node();
+  auto all_waiting = [&] {
+    return wait_until(
+        [&] {
+          auto info = redis::as_string(node.command({"INFO", "clients"}).get());
+          return info.find("blocked_clients:3\r") != std::string::npos;
+        },
+        20s);
+  };
+  ASSERT_TRUE(all_waiting()) << relay->log();
+  node.command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
+  node.command({"CONFIG", "SET", "slowlog-max-len", "10000"});
+  node.command({"SLOWLOG", "RESET"});
+  for (int i = 0; i < 4; ++i) {
+    const auto id = submit(*st, "one at a time");
+    ASSERT_TRUE(wait_until([&] { return status(id) == "completed"; }, 20s)) << relay->log();
+    ASSERT_TRUE(all_waiting()) << relay->log();
+  }
+  // Every command the server ran, a script's own too ("?:0" as its client): the relay's own.
+  auto log = node.command({"SLOWLOG", "GET", "10000"});
+  int blmoves = 0, looks = 0;
+  for (size_t i = 0; i < log->elements; ++i) {
+    const auto* entry = log->element[i];
+    const auto argv = redis::as_strings(entry->element[3]);
+    if (argv.empty() || redis::as_string(entry->element[4]) == "?:0") continue;
+    blmoves += argv[0] == "BLMOVE" || argv[0] == "blmove";
+    looks += argv[0] == "LRANGE" || argv[0] == "lrange";
+  }
+  EXPECT_EQ(looks, 0);
+  EXPECT_GE(blmoves, 4);
+  node.command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
+  relay->signal(SIGTERM);
+  EXPECT_EQ(relay->wait_exit(10s), 0);
+}
+
 TEST_F(RelayConcurrencyTest, MaxJobsCountsTheJobsOfEverySlot) {
   InferenceServer inference;
   auto env = env_for(inference, 3);
