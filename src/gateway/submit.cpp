@@ -524,6 +524,13 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   // Quotas: charged before anything is stored; a refusal stores nothing and says which limit.
   if (const redis::Quota q = cfg_.quota_for(ctx.tenant); q.any()) {
     auto admission = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+      // With other requests' submits and admissions: one round trip shared by many.
+      if (submits_)
+        return redis::JobStore::admitted(submits_
+                                             ->pipeline({redis::JobStore::admit_call(
+                                                 keys_, ctx.tenant, st.model, upload->job_id(), q)})
+                                             .front()
+                                             .get());
       return store.admit(ctx.tenant, st.model, upload->job_id(), q);
     });
     using Outcome = redis::Admission::Outcome;

@@ -56,8 +56,10 @@ std::vector<Connection::Call> JobStore::submit_calls(
   const WallTime created = record.created_at.value_or(wall_now());
   calls.push_back(
       {nullptr, {}, {"ZADD", index, micros(created), record.service_type + "/" + record.id}});
-  calls.push_back(
-      {nullptr, {}, {"ZREMRANGEBYSCORE", index, "-inf", "(" + micros(wall_now() - *listed_for)}});
+  calls.push_back({nullptr,
+                   {},
+                   {"ZREMRANGEBYSCORE", index, "-inf",
+                    std::string("(").append(micros(wall_now() - *listed_for))}});
   return calls;
 }
 
@@ -513,12 +515,23 @@ std::string admitted_member(const std::string& model, const std::string& id) {
 }
 }  // namespace
 
+Connection::Call JobStore::admit_call(const Keys& keys, const std::string& tenant,
+                                      const std::string& model, const std::string& id,
+                                      const Quota& q) {
+  return {&lua::admit,
+          {keys.quota_bucket(tenant), keys.quota_admitted(tenant)},
+          {std::to_string(q.max_pending), std::to_string(q.submits_per_minute),
+           std::to_string(std::max<std::int64_t>(1, q.submit_burst)), admitted_member(model, id)}};
+}
+
 Admission JobStore::admit(const std::string& tenant, const std::string& model,
                           const std::string& id, const Quota& q) {
-  auto r = conn_.eval(
-      lua::admit, {keys_.quota_bucket(tenant), keys_.quota_admitted(tenant)},
-      {std::to_string(q.max_pending), std::to_string(q.submits_per_minute),
-       std::to_string(std::max<std::int64_t>(1, q.submit_burst)), admitted_member(model, id)});
+  auto call = admit_call(keys_, tenant, model, id, q);
+  return admitted(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get());
+}
+
+Admission JobStore::admitted(const redisReply* r) {
+  throw_if_error(r);
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("admit: unexpected reply");
   const std::string tag = as_string(r->element[0]);
   if (tag == "ok") return {};

@@ -242,6 +242,11 @@ class JobStore {
   // renew() marks an admission still in use (a long upload), so that the sweep leaves it.
   Admission admit(const std::string& tenant, const std::string& model, const std::string& id,
                   const Quota& q);
+  // admit() in parts, for a caller that sends the call another way (redis/batcher.hpp).
+  static Connection::Call admit_call(const Keys& keys, const std::string& tenant,
+                                     const std::string& model, const std::string& id,
+                                     const Quota& q);
+  static Admission admitted(const redisReply* reply);
   void release(const std::string& tenant, const std::string& model, const std::string& id);
   // release() of several of a tenant's jobs, as one call for a pipeline: jobs are {model, id}.
   static Connection::Call release_call(
