@@ -320,12 +320,10 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
   }
   const std::string& model = cfg_.service_types.at(svc).model;
   auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-    auto r = store.get(model, id);
-    // About to wait: its end must be announced (a job nobody waits on is not).
-    if (r && wait.count() > 0 && !again && !is_terminal(r->status) && r->tenant == ctx.tenant &&
-        r->service_type == svc)
-      store.watch(model, id);
-    return r;
+    // About to wait: its end must be announced (a job nobody waits on is not). Flagged and read
+    // in one round trip: an end after the flag is announced, one before it is in the record.
+    if (wait.count() > 0 && !again) return store.get_watched(model, id, ctx.tenant, svc);
+    return store.get(model, id);
   });
   if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
     return error_response(404, "job_not_found", "no job " + id);

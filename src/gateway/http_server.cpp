@@ -822,11 +822,14 @@ struct HttpServer::Impl {
   }
 
   // Waits for the job's completion notice (or the deadline), then answers with its state. A
-  // notice that is not the end (the notifier resubscribed and woke everyone) waits on.
+  // notice that is not the end (the notifier resubscribed and woke everyone) waits on. The
+  // read that returned `first` flagged the job watched; an end announced before this
+  // registration is one the notifier kept (Notifier: no second read here).
   asio::awaitable<Response> long_poll(const Request& r, Response first) {
     auto timer = std::make_shared<asio::steady_timer>(io, first.wait_until);
     auto woken = std::make_shared<bool>(false);
     auto ex = io.get_executor();
+    // (A wake from inside watch() is posted: it runs once this coroutine waits below.)
     auto reg = notifier.watch(first.wait_job, [timer, woken, ex] {
       asio::post(ex, [timer, woken] {
         *woken = true;
@@ -834,16 +837,15 @@ struct HttpServer::Impl {
       });
     });
     for (;;) {
-      // Read again after registering, and after each notice: the job may have ended meanwhile.
-      *woken = false;
-      Response again = co_await run_blocking(pool, [&] { return api.handle(r); });
-      if (again.wait_job.empty() || stopping.load()) co_return again;
-      if (!*woken) {  // (a notice during the read is not lost: it set woken)
+      if (!*woken) {  // (a notice during the last read is not lost: it set woken)
         beast::error_code ec;
         co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
       }
       if (stopping.load() || Clock::now() >= first.wait_until)
         co_return co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
+      *woken = false;
+      Response again = co_await run_blocking(pool, [&] { return api.handle(r); });
+      if (again.wait_job.empty() || stopping.load()) co_return again;
     }
   }
 

@@ -21,8 +21,19 @@ std::unique_ptr<Notifier::Registration> Notifier::watch(const std::string& job_i
                                                         bool every_change) {
   std::lock_guard lock(mu_);
   auto token = ++next_token_;
-  waiters_.emplace(job_id, Waiter{token, std::move(wake), every_change});
+  auto it = waiters_.emplace(job_id, Waiter{token, std::move(wake), every_change});
+  if (recent_ids_.count(job_id)) it->second.wake();  // it ended since its waiter read it
   return std::make_unique<Registration>(*this, job_id, token);
+}
+
+void Notifier::remember_end(const std::string& job_id) {
+  const auto now = std::chrono::steady_clock::now();
+  while (!recent_.empty() &&
+         (recent_.size() >= kRecentMax || now - recent_.front().second > kRecentFor)) {
+    recent_ids_.erase(recent_.front().first);
+    recent_.pop_front();
+  }
+  if (recent_ids_.insert(job_id).second) recent_.emplace_back(job_id, now);
 }
 
 void Notifier::wake_all() {
@@ -65,6 +76,7 @@ void Notifier::run(std::stop_token stop) {
         const std::string id = channel.substr(prefix.size(), colon - prefix.size());
         std::lock_guard lock(mu_);
         auto [b, e] = waiters_.equal_range(id);
+        if (done && b == e) remember_end(id);
         for (auto it = b; it != e; ++it)
           if (done || it->second.every_change) it->second.wake();
       }

@@ -4,7 +4,15 @@
 // job:<id>:changed) serves every waiter of this gateway; a waiter registers a wake-up callback
 // for its job id. If the subscription drops, every waiter is woken so that it re-reads its job
 // (a notice may have been missed meanwhile).
+// A long-poll registers after the read that flagged its job watched: an end announced in
+// between reaches no waiter. So the ends heard with nobody waiting are kept for kRecentFor (at
+// most kRecentMax of them), and a registration for one of them is woken at once — rather than
+// every long-poll reading its job a second time after registering, a round trip and a trip to
+// a request thread per waited job (issue 14). Past those bounds a notice can still be missed;
+// the long-poll then answers at its deadline with the job as it is, as before.
 
+#include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -12,6 +20,8 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <unordered_set>
+#include <utility>
 
 #include "redis/connection.hpp"
 #include "redis/keys.hpp"
@@ -57,6 +67,12 @@ class Notifier {
   };
   std::multimap<std::string, Waiter> waiters_;
   std::uint64_t next_token_ = 0;
+  // Ends heard with no waiter, oldest first (see above); guarded by mu_.
+  static constexpr std::chrono::seconds kRecentFor{10};
+  static constexpr std::size_t kRecentMax = 100'000;
+  void remember_end(const std::string& job_id);
+  std::deque<std::pair<std::string, std::chrono::steady_clock::time_point>> recent_;
+  std::unordered_set<std::string> recent_ids_;
   std::optional<redis::Subscription> sub_;  // guarded by mu_ for interrupt()
 };
 

@@ -614,4 +614,15 @@ std::optional<JobRecord> JobStore::get(const std::string& model, const std::stri
   return JobRecord::from_fields(as_pair_views(r.get()));
 }
 
+std::optional<JobRecord> JobStore::get_watched(const std::string& model, const std::string& id,
+                                               const std::string& tenant,
+                                               const std::string& service_type) {
+  const std::string key = keys_.job(model, id);
+  auto replies = conn_.pipeline(
+      {{&lua::watch, {key}, {tenant, service_type}}, {nullptr, {}, {"HGETALL", key}}});
+  const redisReply* r = replies[1].get();
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return std::nullopt;
+  return JobRecord::from_fields(as_pair_views(r));
+}
+
 }  // namespace relay::redis

@@ -189,6 +189,10 @@ class JobStore {
   bool paused(const std::string& model);
   // A live event stream opened on the job (lua/watch.lua): its changes short of the end are
   // announced from now on. False when the record is gone.
+  // A long-poll's read: the job flagged as watched (lua/watch.lua: only if it is the tenant's
+  // and the service type's, and has not ended) and read, in one round trip.
+  std::optional<JobRecord> get_watched(const std::string& model, const std::string& id,
+                                       const std::string& tenant, const std::string& service_type);
   bool watch(const std::string& model, const std::string& id);
 
   // Cancel (gateway); see lua/cancel.lua.

@@ -63,6 +63,32 @@ TEST_F(GatewayTest, LongPollAnswersWhenTheJobEnds) {
   EXPECT_LT(took, 5s) << "a 30 s long-poll must come back as soon as the job ends";
 }
 
+// A long-poll costs two reads of its job: one that flags it watched (in the same round trip)
+// before it waits, one when its end is announced — no read again after registering with the
+// notifier (an end announced in between is one the notifier kept).
+TEST_F(GatewayTest, ALongPollReadsItsJobOnceBeforeItWaitsAndOnceAtItsEnd) {
+  if (redis_.cluster()) GTEST_SKIP() << "SLOWLOG is per node";
+  start_gateway();
+  InferenceServer inference({.delay_ms = 1000});
+  auto id = submit_id("input");
+  conn_.command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
+  conn_.command({"CONFIG", "SET", "slowlog-max-len", "10000"});
+  conn_.command({"SLOWLOG", "RESET"});
+  auto relay = start_relay(inference);
+  auto r = http("GET", url("/jobs/echo/" + id + "?wait=30"));
+  EXPECT_EQ(str(parse(r), "status"), "completed") << r.body;
+  auto log = conn_.command({"SLOWLOG", "GET", "10000"});
+  conn_.command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
+  int reads = 0;
+  for (size_t i = 0; i < log->elements; ++i) {
+    const auto* entry = log->element[i];
+    const auto argv = redis::as_strings(entry->element[3]);
+    if (redis::as_string(entry->element[4]) == "?:0") continue;  // (a script's own)
+    reads += argv.size() == 2 && argv[0] == "HGETALL" && argv[1] == keys_.job("m1", id);
+  }
+  EXPECT_EQ(reads, 2);
+}
+
 // The notifier's subscription is lost and renewed while a long-poll waits: every waiter is woken
 // to read its job again (a notice may have been missed), and one whose job has not ended waits
 // on for its end rather than answering early.
