@@ -74,7 +74,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
       try {
         auto conn = api_.redis_.borrow();
         redis::JobStore store(conn->get(), api_.keys_);
-        if (key_reserved_) store.release_idempotency(idem_key_);
+        if (key_reserved_) store.release_idempotency(idem_key_, job_id_);
         if (admitted_) store.release(tenant_, st_.model, job_id_);
         if (held_)
           redis::Schedules(conn->get(), api_.keys_).release_upload(st_.model, svc_, job_id_);

@@ -355,8 +355,10 @@ std::optional<std::string> JobStore::idempotent_job(const std::string& key) {
   return as_optional_string(conn_.command({"GET", key}).get());
 }
 
-void JobStore::release_idempotency(const std::string& key) {
-  conn_.command({"DEL", key});
+void JobStore::release_idempotency(const std::string& key, const std::string& job_id) {
+  // (renew_idempotency.lua's check, with a TTL that ends it at once: a DEL would drop a key
+  // another request took after this one's reservation lapsed — its retry would make a second job.)
+  renew_idempotency(key, job_id, std::chrono::milliseconds(1));
 }
 
 bool JobStore::renew_idempotency(const std::string& key, const std::string& job_id,

@@ -214,7 +214,9 @@ class JobStore {
   // request reserved it (its reply was lost), "" when it vanished meanwhile.
   std::optional<std::string> reserve_idempotency(const std::string& key, const std::string& job_id,
                                                  std::chrono::milliseconds ttl);
-  void release_idempotency(const std::string& key);
+  // Frees a reservation this job_id still holds (one that lapsed and was taken by another
+  // request is that request's: left alone).
+  void release_idempotency(const std::string& key, const std::string& job_id);
   // The job id an Idempotency-Key holds, if any.
   std::optional<std::string> idempotent_job(const std::string& key);
   // Sets the reservation's TTL if job_id still holds it; false when it does not (lua/

@@ -537,6 +537,41 @@ TEST_F(GatewayTest, ACrashMidUploadFreesItsIdempotencyKeyAndLeavesNothing) {
   EXPECT_TRUE(wait_until([&] { return temporaries().empty(); }, 10s)) << gateway_->log();
 }
 
+// An upload whose Idempotency-Key reservation lapsed (as one stalled past
+// idempotency.reservation) loses the key to a retry made meanwhile; refused at last, it frees
+// only a reservation it still holds — not the key the retry's job now has (a retry of that
+// retry would make a second job).
+TEST_F(GatewayTest, AnUploadWhoseReservationLapsedDoesNotFreeTheKeyARetryTook) {
+  start_gateway({{"RELAY_SERVER_MAX_BODY_SIZE", std::to_string(1 << 20)}});
+  const std::string key = keys_.idempotency("m1", "default", sha256_hex("lapse-1"));
+  auto held = [&] { return redis::as_optional_string(conn_.command({"GET", key}).get()); };
+  int fd = raw_connect(gateway_->url());
+  auto chunk = [&](size_t n) {
+    std::ostringstream framed;
+    framed << std::hex << n << "\r\n" << std::string(n, 'x') << "\r\n";
+    const std::string bytes = framed.str();
+    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) > 0;
+  };
+  const std::string head =
+      "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Idempotency-Key: lapse-1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(chunk(256 * 1024));
+  ASSERT_TRUE(wait_until([&] { return held().has_value(); }, 10s)) << "reserved";
+  conn_.command({"DEL", key});  // (lapsed)
+  const std::string retry = submit_id("the retry", {"Idempotency-Key: lapse-1"});
+  // Past server.max_body_size: refused, its undo run before the answer goes out.
+  for (int i = 0; i < 4; ++i) chunk(256 * 1024);
+  std::string answer;
+  for (std::string more; (more = recv_some(fd, 10)).size();) answer += more;
+  ::close(fd);
+  EXPECT_NE(answer.find(" 413 "), std::string::npos) << answer;
+  EXPECT_EQ(held(), std::optional<std::string>(retry));
+  auto again = submit("the retry", {"Idempotency-Key: lapse-1"});
+  EXPECT_EQ(str(parse(again), "id"), retry);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+}
+
 // A gateway that dies between storing an input and creating its job (here: killed while Redis
 // holds its writes) left the input in storage for ever, with no record to say whose it was —
 // up to server.max_body_size each. Past 1 MiB an upload holds its input for deletion while it
