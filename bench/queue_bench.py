@@ -141,23 +141,24 @@ S3 = STORAGE == "s3"
 S3_CORE = S3 and "--s3-core" in sys.argv
 STORAGE_NAME = ("tmpfs" if STORAGE == "/dev/shm" else "the S3 test server" if S3 else
                 f"storage in {STORAGE}")
+
+
+def run_flag(option, label):
+    """Whether --OPTION was given; if so, the Relay runs' label says so (", LABEL")."""
+    global STORAGE_NAME
+    given = option in sys.argv
+    if given:
+        STORAGE_NAME += ", " + label
+    return given
+
+
 # --encryption: Relay's inputs and results encrypted at rest (encryption.enabled, a random
 # AES-256 key per run), as a deployment that turns it on runs. BullMQ's side has no counterpart.
-ENCRYPTION = "--encryption" in sys.argv
-if ENCRYPTION:
-    STORAGE_NAME += ", encrypted"
-WEBHOOKS = "--webhooks" in sys.argv
-if WEBHOOKS:
-    STORAGE_NAME += ", a webhook per job"
-IDEMPOTENCY_KEYS = "--idempotency-keys" in sys.argv
-if IDEMPOTENCY_KEYS:
-    STORAGE_NAME += ", Idempotency-Keys"
-AUTH = "--auth" in sys.argv
-if AUTH:
-    STORAGE_NAME += ", API keys"
-QUOTAS = "--quotas" in sys.argv
-if QUOTAS:
-    STORAGE_NAME += ", quotas"
+ENCRYPTION = run_flag("--encryption", "encrypted")
+WEBHOOKS = run_flag("--webhooks", "a webhook per job")
+IDEMPOTENCY_KEYS = run_flag("--idempotency-keys", "Idempotency-Keys")
+AUTH = run_flag("--auth", "API keys")
+QUOTAS = run_flag("--quotas", "quotas")
 # The API key wrk sends with --auth (the gateway knows its SHA-256).
 API_KEY = "bench-" + base64.b16encode(os.urandom(16)).decode().lower()
 # --delay-ms=D --workers=W: the "20 ms case" with jobs of D ms on W workers (W relays of
