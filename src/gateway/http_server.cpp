@@ -210,10 +210,18 @@ class BodyReader {
  public:
   BodyReader(beast::tcp_stream& stream, beast::flat_buffer& buffer,
              http::request_parser<http::buffer_body>& parser, const Config& cfg)
-      : stream_(stream), buffer_(buffer), parser_(parser), cfg_(cfg) {
+      : stream_(stream),
+        buffer_(buffer),
+        parser_(parser),
+        cfg_(cfg),
+        idle_(stream.get_executor()),
+        watch_(std::make_shared<Watch>(Watch{.socket = &stream.socket()})) {
     if (!parser_.is_done() && !parser_.chunked() && parser_.content_length())
       remaining_ = *parser_.content_length();
   }
+  ~BodyReader() { watch_->socket = nullptr; }  // (a expiry already queued finds no socket)
+  BodyReader(const BodyReader&) = delete;
+  BodyReader& operator=(const BodyReader&) = delete;
 
   bool done() const { return remaining_ ? *remaining_ == 0 : parser_.is_done(); }
   std::uint64_t received() const { return pace_ ? pace_->bytes() : 0; }
@@ -236,10 +244,15 @@ class BodyReader {
     const auto start = Clock::now();
     // One deadline for the call (it waits for the client at most once: later reads find bytes
     // already there, or are the short hold of a small piece), not one per read — but for whole.
-    stream_.expires_after(cfg_.body_idle_timeout);
+    // Disarmed however the call ends: time spent storing what came is not the client's.
+    arm();
+    struct Disarm {
+      BodyReader& r;
+      ~Disarm() { r.disarm(); }
+    } disarm_at_end{*this};
     while (!done() && out.size() < max) {
       if (abandoned_) throw Abandoned{};
-      if (whole) stream_.expires_after(cfg_.body_idle_timeout);  // (it waits once per read)
+      if (whole) arm();  // (it waits once per read)
       beast::error_code aec;
       const std::size_t ready =
           buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
@@ -256,7 +269,6 @@ class BodyReader {
       if (!pace_) pace_.emplace(cfg_.body_idle_timeout / 2, cfg_.min_upload_rate);
       if (!pace_->record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
     }
-    stream_.expires_never();
     // Unless the read stopped on a full piece (more is coming at once), the room goes: a client
     // that keeps us waiting, or a finished request's kept-alive connection, holds no large buffer.
     if (out.size() < max && buffer_.size() == 0 && buffer_.capacity() > kSmallPiece)
@@ -266,6 +278,32 @@ class BodyReader {
   double rate() const { return pace_ ? pace_->rate() : 0; }
 
  private:
+  // The wait for the client's next byte is bounded by a timer of our own, not the stream's
+  // expiry: Beast closes the socket when that fires, and the 408 could not be written. This one
+  // cancels the read under way (it ends with operation_aborted) and the socket stays open for
+  // the answer. Shared with the timer's handler, which may run after this reader is gone, or
+  // after a later arm() (`armed` says which deadline is current).
+  struct Watch {
+    tcp::socket* socket = nullptr;
+    std::uint64_t armed = 0;
+    bool fired = false;
+  };
+  void arm() {
+    const std::uint64_t generation = ++watch_->armed;
+    watch_->fired = false;
+    idle_.expires_after(cfg_.body_idle_timeout);
+    idle_.async_wait([watch = watch_, generation](const beast::error_code& ec) {
+      if (ec || watch->armed != generation || !watch->socket) return;
+      watch->fired = true;
+      beast::error_code ignored;
+      watch->socket->cancel(ignored);
+    });
+  }
+  void disarm() {
+    ++watch_->armed;
+    idle_.cancel();
+  }
+
   // One read into `to`: from the bytes already buffered, or the socket.
   asio::awaitable<std::size_t> read_some(std::span<char> to) {
     beast::error_code ec;
@@ -316,7 +354,8 @@ class BodyReader {
         got = to.size() - parser_.get().body().size;
       }
     }
-    if (ec == beast::error::timeout) throw Cut{"no byte for server.body_idle_timeout"};
+    if (ec == asio::error::operation_aborted && watch_->fired)
+      throw Cut{"no byte for server.body_idle_timeout"};
     // The buffer's limit reached on one chunk line, or framing Beast refuses: the client's
     // fault, said as such (a socket error is the client going away, rethrown as it is).
     if (ec == http::error::buffer_overflow)
@@ -335,6 +374,8 @@ class BodyReader {
   std::optional<std::uint64_t> remaining_;  // of a body of declared length, read directly
   std::optional<UploadPace> pace_;          // from the first read: most requests have no body
   bool abandoned_ = false;
+  asio::steady_timer idle_;
+  std::shared_ptr<Watch> watch_;
 };
 
 }  // namespace

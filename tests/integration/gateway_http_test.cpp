@@ -366,6 +366,54 @@ TEST_F(GatewayTest, SlowUploadsCompleteAndTricklesAreCut) {
       << gateway_->log();
 }
 
+// Sends a request's header and the first `sent` bytes of its body, then nothing (the socket stays
+// open); returns what the gateway answers within 15 s ("" when it closed without a word).
+std::string stalled_upload(const std::string& base, const std::string& head, size_t sent) {
+  int fd = raw_connect(base);
+  const std::string body = head + std::string(sent, 'x');
+  if (::send(fd, body.data(), body.size(), MSG_NOSIGNAL) < 0) {
+    ::close(fd);
+    return "";
+  }
+  timeval tv{15, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  char buf[4096];
+  for (;;) {  // up to the answer's end: the gateway closes after it
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+
+// An upload that stops sending is answered 408 once body_idle_timeout passes with no byte, on
+// every path a body takes: declared small (waited for whole before the handler runs), declared
+// large (streamed to storage), and chunked. Nothing of it is kept.
+TEST_F(GatewayTest, AnUploadThatStopsSendingGetsA408) {
+  start_gateway({{"RELAY_SERVER_BODY_IDLE_TIMEOUT", "1s"}});
+  const std::string raw =
+      "POST /jobs/echo?filename=stalled.bin HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/octet-stream\r\n";
+  struct Case {
+    std::string name, head;
+    size_t sent;
+  };
+  const Case cases[] = {
+      {"small, declared", raw + "Content-Length: 4096\r\n\r\n", 1000},
+      {"large, declared", raw + "Content-Length: 1000000\r\n\r\n", 200'000},
+      {"chunked", raw + "Transfer-Encoding: chunked\r\n\r\n100000\r\n", 70'000},
+  };
+  for (const auto& c : cases) {
+    const auto answer = stalled_upload(gateway_->url(), c.head, c.sent);
+    EXPECT_EQ(answer.substr(0, 12), "HTTP/1.1 408") << c.name << ": " << answer << gateway_->log();
+    EXPECT_NE(answer.find("no byte for server.body_idle_timeout"), std::string::npos) << c.name;
+  }
+  EXPECT_TRUE(list(keys_.pending("echo")).empty()) << "no job";
+  EXPECT_TRUE(wait_until([&] { return stored_files() == 0; }, 10s)) << "no input kept";
+}
+
 // A download has no total deadline: a reader slower than body_idle_timeout per whole result,
 // but steady, gets all of it.
 TEST_F(GatewayTest, ASlowReaderGetsTheWholeResult) {
