@@ -28,7 +28,8 @@ The 20 ms case: 2,000 jobs, 4 relays / a worker of concurrency 4, each job takin
   relay.take_ahead 0s (off). --delay-ms=D --workers=W run it with jobs of D ms on W workers
   (as many jobs as fill ~10 s at the ideal rate W / D).
 Latency: 1,000 jobs at 100 jobs/s (bench/bullmq/latency.js), submit to completion as the client
-  sees it: p50 and p99.
+  sees it: p50 and p99; Relay twice, the client long-polling after its submission, and its
+  submission waiting for the job (Prefer: wait, as the clients' run() does).
 One-shot: a relay process per job (as under a KEDA ScaledJob), start to exit: median, p99.
 
 By input size: Relay beside BullMQ (the goal's reference) again with inputs of 4 KiB to 1 MiB
@@ -515,9 +516,10 @@ def relay_side(redis_port, redis_pid, work, jobs=None, delay_ms=0, size=INPUT_BY
     return result
 
 
-def relay_latency(redis_port, work):
+def relay_latency(redis_port, work, mode="relay"):
+    """mode relay: submit, then long-poll; relay-wait: the submission waits (Prefer: wait)."""
     stack = RelayStack(redis_port, work)
-    out = subprocess.run(["node", "latency.js", "relay", f"http://127.0.0.1:{stack.gw_port}",
+    out = subprocess.run(["node", "latency.js", mode, f"http://127.0.0.1:{stack.gw_port}",
                           str(LATENCY_RATE), str(LATENCY_JOBS)], cwd=BULLMQ_DIR,
                          env={**os.environ, **({"RELAY_API_KEY": API_KEY} if AUTH else {})},
                          capture_output=True, text=True, check=True).stdout
@@ -788,6 +790,9 @@ def main():
             fresh()
             results["latency"][side] = (bullmq_latency if side == "bullmq" else relay_latency)(
                 port, work)
+            if side == "relay":
+                fresh()
+                results["latency"]["relay_wait"] = relay_latency(port, work, mode="relay-wait")
         if not ONLY or ONLY == "sizes":
             for size, jobs in SIZES:
                 results["sizes"][size] = {}
@@ -859,7 +864,7 @@ def main():
         return
     names = {"bullmq": "BullMQ 5.81.5 (adds c=64, worker c=64)",
              "bullmq_model": "BullMQ 5.81.5 + the no-op model over HTTP (worker c=64)",
-             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {'tmpfs' if S3 else STORAGE_NAME})", "relay_off": f"Relay with relay.take_ahead {TAKE_AHEAD_OFF} (the same relays, each slot taking its next job once the model answered the last)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
+             "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {'tmpfs' if S3 else STORAGE_NAME})", "relay_wait": "Relay, the submission waiting (Prefer: wait)", "relay_off": f"Relay with relay.take_ahead {TAKE_AHEAD_OFF} (the same relays, each slot taking its next job once the model answered the last)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
     if ONLY == "delay":
         delay_table()
         return
@@ -899,7 +904,8 @@ def main():
         f"{t['relay']['cpu_us_per_job'] / t['bullmq_work']['cpu_us_per_job']:.2f}x (for information)")
     delay_table()
     out(f"\nSubmit-to-completion latency at {LATENCY_RATE} jobs/s, {LATENCY_JOBS} jobs (client "
-          f"observed: BullMQ by QueueEvents, Relay by long-poll)\n")
+          f"observed: BullMQ by QueueEvents, Relay by long-poll, or by the submission's own "
+          f"answer with Prefer: wait)\n")
     out("| | p50 ms | p99 ms |")
     out("|---|---|---|")
     for side, r in lat.items():

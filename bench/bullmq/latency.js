@@ -4,6 +4,8 @@
 //   node latency.js bullmq <redis port> <rate> <n>: Queue.add; completion from QueueEvents.
 //   node latency.js relay <gateway url> <rate> <n>: POST /jobs/echo; completion by the long-poll
 //     GET /jobs/echo/<id>?wait=30 (keep-alive connections).
+//   node latency.js relay-wait <gateway url> <rate> <n>: the same, the POST with `Prefer: wait=30`
+//     (the answer held until the job ends; the long-poll only if it did not).
 // Prints {"n", "p50_ms", "p99_ms"} as JSON.
 import http from "node:http";
 import { Queue, QueueEvents } from "bullmq";
@@ -41,12 +43,15 @@ async function bullmq() {
 async function relay() {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
   const url = new URL(target);
-  const request = (method, path, body) =>
+  // relay-wait: the submission itself waits for its job (Prefer: wait), as the clients' run() does.
+  const prefer = mode === "relay-wait" ? { Prefer: "wait=30" } : {};
+  const request = (method, path, body, extra = {}) =>
     new Promise((resolve, reject) => {
       const req = http.request(
         { host: url.hostname, port: url.port, method, path, agent,
           headers: { ...(body ? { "Content-Type": "application/octet-stream",
                                   "Content-Length": body.length } : {}),
+                     ...extra,
                      // (the bench's --auth: the gateway then wants an API key)
                      ...(process.env.RELAY_API_KEY
                        ? { Authorization: `Bearer ${process.env.RELAY_API_KEY}` } : {}) } },
@@ -60,12 +65,10 @@ async function relay() {
     });
   const one = async () => {
     const t0 = process.hrtime.bigint();
-    const sub = await request("POST", "/jobs/echo?filename=in.bin", input);
-    const id = JSON.parse(sub.text).id;
-    for (;;) {
-      const st = JSON.parse((await request("GET", `/jobs/echo/${id}?wait=30`)).text);
-      if (st.status === "completed") break;
+    const sub = JSON.parse((await request("POST", "/jobs/echo?filename=in.bin", input, prefer)).text);
+    for (let st = sub; st.status !== "completed";) {
       if (st.status === "failed" || st.status === "cancelled") throw new Error(st.status);
+      st = JSON.parse((await request("GET", `/jobs/echo/${sub.id}?wait=30`)).text);
     }
     latencies.push(Number(process.hrtime.bigint() - t0) / 1e6);
   };

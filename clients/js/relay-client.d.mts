@@ -65,6 +65,8 @@ export interface SubmitOptions {
   priority?: boolean;
   idempotencyKey?: string;
   inputUrl?: string;
+  /** Seconds the gateway holds its answer for the job to end (Prefer: wait). */
+  wait?: number;
 }
 
 export interface ListOptions {

@@ -163,7 +163,9 @@ export class Client {
    * Submits a job: `input` a Blob, File, ArrayBuffer, typed array or string (sent as a
    * multipart file), or null with `options.inputUrl` (by reference). Options: filename,
    * contentType, operation, params (JSON), callbackUrl, webhookEvents (array), ttl, timeout
-   * ("30s" or seconds), maxAttempts, priority (boolean), idempotencyKey (default: a new one).
+   * ("30s" or seconds), maxAttempts, priority (boolean), idempotencyKey (default: a new one),
+   * wait (seconds: the gateway answers once the job ended, or that wait passed — Prefer: wait,
+   * at most its server.max_wait).
    * @returns {Promise<Job>}
    */
   async submit(serviceType, input, options = {}) {
@@ -181,6 +183,7 @@ export class Client {
     };
     const headers = { "Idempotency-Key": options.idempotencyKey || (await randomKey()) };
     if (options.priority) headers[this.priorityHeader] = "1";
+    if (options.wait >= 1) headers.Prefer = `wait=${Math.floor(options.wait)}`;
     const build = () => {
       if (input == null) return { query: fields, headers, body: new Uint8Array(0) };
       const form = new FormData();
@@ -209,9 +212,16 @@ export class Client {
     return new Job(this, { id, service_type: serviceType, status: "pending" });
   }
 
-  /** submit() then wait(): the completed job (or JobFailed / JobCancelled / WaitTimeout). */
+  /**
+   * submit() then wait(): the completed job (or JobFailed / JobCancelled / WaitTimeout). The
+   * submission itself waits for the job (Prefer: wait), up to a minute of waitSeconds.
+   */
   async run(serviceType, input, options = {}, waitSeconds = null) {
-    return (await this.submit(serviceType, input, options)).wait(waitSeconds);
+    const started = Date.now();
+    const wait = waitSeconds == null ? 60 : Math.max(0, Math.min(60, Math.floor(waitSeconds)));
+    const job = await this.submit(serviceType, input, { wait, ...options });
+    const left = waitSeconds == null ? null : Math.max(0, waitSeconds - (Date.now() - started) / 1000);
+    return job.wait(left);
   }
 
   /**

@@ -306,6 +306,50 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   return error_response(404, "not_found", "no such route");
 }
 
+namespace {
+
+// A job as GET shows it; for the read of a submission that waits, with the submission's status
+// (the server adds the submission's headers: its Location, Idempotent-Replayed).
+Response job_response(const Request& req, const JobRecord& rec) {
+  Response r;
+  r.body = job_json(rec);
+  if (req.after_submit) r.status = is_terminal(rec.status) ? 200 : 202;
+  return r;
+}
+
+}  // namespace
+
+std::optional<Response> Api::answer_from_notice(const Request& req,
+                                                const std::string& notice) const {
+  if (notice.empty() || notice.front() != '[') return std::nullopt;  // not a record
+  JobRecord rec;
+  try {
+    boost::system::error_code ec;
+    const json::value v = json::parse(notice, ec);
+    if (ec || !v.is_array() || v.get_array().size() % 2 != 0) return std::nullopt;
+    FieldViews fields;
+    const auto& a = v.get_array();
+    for (std::size_t i = 0; i < a.size(); i += 2) {
+      if (!a[i].is_string() || !a[i + 1].is_string()) return std::nullopt;
+      fields.emplace_back(a[i].get_string(), a[i + 1].get_string());
+    }
+    rec = JobRecord::from_fields(fields);
+  } catch (const std::exception&) {  // (RecordError: the read will say what is wrong)
+    return std::nullopt;
+  }
+  // The job the request waits on, ended, and still the asker's (a key revoked meanwhile is not).
+  auto target = boost::urls::parse_origin_form(req.target);
+  if (!target || !is_terminal(rec.status)) return std::nullopt;
+  std::vector<std::string> seg;
+  for (auto s : target->segments()) seg.push_back(std::string(s));
+  if (seg.size() != 3 || seg[0] != "jobs" || seg[1] != rec.service_type || seg[2] != rec.id)
+    return std::nullopt;
+  if (tenant_of(req) != rec.tenant) return std::nullopt;
+  Response r = job_response(req, rec);
+  r.route = "GET /jobs/{service_type}/{id}";
+  return r;
+}
+
 Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
                       const std::string& id, bool again) {
   std::chrono::milliseconds wait{0};
@@ -318,6 +362,8 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
                             "wait is a number of seconds up to " + format_duration(cfg_.max_wait));
     wait = *d;
   }
+  // (The server keeps a waiting submission's deadline; any wait makes this read flag the job.)
+  if (req.after_submit) wait = std::chrono::milliseconds(1);
   const std::string& model = cfg_.service_types.at(svc).model;
   auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
     // About to wait: its end must be announced (a job nobody waits on is not). Flagged and read
@@ -327,8 +373,7 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
   });
   if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
     return error_response(404, "job_not_found", "no job " + id);
-  Response r;
-  r.body = job_json(*rec);
+  Response r = job_response(req, *rec);
   if (wait.count() > 0 && !again && !is_terminal(rec->status)) {
     r.wait_job = id;
     r.wait_until = std::chrono::steady_clock::now() + wait;

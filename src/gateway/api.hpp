@@ -38,6 +38,10 @@ struct Request {
   bool has_body = false;      // a body follows the header
   std::string body;           // what of it the server received before asking (a small body: all)
   bool body_complete = true;  // `body` is the whole body
+  // Not from the client: the server's read of the job a submission waits on (Prefer: wait),
+  // made as a GET of the job's path, answered as the submission is: 200 once the job ended,
+  // 202 while it has not (the server adds the submission's headers).
+  bool after_submit = false;
 };
 
 struct Response;
@@ -91,6 +95,9 @@ struct Response {
   // same request (and wait_until in the past).
   std::string wait_job;
   std::chrono::steady_clock::time_point wait_until{};
+  // A submission that waits for its job (Prefer: wait) names the job's path here: the server
+  // asks again with a GET of it (Request::after_submit), not with the submission.
+  std::string wait_target;
   // An event stream: body is the job's JSON, event what it is; the server sends it as an event
   // and asks again (again = true) each time the job changes, until a terminal event.
   std::optional<JobEvent> event;
@@ -117,6 +124,11 @@ class Api {
   // at once on the I/O thread: they never queue behind uploads on the blocking pool. nullopt
   // otherwise.
   std::optional<Response> answer_at_once(const Request& req) const;
+  // A long-poll woken by a notice that carries its job's ended record (Notifier): the answer
+  // made from it, as handle() would make it from a read — when the notice is such a record, of
+  // the job req asks about, and req still passes as its tenant. nullopt otherwise: read it.
+  // No Redis, no storage: called on the I/O thread.
+  std::optional<Response> answer_from_notice(const Request& req, const std::string& notice) const;
   // Adds what a browser needs to let a page on another origin read the answer (CORS, for the
   // origins in server.cors_origins): called on every answer but a preflight's and the
   // operator's (the dashboard is served from the gateway's own origin).
@@ -135,8 +147,14 @@ class Api {
   class Upload;  // a submission taking its input (submit.cpp)
   Response submit(const Request& req, Context& ctx, const std::string& service_type);
   // A submission whose Idempotency-Key names another job (holder; "" if the key vanished): that
-  // job (202, Idempotent-Replayed), or 409 while its upload is still under way.
-  Response replayed(Context& ctx, const std::string& model, const std::string& holder);
+  // job (202, Idempotent-Replayed), or 409 while its upload is still under way. With a wait
+  // (Prefer: wait), the job is flagged watched and its end waited for, as the first request's.
+  Response replayed(Context& ctx, const std::string& svc, const std::string& holder,
+                    std::chrono::milliseconds wait);
+  // A submission that waits for its job (Prefer: wait): the job is born watched, and the server
+  // holds the answer until it ends (the wait a job's read asks for, `to` its path).
+  static void wait_for_job(Response& r, const std::string& id, const std::string& to,
+                           std::chrono::milliseconds wait);
   SubmissionRules rules_for(const std::string& service_type) const;
   // The answer to a request that failed with e: Redis or storage unavailable (503), or a body
   // that could not be read (400, closing).

@@ -121,8 +121,8 @@ int CompletionConsumer::handle(redis::Connection& c, redis::EventLog& events,
   }
   for (size_t i = 0; i < released; ++i)
     if (replies[i] && replies[i]->type == REDIS_REPLY_ERROR)  // (the sweep frees them later)
-      log::warn("quota slots not released", {{"tenant_key", calls[i].args[1]},
-                                              {"error", redis::as_string(replies[i].get())}});
+      log::warn("quota slots not released",
+                {{"tenant_key", calls[i].args[1]}, {"error", redis::as_string(replies[i].get())}});
   int handled = 0;
   for (size_t i = 0; i < runs.size(); ++i)
     handled += settled(c, runs[i], replies[released + i].get());

@@ -655,7 +655,22 @@ struct HttpServer::Impl {
         std::rethrow_exception(failed);
       }
 
-      if (!resp.wait_job.empty()) resp = co_await long_poll(r, std::move(resp));
+      if (!resp.wait_job.empty() && resp.wait_target.empty()) {
+        resp = co_await long_poll(r, std::move(resp));
+      } else if (!resp.wait_job.empty()) {
+        // A submission that waits for its job (Prefer: wait): asked again as a read of the job.
+        Request of_job;
+        of_job.method = "GET";
+        of_job.target = resp.wait_target;
+        of_job.header = r.header;
+        of_job.after_submit = true;
+        const std::string route = resp.route;
+        auto said = std::move(resp.headers);  // (its Location, Idempotent-Replayed: said again)
+        resp = co_await long_poll(of_job, std::move(resp));
+        resp.route = route;
+        if (resp.status == 200 || resp.status == 202)
+          resp.headers.insert(resp.headers.end(), said.begin(), said.end());
+      }
       api.decorate(r, resp);
       if (resp.event && head) {
         // What an event stream's header would say; no events.
@@ -866,14 +881,20 @@ struct HttpServer::Impl {
   // notice that is not the end (the notifier resubscribed and woke everyone) waits on. The
   // read that returned `first` flagged the job watched; an end announced before this
   // registration is one the notifier kept (Notifier: no second read here).
+  // A notice that carries the job's ended record (a relay's finish announces it so) is the
+  // answer, made here on the I/O thread (~20 µs) — no read, no trip to a request thread.
   asio::awaitable<Response> long_poll(const Request& r, Response first) {
     auto timer = std::make_shared<asio::steady_timer>(io, first.wait_until);
     auto woken = std::make_shared<bool>(false);
+    auto notice = std::make_shared<std::string>();
     auto ex = io.get_executor();
     // (A wake from inside watch() is posted: it runs once this coroutine waits below.)
-    auto reg = notifier.watch(first.wait_job, [timer, woken, ex] {
-      asio::post(ex, [timer, woken] {
+    auto reg = notifier.watch(first.wait_job, [timer, woken, notice, ex](const std::string& n) {
+      asio::post(ex, [timer, woken, notice, n] {
         *woken = true;
+        // (The settle's notice of the same end often comes before this coroutine runs: the
+        // record, when one came, is kept.)
+        if (notice->empty() || notice->front() != '[') *notice = n;
         timer->cancel();
       });
     });
@@ -882,6 +903,9 @@ struct HttpServer::Impl {
         beast::error_code ec;
         co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
       }
+      if (*woken && !stopping.load())
+        if (auto ended = api.answer_from_notice(r, std::exchange(*notice, {})))
+          co_return std::move(*ended);
       if (stopping.load() || Clock::now() >= first.wait_until)
         co_return co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
       *woken = false;
@@ -926,7 +950,7 @@ struct HttpServer::Impl {
     auto ex = io.get_executor();
     auto reg = notifier.watch(
         first.event->job_id,
-        [timer, woken, ex] {
+        [timer, woken, ex](const std::string&) {
           asio::post(ex, [timer, woken] {
             *woken = true;
             timer->cancel();

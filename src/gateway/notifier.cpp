@@ -22,23 +22,33 @@ std::unique_ptr<Notifier::Registration> Notifier::watch(const std::string& job_i
   std::lock_guard lock(mu_);
   auto token = ++next_token_;
   auto it = waiters_.emplace(job_id, Waiter{token, std::move(wake), every_change});
-  if (recent_ids_.count(job_id)) it->second.wake();  // it ended since its waiter read it
+  // It ended since its waiter read it:
+  if (auto ended = recent_notices_.find(job_id); ended != recent_notices_.end())
+    it->second.wake(ended->second);
   return std::make_unique<Registration>(*this, job_id, token);
 }
 
-void Notifier::remember_end(const std::string& job_id) {
+void Notifier::remember_end(const std::string& job_id, const std::string& notice) {
   const auto now = std::chrono::steady_clock::now();
   while (!recent_.empty() &&
-         (recent_.size() >= kRecentMax || now - recent_.front().second > kRecentFor)) {
-    recent_ids_.erase(recent_.front().first);
+         (recent_.size() >= kRecentMax || recent_bytes_ + notice.size() > kRecentBytes ||
+          now - recent_.front().at > kRecentFor)) {
+    auto gone = recent_notices_.find(recent_.front().id);
+    recent_bytes_ -= gone->second.size();
+    recent_notices_.erase(gone);
     recent_.pop_front();
   }
-  if (recent_ids_.insert(job_id).second) recent_.emplace_back(job_id, now);
+  // (A second notice of one end — the gateway's settle after the relay's finish — adds nothing:
+  // the first, with the record, is kept.)
+  if (recent_notices_.emplace(job_id, notice).second) {
+    recent_.push_back({job_id, now});
+    recent_bytes_ += notice.size();
+  }
 }
 
 void Notifier::wake_all() {
   std::lock_guard lock(mu_);
-  for (auto& [id, w] : waiters_) w.wake();
+  for (auto& [id, w] : waiters_) w.wake({});
 }
 
 void Notifier::run(std::stop_token stop) {
@@ -69,16 +79,17 @@ void Notifier::run(std::stop_token stop) {
       wake_all();
       backoff.reset();
       for (;;) {
-        const std::string channel = sub_->next().channel;
+        const redis::Message message = sub_->next();
+        const std::string& channel = message.channel;
         const auto colon = channel.rfind(':');
         if (colon == std::string::npos || colon <= prefix.size()) continue;
         const bool done = std::string_view(channel).substr(colon) == ":done";
         const std::string id = channel.substr(prefix.size(), colon - prefix.size());
         std::lock_guard lock(mu_);
         auto [b, e] = waiters_.equal_range(id);
-        if (done && b == e) remember_end(id);
+        if (done && b == e) remember_end(id, message.payload);
         for (auto it = b; it != e; ++it)
-          if (done || it->second.every_change) it->second.wake();
+          if (done || it->second.every_change) it->second.wake(message.payload);
       }
     } catch (const std::exception& e) {
       {

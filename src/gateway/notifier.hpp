@@ -10,6 +10,10 @@
 // every long-poll reading its job a second time after registering, a round trip and a trip to
 // a request thread per waited job (issue 14). Past those bounds a notice can still be missed;
 // the long-poll then answers at its deadline with the job as it is, as before.
+// A relay's finish announces a waited-for job's end with the job's record (lua/finish.lua): a
+// waiter gets that notice and can answer from it without reading the job (issue 14: a read
+// was a round trip and two hand-offs between threads on the path to every waiting client). An
+// end kept for a later registration keeps its notice too, within kRecentBytes in all.
 
 #include <chrono>
 #include <deque>
@@ -20,7 +24,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <utility>
 
 #include "redis/connection.hpp"
@@ -31,7 +35,10 @@ namespace relay::gateway {
 
 class Notifier {
  public:
-  using Wake = std::function<void()>;  // called on the notifier thread: keep it short
+  // Called on the notifier thread (keep it short) with the notice: the job's record as a relay's
+  // finish announced it (a JSON array of field, value), or anything else ("completed", "" when
+  // everyone is woken) — then the waiter reads the job.
+  using Wake = std::function<void(const std::string& notice)>;
 
   Notifier(redis::Endpoint ep, redis::Keys keys) : ep_(std::move(ep)), keys_(std::move(keys)) {}
 
@@ -70,9 +77,15 @@ class Notifier {
   // Ends heard with no waiter, oldest first (see above); guarded by mu_.
   static constexpr std::chrono::seconds kRecentFor{10};
   static constexpr std::size_t kRecentMax = 100'000;
-  void remember_end(const std::string& job_id);
-  std::deque<std::pair<std::string, std::chrono::steady_clock::time_point>> recent_;
-  std::unordered_set<std::string> recent_ids_;
+  static constexpr std::size_t kRecentBytes = 32 << 20;  // of the notices kept with them
+  void remember_end(const std::string& job_id, const std::string& notice);
+  struct Recent {
+    std::string id;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::deque<Recent> recent_;
+  std::unordered_map<std::string, std::string> recent_notices_;  // by id
+  std::size_t recent_bytes_ = 0;
   std::optional<redis::Subscription> sub_;  // guarded by mu_ for interrupt()
 };
 

@@ -62,6 +62,7 @@ const std::string& openapi_json() {
       "post": {"summary": "Submit a job", "operationId": "submitJob",
         "parameters": [
           {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": 256}},
+          {"name": "Prefer", "in": "header", "schema": {"type": "string"}, "example": "wait=30", "description": "RFC 7240: wait=SECONDS holds the answer until the job ends (200 and the ended job) or the wait does (202 and the job as it is), at most server.max_wait; bare wait means server.max_wait; anything else is ignored"},
           {"name": "operation", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only"},
           {"name": "callback_url", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only"},
           {"name": "params", "in": "query", "schema": {"type": "string"}, "description": "raw bodies only: a JSON object"},
@@ -81,7 +82,7 @@ const std::string& openapi_json() {
             "webhook_events": {"type": "string", "description": "see the query parameter"},
             "input_url": {"type": "string", "description": "instead of a file part; see the query parameter"}}}},
           "*/*": {"schema": {"type": "string", "format": "binary"}}}},
-        "responses": {"202": {"$ref": "#/components/responses/Job"}, "400": {"$ref": "#/components/responses/Error"},
+        "responses": {"200": {"$ref": "#/components/responses/Job"}, "202": {"$ref": "#/components/responses/Job"}, "400": {"$ref": "#/components/responses/Error"},
           "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
           "409": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
           "415": {"$ref": "#/components/responses/Error"},

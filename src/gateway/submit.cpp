@@ -16,6 +16,7 @@
 #include "gateway/api_steps.hpp"
 #include "gateway/callback_url.hpp"
 #include "gateway/metrics.hpp"
+#include "gateway/prefer_wait.hpp"
 #include "gateway/submission.hpp"
 #include "http/destination.hpp"
 #include "multipart/parser.hpp"
@@ -24,6 +25,8 @@
 
 namespace relay::gateway {
 namespace {
+
+constexpr std::chrono::milliseconds kNoWait{0};
 
 // Thrown by the upload path when the input outgrows its limit.
 struct TooLarge {};
@@ -41,7 +44,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
   // declared: the raw body's Content-Length, when there is one (storage can then stream it).
   Upload(Api& api, std::string tenant, std::string svc, std::uint64_t limit,
          std::optional<std::string> boundary, std::optional<std::uint64_t> declared, Submission sub,
-         bool priority, std::string idem_key, TraceParent trace, std::string tracestate)
+         bool priority, std::string idem_key, TraceParent trace, std::string tracestate,
+         std::chrono::milliseconds wait)
       : api_(api),
         tenant_(std::move(tenant)),
         svc_(std::move(svc)),
@@ -53,6 +57,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
         idem_key_(std::move(idem_key)),
         trace_(std::move(trace)),
         tracestate_(std::move(tracestate)),
+        wait_(wait),
         job_id_(new_job_id()),
         input_key_(input_object_key(svc_, job_id_)) {
     if (boundary) parser_.emplace(*boundary, static_cast<multipart::Handler&>(*this));
@@ -313,6 +318,8 @@ class Api::Upload final : public Intake, private multipart::Handler {
     r.traceparent = trace_.header();
     r.tracestate = tracestate_;
     r.key_id = api_.enc_.enabled ? api_.enc_.active_id : "";
+    // Waited for from birth: its end is announced without a watch step of its own.
+    r.watched = wait_.count() > 0;
     r.created_at = wall_now();
     // Deadlines: the submission's, else the service type's default.
     if (auto ttl = deadline_option(sub_.ttl) ? deadline_option(sub_.ttl) : st_.ttl)
@@ -370,7 +377,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
     key_reserved_ = false;
     auto conn = api_.redis_.borrow();
     Context ctx{*conn, tenant_};
-    return api_.replayed(ctx, st_.model, holder);
+    return api_.replayed(ctx, svc_, holder, wait_);
   }
 
   // The job exists: the answer.
@@ -389,6 +396,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
     resp.status = 202;
     resp.body = job_json(r);
     resp.headers.emplace_back("Location", "/jobs/" + svc_ + "/" + job_id_);
+    if (wait_.count() > 0) wait_for_job(resp, job_id_, "/jobs/" + svc_ + "/" + job_id_, wait_);
     return resp;
   }
 
@@ -404,6 +412,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
   std::optional<std::string> replay_of_;  // committed() found the key naming this job
   const TraceParent trace_;
   const std::string tracestate_;
+  const std::chrono::milliseconds wait_;  // Prefer: wait (0: the answer at once)
   const std::string job_id_, input_key_;
 
   std::optional<JobRecord> record_;
@@ -437,16 +446,33 @@ SubmissionRules Api::rules_for(const std::string& svc) const {
   return rules;
 }
 
-Response Api::replayed(Context& ctx, const std::string& model, const std::string& holder) {
+void Api::wait_for_job(Response& r, const std::string& id, const std::string& to,
+                       std::chrono::milliseconds wait) {
+  r.wait_job = id;
+  r.wait_until = std::chrono::steady_clock::now() + wait;
+  r.wait_target = to;
+}
+
+Response Api::replayed(Context& ctx, const std::string& svc, const std::string& holder,
+                       std::chrono::milliseconds wait) {
   if (!holder.empty()) {
-    auto rec = step(
-        ctx, [&](redis::JobStore& store, redis::Connection&) { return store.get(model, holder); });
+    const std::string& model = cfg_.service_types.at(svc).model;
+    auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+      // Flagged and read in one round trip, as a long-poll's read (an end after it is heard).
+      if (wait.count() > 0) return store.get_watched(model, holder, ctx.tenant, svc);
+      return store.get(model, holder);
+    });
     if (rec && rec->tenant == ctx.tenant) {
       Response r;
       r.status = 202;
       r.body = job_json(*rec);
-      r.headers.emplace_back("Location", "/jobs/" + rec->service_type + "/" + rec->id);
+      const std::string path = "/jobs/" + rec->service_type + "/" + rec->id;
+      r.headers.emplace_back("Location", path);
       r.headers.emplace_back("Idempotent-Replayed", "true");
+      if (wait.count() > 0 && is_terminal(rec->status)) r.status = 200;
+      // (Of another service type of the model, not flagged: not waited for.)
+      else if (wait.count() > 0 && rec->service_type == svc)
+        wait_for_job(r, rec->id, path, wait);
       return r;
     }
   }
@@ -502,9 +528,11 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   auto given = parse_traceparent(req.header("traceparent"));
   TraceParent trace = given.value_or(new_trace());
   std::string tracestate = given ? clean_tracestate(req.header("tracestate")) : std::string();
+  // Prefer: wait — the answer held until the job ends (gateway/prefer_wait.hpp).
+  const auto wait = preferred_wait(req.header("prefer"), cfg_.max_wait).value_or(kNoWait);
   auto upload = std::make_unique<Upload>(
       *this, ctx.tenant, svc, limit, boundary, req.content_length, std::move(sub), priority,
-      std::move(idem_key), std::move(trace), std::move(tracestate));
+      std::move(idem_key), std::move(trace), std::move(tracestate), wait);
 
   // Idempotency-Key: the step that makes the job claims it (a retry finds the first job, and of
   // two requests at once one makes the job). A body still to come reserves it first, for the new
@@ -517,7 +545,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
       return store.reserve_idempotency(upload->idempotency_key(), upload->job_id(),
                                        cfg_.idempotency_reservation);
     });
-    if (existing && *existing != upload->job_id()) return replayed(ctx, st.model, *existing);
+    if (existing && *existing != upload->job_id()) return replayed(ctx, svc, *existing, wait);
     upload->key_reserved();
   }
 

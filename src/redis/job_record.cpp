@@ -136,6 +136,7 @@ void for_each_field(Record& r, F&& f) {
   f(field::holder, r.holder);
   f(field::key_id, r.key_id);
   f(field::cancel_requested, r.cancel_requested);
+  f(field::watched, r.watched);
   f(field::timings, r.timings);
   f(field::expires_at, r.expires_at);
   f(field::timeout_ms, r.timeout);

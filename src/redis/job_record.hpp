@@ -42,6 +42,9 @@ inline constexpr std::string_view finished_at = "finished_at";
 inline constexpr std::string_view holder = "holder";
 inline constexpr std::string_view key_id = "key_id";
 inline constexpr std::string_view cancel_requested = "cancel_requested";
+// Something waits on the job's end (a long-poll, an event stream, a submission with Prefer:
+// wait): its changes and end are announced (lua/watch.lua, lua/settle.lua).
+inline constexpr std::string_view watched = "watched";
 inline constexpr std::string_view timings = "timings";
 // Deadlines (per submission or the service type's default): not started by expires_at, the job
 // fails `expired`; running longer than timeout_ms, it fails `timed_out`.
@@ -122,7 +125,8 @@ struct JobRecord {
   std::string holder;                // the relay holding it while processing
   std::string key_id;                // the encryption key of its input (empty: not encrypted)
   bool cancel_requested = false;
-  std::string timings;  // JSON object text, written by the relay
+  bool watched = false;  // see field::watched (a submission that waits is born watched)
+  std::string timings;   // JSON object text, written by the relay
   std::string webhook_status, webhook_last;
   std::int64_t webhook_attempts = 0;
   std::string webhook_events;  // empty: terminal only

@@ -38,6 +38,7 @@ JobRecord full_record() {
   r.holder = "relay-7";
   r.key_id = "k2";
   r.cancel_requested = true;
+  r.watched = true;
   r.timings = R"({"total_ms":8499.000})";
   r.webhook_status = "delivered";
   r.webhook_attempts = 3;
@@ -61,6 +62,7 @@ TEST(JobRecord, EveryFieldRoundTripsThroughItsStoredForm) {
   EXPECT_EQ(back.created_at, r.created_at);
   EXPECT_EQ(back.finished_at, r.finished_at);
   EXPECT_TRUE(back.cancel_requested);
+  EXPECT_TRUE(back.watched);
   EXPECT_EQ(back.webhook_attempts, 3);
   EXPECT_EQ(back.expires_at, r.expires_at);
   EXPECT_EQ(back.timeout, std::chrono::milliseconds(90'500));
@@ -74,6 +76,7 @@ TEST(JobRecord, StoresValuesInTheirDocumentedForms) {
   EXPECT_EQ(m.at("input_size"), "12345678901");
   EXPECT_EQ(m.at("priority"), "1");
   EXPECT_EQ(m.at("cancel_requested"), "1");
+  EXPECT_EQ(m.at("watched"), "1") << "what lua/watch.lua writes and lua/settle.lua reads";
   EXPECT_EQ(m.at("attempts"), "2");
   EXPECT_EQ(m.at("created_at"), "2026-11-30T12:00:00.001Z");
   EXPECT_EQ(m.at("webhook_attempts"), "3");
@@ -129,7 +132,9 @@ TEST(JobRecord, UsesExactlyTheSpecFieldNames) {
                              "started_at", "finished_at", "holder", "key_id", "cancel_requested",
                              "timings", "expires_at", "timeout_ms",
                              // the gateway's webhook bookkeeping, beside SPEC §3's fields:
-                             "webhook_status", "webhook_attempts", "webhook_last"};
+                             "webhook_status", "webhook_attempts", "webhook_last",
+                             // and the flag that something waits on the job's end
+                             "watched"};
   EXPECT_EQ(names, spec);
 }
 

@@ -198,7 +198,7 @@ Connection::Call JobStore::finish_call(const Completion& c, const std::string& t
       {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model),
        keys_.pending(model)},
       {id, token, std::string(to_string(c.status)), keys_.completed_channel(model), c.payload(),
-       std::to_string(kEventsMaxLen), std::to_string(next)}};
+       std::to_string(kEventsMaxLen), std::to_string(next), keys_.job_done_channel(id)}};
   for (auto& [k, v] : c.fields()) {
     if (k == field::status) continue;  // ARGV[3]
     call.args.push_back(k);

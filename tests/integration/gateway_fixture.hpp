@@ -175,6 +175,10 @@ class GatewayTest : public ::testing::Test {
     return parse(http("GET", url("/jobs/echo/" + id + query)));
   }
   std::vector<std::string> list(const std::string& key) { return store_.list(key); }
+  // Something waits on the job (a long-poll flags it: watch.lua).
+  bool flagged_watched(const std::string& id) {
+    return redis::as_integer(conn_.command({"HEXISTS", keys_.job("m1", id), "watched"}).get()) == 1;
+  }
   // A request sent as given on a connection of its own; everything the gateway answers until it
   // closes (or 10 s of silence).
   std::string raw_request(const std::string& request) {

@@ -63,30 +63,146 @@ TEST_F(GatewayTest, LongPollAnswersWhenTheJobEnds) {
   EXPECT_LT(took, 5s) << "a 30 s long-poll must come back as soon as the job ends";
 }
 
-// A long-poll costs two reads of its job: one that flags it watched (in the same round trip)
-// before it waits, one when its end is announced — no read again after registering with the
-// notifier (an end announced in between is one the notifier kept).
-TEST_F(GatewayTest, ALongPollReadsItsJobOnceBeforeItWaitsAndOnceAtItsEnd) {
-  if (redis_.cluster()) GTEST_SKIP() << "SLOWLOG is per node";
-  start_gateway();
-  InferenceServer inference({.delay_ms = 1000});
-  auto id = submit_id("input");
-  conn_.command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
-  conn_.command({"CONFIG", "SET", "slowlog-max-len", "10000"});
-  conn_.command({"SLOWLOG", "RESET"});
-  auto relay = start_relay(inference);
-  auto r = http("GET", url("/jobs/echo/" + id + "?wait=30"));
-  EXPECT_EQ(str(parse(r), "status"), "completed") << r.body;
-  auto log = conn_.command({"SLOWLOG", "GET", "10000"});
-  conn_.command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
+// Every command the gateway (or anyone but a script) sends from now is logged: SLOWLOG.
+void log_every_command(redis::Connection& conn) {
+  conn.command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
+  conn.command({"CONFIG", "SET", "slowlog-max-len", "10000"});
+  conn.command({"SLOWLOG", "RESET"});
+}
+// How many top-level reads of the job's record (HGETALL) were logged since.
+int reads_of(redis::Connection& conn, const std::string& job_key) {
+  auto log = conn.command({"SLOWLOG", "GET", "10000"});
+  conn.command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
   int reads = 0;
   for (size_t i = 0; i < log->elements; ++i) {
     const auto* entry = log->element[i];
     const auto argv = redis::as_strings(entry->element[3]);
     if (redis::as_string(entry->element[4]) == "?:0") continue;  // (a script's own)
-    reads += argv.size() == 2 && argv[0] == "HGETALL" && argv[1] == keys_.job("m1", id);
+    reads += argv.size() == 2 && argv[0] == "HGETALL" && argv[1] == job_key;
   }
-  EXPECT_EQ(reads, 2);
+  return reads;
+}
+
+// A long-poll reads its job once: the read that flags it watched (in the same round trip)
+// before it waits. No read again after registering with the notifier (an end announced in
+// between is one the notifier kept), and none at the end: the relay's finish announces the end
+// of a watched job with its record, and the answer is made from that — the same answer a read
+// gives.
+TEST_F(GatewayTest, ALongPollReadsItsJobOnceAndIsAnsweredFromTheEndsNotice) {
+  if (redis_.cluster()) GTEST_SKIP() << "SLOWLOG is per node";
+  start_gateway();
+  InferenceServer inference({.delay_ms = 1000});
+  auto id = submit_id("input");
+  log_every_command(conn_);
+  auto relay = start_relay(inference);
+  auto r = http("GET", url("/jobs/echo/" + id + "?wait=30"));
+  EXPECT_EQ(str(parse(r), "status"), "completed") << r.body;
+  EXPECT_EQ(reads_of(conn_, keys_.job("m1", id)), 1);
+  EXPECT_EQ(r.body, http("GET", url("/jobs/echo/" + id)).body) << "as a read shows the job";
+}
+
+// Prefer: wait (RFC 7240) on a submission: the answer is held until the job ends — 200 and the
+// ended job, as a read shows it, with its Location — or until the wait does: 202 and the job as
+// it is. The job is born watched, so the gateway never reads it: its end's notice is the answer.
+TEST_F(GatewayTest, ASubmissionThatPrefersToWaitIsAnsweredWhenItsJobEnds) {
+  if (redis_.cluster()) GTEST_SKIP() << "SLOWLOG is per node";
+  start_gateway();
+  InferenceServer inference({.delay_ms = 500});
+  auto relay = start_relay(inference);  // (one job, then it exits)
+  log_every_command(conn_);
+  auto r = submit("input", {"Prefer: respond-async, wait=30"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string id = str(parse(r), "id");
+  EXPECT_EQ(str(parse(r), "status"), "completed");
+  EXPECT_EQ(r.headers["location"], "/jobs/echo/" + id);
+  EXPECT_EQ(reads_of(conn_, keys_.job("m1", id)), 0);
+  EXPECT_EQ(r.body, http("GET", url("/jobs/echo/" + id)).body) << "as a read shows the job";
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  // A job that fails is answered the same way: it ended.
+  InferenceServer broken({.status = 500});
+  auto failing_relay = start_relay(broken);
+  auto failing = submit("input", {"Prefer: wait=30"});
+  EXPECT_EQ(failing.status, 200) << failing.body;
+  EXPECT_EQ(str(parse(failing), "status"), "failed");
+  failing_relay->wait_exit(20s);
+
+  // Nobody runs it: the wait ends (cut to server.max_wait), and the job is as it is.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto later = submit("input", {"Prefer: wait=1"});
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 900ms);
+  ASSERT_EQ(later.status, 202) << later.body;
+  EXPECT_EQ(str(parse(later), "status"), "pending");
+  EXPECT_EQ(later.headers["location"], "/jobs/echo/" + str(parse(later), "id"));
+  // A preference that cannot be read is ignored (RFC 7240 §2): answered at once.
+  for (const char* odd : {"Prefer: wait=soon", "Prefer: wait=0", "Prefer: waiting=5"}) {
+    auto at_once = submit("input", {odd});
+    EXPECT_EQ(at_once.status, 202) << odd;
+    EXPECT_EQ(str(parse(at_once), "status"), "pending") << odd;
+  }
+}
+
+// A retry of a waiting submission (same Idempotency-Key) waits for the first request's job, and
+// makes none of its own.
+TEST_F(GatewayTest, AWaitingRetryWaitsForTheFirstRequestsJob) {
+  start_gateway();
+  const std::string key = "Idempotency-Key: wait-" + new_job_id();
+  auto first = submit("input", {key});
+  ASSERT_EQ(first.status, 202) << first.body;
+  const std::string id = str(parse(first), "id");
+  InferenceServer inference({.delay_ms = 500});
+  auto relay = start_relay(inference);
+  auto retry = submit("input", {key, "Prefer: wait=30"});
+  EXPECT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(str(parse(retry), "id"), id);
+  EXPECT_EQ(str(parse(retry), "status"), "completed");
+  EXPECT_EQ(retry.headers["idempotent-replayed"], "true");
+  // Ended already: answered at once.
+  auto again = submit("input", {key, "Prefer: wait=30"});
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(str(parse(again), "id"), id);
+  ASSERT_EQ(relay->wait_exit(20s), 0);
+  EXPECT_TRUE(list(keys_.pending("m1")).empty()) << "one job";
+}
+
+// A notice on a job's done channel that is not its end — a record of another tenant, of another
+// job, not ended, or not a record — answers nobody: the long-poll reads its job (once per
+// notice), sees it still pending and waits on.
+TEST_F(GatewayTest, ANoticeThatIsNotTheJobsEndAnswersNoLongPoll) {
+  if (redis_.cluster()) GTEST_SKIP() << "INFO is per node";
+  start_gateway();
+  auto id = submit_id("input");
+  auto rec = store_.get("m1", id);
+  ASSERT_TRUE(rec);
+  std::optional<HttpResult> answer;
+  std::thread poll([&] { answer = http("GET", url("/jobs/echo/" + id + "?wait=5")); });
+  ASSERT_TRUE(wait_until([&] { return flagged_watched(id); }, 10s));
+  auto notice = [&](const std::string& tenant, const std::string& job, const char* status) {
+    json::array a{"id",         job.c_str(), "service_type", "echo",   "model",
+                  "m1",         "tenant",    tenant.c_str(), "status", status,
+                  "input_size", "0",         "attempts",     "0"};
+    return json::serialize(a);
+  };
+  // (No relay runs: every HGETALL is the long-poll's. Counted by INFO, as SLOWLOG would fill
+  // with this test's own polling.)
+  conn_.command({"CONFIG", "RESETSTAT"});
+  auto reads = [&] {
+    const std::string info = redis::as_string(conn_.command({"INFO", "commandstats"}).get());
+    const auto at = info.find("cmdstat_hgetall:calls=");
+    return at == std::string::npos ? 0 : std::atoi(info.c_str() + at + 22);
+  };
+  const std::string forged[] = {notice("someone-else", id, "completed"),
+                                notice(rec->tenant, new_job_id(), "completed"),
+                                notice(rec->tenant, id, "processing"), "[1,2]", "completed"};
+  for (int n = 1; const auto& text : forged) {
+    conn_.command({"PUBLISH", keys_.job_done_channel(id), text});
+    // (Read, one notice at a time: each is judged alone.)
+    ASSERT_TRUE(wait_until([&] { return reads() == n; }, 5s)) << text << ": " << reads();
+    ++n;
+  }
+  poll.join();
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 200);
+  EXPECT_EQ(str(parse(*answer), "status"), "pending") << answer->body;
 }
 
 // The notifier's subscription is lost and renewed while a long-poll waits: every waiter is woken
@@ -105,12 +221,7 @@ TEST_F(GatewayTest, ALongPollWokenWithoutTheEndWaitsOn) {
       10s));
   std::optional<HttpResult> answer;
   std::thread poll([&] { answer = http("GET", url("/jobs/echo/" + id + "?wait=30")); });
-  ASSERT_TRUE(wait_until(
-      [&] {
-        return redis::as_integer(
-                   conn_.command({"HEXISTS", keys_.job("m1", id), "watched"}).get()) == 1;
-      },
-      10s));
+  ASSERT_TRUE(wait_until([&] { return flagged_watched(id); }, 10s));
   // Every pub/sub client of every node is disconnected: the notifier resubscribes.
   for (int i = 0; i < redis_.nodes(); ++i) {
     auto node = redis::Connection::open(redis_.node_endpoint(i));

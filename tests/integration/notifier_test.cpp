@@ -5,6 +5,7 @@
 #include "gateway/notifier.hpp"
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "relay_fixture.hpp"
@@ -18,26 +19,42 @@ TEST_F(RelayTest, AnEndHeardBeforeItsWaiterRegisteredWakesItAtOnce) {
   gateway::Notifier notifier(redis_.endpoint(), keys_);
   std::jthread runner([&](std::stop_token st) { notifier.run(st); });
   const std::string ended = new_job_id(), running = new_job_id(), changed = new_job_id();
+  const std::string sentinel = new_job_id();
   // Subscribed once a publish reaches a subscriber.
   ASSERT_TRUE(wait_until(
-      [&] { return publish_heard(keys_.job_done_channel(ended), "completed") > 0; }, 10s));
-  publish_heard(keys_.job_changed_channel(changed), "processing");  // not an end
-  // (Heard by the notifier's thread some time after the publish: registered until it has.)
-  std::atomic<int> woken{0};
-  ASSERT_TRUE(wait_until(
-      [&] {
-        woken = 0;
-        auto reg = notifier.watch(ended, [&] { ++woken; });
-        return woken.load() == 1;
-      },
-      10s));
+      [&] { return publish_heard(keys_.job_changed_channel(changed), "processing") > 0; },
+      10s));  // (not an end)
+  // The end of `ended`, then a sentinel's: the notifier hears them in order, so once the
+  // sentinel's waiter is woken, the first end was heard — with nobody waiting for it.
+  std::atomic<int> sentinel_woken{0};
+  auto s = notifier.watch(sentinel, [&](const std::string&) { ++sentinel_woken; });
+  publish_heard(keys_.job_done_channel(ended), "completed");
+  publish_heard(keys_.job_done_channel(sentinel), "completed");
+  ASSERT_TRUE(wait_until([&] { return sentinel_woken.load() == 1; }, 10s));
+  int woken = 0;
+  std::string kept;  // the notice the kept end is woken with: the one it was announced with
+  notifier.watch(ended, [&](const std::string& notice) {
+    ++woken;
+    kept = notice;
+  });
+  EXPECT_EQ(woken, 1) << "woken at once, inside watch()";
+  EXPECT_EQ(kept, "completed");
   std::atomic<int> others{0};
-  auto a = notifier.watch(running, [&] { ++others; });
-  auto b = notifier.watch(changed, [&] { ++others; });
+  std::mutex mu;
+  std::string heard;
+  auto a = notifier.watch(running, [&](const std::string& notice) {
+    std::lock_guard lock(mu);
+    heard = notice;
+    ++others;
+  });
+  auto b = notifier.watch(changed, [&](const std::string&) { ++others; });
   EXPECT_EQ(others.load(), 0) << "only ends are kept, and only the job's own";
-  // Heard later, as usual: the waiter registered first is woken by the notice itself.
-  publish_heard(keys_.job_done_channel(running), "completed");
+  // Heard later, as usual: the waiter registered first is woken by the notice itself, and
+  // gets what it says (a relay's finish sends the job's record).
+  publish_heard(keys_.job_done_channel(running), R"(["status","completed"])");
   EXPECT_TRUE(wait_until([&] { return others.load() == 1; }, 10s));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(heard, R"(["status","completed"])");
 }
 
 }  // namespace

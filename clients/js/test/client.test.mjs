@@ -115,6 +115,23 @@ test("submit bytes, wait, and read the result", async () => {
   assert.equal(typed.data.input.content_type, "application/json");
 });
 
+test("a submission that waits for its job (Prefer: wait)", async () => {
+  const quick = await client().submit("echo", "quick", { wait: 30 });
+  assert.equal(quick.status, "completed", "answered once it ended: no long-poll needed");
+  const slow = await client().submit("slow", "x", { wait: 1 });
+  assert.notEqual(slow.status, "completed", "a shorter wait: the job as it is");
+  assert.equal((await slow.wait(30)).status, "completed");
+  // run(): its submission waits, so a quick job costs one request (and its result's read).
+  const sent = [];
+  const counting = (input, init) => {
+    sent.push(init?.method || "GET");
+    return fetch(input, init);
+  };
+  const ran = await new Client(url, { apiKey: KEY, fetch: counting }).run("echo", "hello", {}, 30);
+  assert.equal(ran.status, "completed");
+  assert.deepEqual(sent, ["POST"]);
+});
+
 test("errors are typed, with the API's codes", async () => {
   await assert.rejects(new Client(url, { apiKey: "wrong" }).submit("echo", "x"),
     (e) => e instanceof RelayError && e.status === 401 && e.code === "unauthorized");

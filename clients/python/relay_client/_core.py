@@ -142,6 +142,7 @@ def submit_request(
     ttl: Union[None, int, float, str],
     timeout: Union[None, int, float, str],
     max_attempts: Optional[int],
+    wait: int = 0,
 ) -> Request:
     if (opened is None) == (input_url is None):
         raise ValueError("give an input (path, file or bytes) or input_url, not both")
@@ -161,12 +162,31 @@ def submit_request(
     headers = {"Idempotency-Key": idempotency_key}
     if priority:
         headers[priority_header] = "1"
+    # Prefer: wait (RFC 7240): the gateway holds its answer until the job ends, up to `wait`
+    # seconds (and its server.max_wait): 200 and the ended job, or 202 and the job as it is.
+    request_timeout = None
+    if wait > 0:
+        headers["Prefer"] = f"wait={wait}"
+        request_timeout = wait + 30.0
     if opened is None:
         # By reference: no body, the options in the query (the API's raw-body form).
-        return Request("POST", f"/jobs/{service_type}", params=data, headers=headers, content=b"")
-    req = Request("POST", f"/jobs/{service_type}", headers=headers, data=data)
+        return Request("POST", f"/jobs/{service_type}", params=data, headers=headers, content=b"",
+                       timeout=request_timeout)
+    req = Request("POST", f"/jobs/{service_type}", headers=headers, data=data,
+                  timeout=request_timeout)
     req.files = {"file": (opened.filename, opened.file, content_type or "application/octet-stream")}
     return req
+
+
+def first_wait(timeout: Optional[float]) -> int:
+    """How long run()'s submission asks the gateway to wait (Prefer: wait): a minute at most,
+    the rest by long-poll. A job that ends within it costs run() no request but its result's."""
+    return 60 if timeout is None else max(0, min(60, int(timeout)))
+
+
+def time_left(timeout: Optional[float], started: float) -> Optional[float]:
+    """What is left of timeout (None: no limit) since started (time.monotonic())."""
+    return None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
 
 
 def new_idempotency_key() -> str:

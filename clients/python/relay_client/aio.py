@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, AsyncIterator, Dict, Iterable, Optional, Tuple, Union
 
 import httpx
@@ -105,6 +106,7 @@ class AsyncClient:
         ttl: Union[None, int, float, str] = None,
         timeout: Union[None, int, float, str] = None,
         max_attempts: Optional[int] = None,
+        wait: float = 0,
     ) -> "AsyncJob":
         key = idempotency_key or _core.new_idempotency_key()
         opened = Opened(input, filename) if input is not None else None
@@ -115,7 +117,7 @@ class AsyncClient:
                 operation=operation, params=params, callback_url=callback_url,
                 webhook_events=webhook_events, priority=priority,
                 priority_header=self.priority_header, idempotency_key=key, ttl=ttl,
-                timeout=timeout, max_attempts=max_attempts)
+                timeout=timeout, max_attempts=max_attempts, wait=int(wait))
 
         try:
             return AsyncJob(self, await self._drive(_core.submit_flow(build, opened, self.retries)))
@@ -129,8 +131,10 @@ class AsyncClient:
 
     async def run(self, service_type: str, input: Optional[Input] = None, *,
                   wait_timeout: Optional[float] = None, **options: Any) -> Any:
-        job = await self.submit(service_type, input, **options)
-        await job.wait(wait_timeout)
+        started = time.monotonic()
+        job = await self.submit(service_type, input, wait=_core.first_wait(wait_timeout),
+                                **options)
+        await job.wait(_core.time_left(wait_timeout, started))
         return await job.result()
 
     async def jobs(

@@ -108,9 +108,11 @@ class Client:
         ttl: Union[None, int, float, str] = None,
         timeout: Union[None, int, float, str] = None,
         max_attempts: Optional[int] = None,
+        wait: float = 0,
     ) -> "Job":
         """Submits a job: its input as a path, a binary file, bytes, or by reference
-        (input_url). Files are streamed, never read whole."""
+        (input_url). Files are streamed, never read whole. With wait (seconds), the gateway
+        answers once the job ended, or that wait passed (Prefer: wait; at most its max_wait)."""
         key = idempotency_key or _core.new_idempotency_key()
         opened = Opened(input, filename) if input is not None else None
 
@@ -120,7 +122,7 @@ class Client:
                 operation=operation, params=params, callback_url=callback_url,
                 webhook_events=webhook_events, priority=priority,
                 priority_header=self.priority_header, idempotency_key=key, ttl=ttl,
-                timeout=timeout, max_attempts=max_attempts)
+                timeout=timeout, max_attempts=max_attempts, wait=int(wait))
 
         try:
             return Job(self, self._drive(_core.submit_flow(build, opened, self.retries)))
@@ -133,9 +135,11 @@ class Client:
 
     def run(self, service_type: str, input: Optional[Input] = None, *,
             wait_timeout: Optional[float] = None, **options: Any) -> Any:
-        """submit + wait + result: the model's answer (JSON, or bytes), or JobFailed/JobCancelled."""
-        job = self.submit(service_type, input, **options)
-        job.wait(wait_timeout)
+        """submit + wait + result: the model's answer (JSON, or bytes), or JobFailed/JobCancelled.
+        The submission itself waits for the job (Prefer: wait) up to a minute of wait_timeout."""
+        started = time.monotonic()
+        job = self.submit(service_type, input, wait=_core.first_wait(wait_timeout), **options)
+        job.wait(_core.time_left(wait_timeout, started))
         return job.result()
 
     def jobs(

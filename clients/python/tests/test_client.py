@@ -44,6 +44,31 @@ def test_bytes_and_file_objects_and_run(client):
     assert file_part(answer)["size"] == 1000
 
 
+def test_a_submission_that_waits_for_its_job(client, stack):
+    # Prefer: wait — the gateway answers once the job ended: no long-poll needed.
+    job = client.submit("echo", b"quick", wait=30)
+    assert job.done and job.status == "completed"
+    # A wait shorter than the job: answered with the job as it is, then waited for as usual.
+    slow = client.submit("slow", b"x", wait=1)
+    assert not slow.done
+    assert slow.wait(30).status == "completed"
+
+    # run(): its submission waits, so a quick job costs two requests in all (the submission and
+    # the result's download).
+    class Counting(httpx.HTTPTransport):
+        sent: list = []
+
+        def handle_request(self, request):
+            self.sent.append(request.method)
+            return super().handle_request(request)
+
+    counting = Counting()
+    with Client(stack.url, api_key=API_KEY, transport=counting) as counted:
+        answer = counted.run("echo", b"hello", wait_timeout=30)
+    assert file_part(answer)["size"] == 5
+    assert counting.sent == ["POST", "GET"]
+
+
 def test_errors_are_typed(client, stack):
     with pytest.raises(NotFound) as e:
         client.submit("nope", b"x")
