@@ -664,7 +664,8 @@ struct HttpServer::Impl {
         of_job.target = resp.wait_target;
         of_job.header = r.header;
         of_job.after_submit = true;
-        const std::string route = resp.route;
+        // Counted apart: its duration is the job's, and would swamp the submissions' own.
+        const std::string route = resp.route + " (waiting)";
         auto said = std::move(resp.headers);  // (its Location, Idempotent-Replayed: said again)
         resp = co_await long_poll(of_job, std::move(resp));
         resp.route = route;

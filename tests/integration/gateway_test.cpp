@@ -117,6 +117,11 @@ TEST_F(GatewayTest, ASubmissionThatPrefersToWaitIsAnsweredWhenItsJobEnds) {
   EXPECT_EQ(r.headers["location"], "/jobs/echo/" + id);
   EXPECT_EQ(reads_of(conn_, keys_.job("m1", id)), 0);
   EXPECT_EQ(r.body, http("GET", url("/jobs/echo/" + id)).body) << "as a read shows the job";
+  // Its time is the job's: counted apart from the submissions answered at once.
+  EXPECT_NE(http("GET", url("/metrics"))
+                .body.find("relay_http_requests_total{route=\"POST /jobs/{service_type} "
+                           "(waiting)\",status=\"200\"} 1"),
+            std::string::npos);
   ASSERT_EQ(relay->wait_exit(20s), 0);
   // A job that fails is answered the same way: it ended.
   InferenceServer broken({.status = 500});
