@@ -152,8 +152,8 @@ class Api {
   Response replayed(Context& ctx, const std::string& svc, const std::string& holder,
                     std::chrono::milliseconds wait);
   // A submission that waits for its job (Prefer: wait): the job is born watched, and the server
-  // holds the answer until it ends (the wait a job's read asks for, `to` its path).
-  static void wait_for_job(Response& r, const std::string& id, const std::string& to,
+  // holds the answer until it ends (asking again with a read of the job).
+  static void wait_for_job(Response& r, const std::string& svc, const std::string& id,
                            std::chrono::milliseconds wait);
   SubmissionRules rules_for(const std::string& service_type) const;
   // The answer to a request that failed with e: Redis or storage unavailable (503), or a body

@@ -210,16 +210,13 @@ class BodyReader {
  public:
   BodyReader(beast::tcp_stream& stream, beast::flat_buffer& buffer,
              http::request_parser<http::buffer_body>& parser, const Config& cfg)
-      : stream_(stream),
-        buffer_(buffer),
-        parser_(parser),
-        cfg_(cfg),
-        idle_(stream.get_executor()),
-        watch_(std::make_shared<Watch>(Watch{.socket = &stream.socket()})) {
+      : stream_(stream), buffer_(buffer), parser_(parser), cfg_(cfg), idle_(stream.get_executor()) {
     if (!parser_.is_done() && !parser_.chunked() && parser_.content_length())
       remaining_ = *parser_.content_length();
   }
-  ~BodyReader() { watch_->socket = nullptr; }  // (a expiry already queued finds no socket)
+  ~BodyReader() {
+    if (watch_) watch_->socket = nullptr;  // (an expiry already queued finds no socket)
+  }
   BodyReader(const BodyReader&) = delete;
   BodyReader& operator=(const BodyReader&) = delete;
 
@@ -282,13 +279,15 @@ class BodyReader {
   // expiry: Beast closes the socket when that fires, and the 408 could not be written. This one
   // cancels the read under way (it ends with operation_aborted) and the socket stays open for
   // the answer. Shared with the timer's handler, which may run after this reader is gone, or
-  // after a later arm() (`armed` says which deadline is current).
+  // after a later arm() (`armed` says which deadline is current); made at the first read (most
+  // requests have no body).
   struct Watch {
     tcp::socket* socket = nullptr;
     std::uint64_t armed = 0;
     bool fired = false;
   };
   void arm() {
+    if (!watch_) watch_ = std::make_shared<Watch>(Watch{.socket = &stream_.socket()});
     const std::uint64_t generation = ++watch_->armed;
     watch_->fired = false;
     idle_.expires_after(cfg_.body_idle_timeout);
@@ -354,7 +353,7 @@ class BodyReader {
         got = to.size() - parser_.get().body().size;
       }
     }
-    if (ec == asio::error::operation_aborted && watch_->fired)
+    if (ec == asio::error::operation_aborted && watch_ && watch_->fired)
       throw Cut{"no byte for server.body_idle_timeout"};
     // The buffer's limit reached on one chunk line, or framing Beast refuses: the client's
     // fault, said as such (a socket error is the client going away, rethrown as it is).
@@ -375,7 +374,7 @@ class BodyReader {
   std::optional<UploadPace> pace_;          // from the first read: most requests have no body
   bool abandoned_ = false;
   asio::steady_timer idle_;
-  std::shared_ptr<Watch> watch_;
+  std::shared_ptr<Watch> watch_;  // see arm()
 };
 
 }  // namespace

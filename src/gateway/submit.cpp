@@ -396,7 +396,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
     resp.status = 202;
     resp.body = job_json(r);
     resp.headers.emplace_back("Location", "/jobs/" + svc_ + "/" + job_id_);
-    if (wait_.count() > 0) wait_for_job(resp, job_id_, "/jobs/" + svc_ + "/" + job_id_, wait_);
+    if (wait_.count() > 0) wait_for_job(resp, svc_, job_id_, wait_);
     return resp;
   }
 
@@ -446,11 +446,11 @@ SubmissionRules Api::rules_for(const std::string& svc) const {
   return rules;
 }
 
-void Api::wait_for_job(Response& r, const std::string& id, const std::string& to,
+void Api::wait_for_job(Response& r, const std::string& svc, const std::string& id,
                        std::chrono::milliseconds wait) {
   r.wait_job = id;
   r.wait_until = std::chrono::steady_clock::now() + wait;
-  r.wait_target = to;
+  r.wait_target = "/jobs/" + svc + "/" + id;
 }
 
 Response Api::replayed(Context& ctx, const std::string& svc, const std::string& holder,
@@ -466,13 +466,12 @@ Response Api::replayed(Context& ctx, const std::string& svc, const std::string& 
       Response r;
       r.status = 202;
       r.body = job_json(*rec);
-      const std::string path = "/jobs/" + rec->service_type + "/" + rec->id;
-      r.headers.emplace_back("Location", path);
+      r.headers.emplace_back("Location", "/jobs/" + rec->service_type + "/" + rec->id);
       r.headers.emplace_back("Idempotent-Replayed", "true");
       if (wait.count() > 0 && is_terminal(rec->status)) r.status = 200;
       // (Of another service type of the model, not flagged: not waited for.)
       else if (wait.count() > 0 && rec->service_type == svc)
-        wait_for_job(r, rec->id, path, wait);
+        wait_for_job(r, svc, rec->id, wait);
       return r;
     }
   }
