@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -376,6 +378,35 @@ TEST(Spool, SmallBodiesStayInMemoryLargeOnesSpillAndReadBackWhole) {
     EXPECT_EQ(back, data) << size;
     EXPECT_EQ(s.head(5), data.substr(0, 5));
   }
+}
+
+// The start-up check refuses what a large answer could not be spooled into, naming it, and
+// creates nothing where it accepts.
+TEST(Spool, CheckDirAcceptsOnlyADirectoryItMayCreateFilesIn) {
+  std::string dir = (std::filesystem::temp_directory_path() / "relay-spool-test-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  EXPECT_NO_THROW(Spool::check_dir(dir));
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+
+  auto refused = [](const std::string& d) -> std::string {
+    try {
+      Spool::check_dir(d);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(refused(dir + "/missing").find(dir + "/missing: No such file or directory"),
+            std::string::npos);
+  std::ofstream(dir + "/file") << "x";
+  EXPECT_NE(refused(dir + "/file").find(dir + "/file is not a directory"), std::string::npos);
+  if (::geteuid() != 0) {  // (root may write anywhere but on a read-only file system)
+    std::filesystem::create_directory(dir + "/ro");
+    std::filesystem::permissions(
+        dir + "/ro", std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    EXPECT_NE(refused(dir + "/ro").find("Permission denied"), std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

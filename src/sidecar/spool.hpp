@@ -28,8 +28,9 @@ class Spool {
   // A source over everything written; the spool must outlive it.
   std::unique_ptr<ByteSource> reader() const;
 
-  // Creates (and at once unlinks) a file in dir; throws std::runtime_error naming dir and the
-  // cause. Used at start to refuse a spool directory that cannot be written.
+  // Throws std::runtime_error naming dir and the cause unless dir (resolved as above) is a
+  // directory this process may create files in. Used at start to refuse a spool directory that
+  // cannot be written.
   static void check_dir(const std::string& dir);
 
  private:
