@@ -11,11 +11,15 @@
 // steps safe to repeat are retried). With wait_replicas, one WAIT ends each batch and covers
 // every write in it. pipeline() blocks its thread until then; submit() does not: its callback
 // gets the outcome on the batching thread (the gateway resumes a request's coroutine with it,
-// so that no thread waits on a submit's round trip).
+// so that no thread waits on a submit's round trip) — except for a lone step on a quiet
+// connection (no batch for kQuiet, nothing queued): its caller sends it and waits for it, and
+// the callback runs before submit() returns. That saves the step a wake-up of the batching
+// thread when there is nothing to batch it with, and under load never happens.
 // In cluster mode a batch goes to each node it touches in one write per node (with
 // wait_replicas, not at all: one WAIT could not cover several nodes' writes; steps then go to
 // their nodes alone).
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -42,8 +46,9 @@ class Batcher {
   using Callback = std::function<void(Outcome)>;
 
   std::vector<Reply> pipeline(std::vector<Connection::Call> calls);
-  // Queues the calls and returns; `done` is called once, on the batching thread, and must be
-  // quick (hand the outcome on). Queued calls are sent even while the batcher is destroyed.
+  // Queues the calls and returns; `done` is called once, on the batching thread (or, for a lone
+  // step, on this one before submit returns), and must be quick (hand the outcome on). Queued
+  // calls are sent even while the batcher is destroyed.
   void submit(std::vector<Connection::Call> calls, Callback done);
 
  private:
@@ -54,12 +59,19 @@ class Batcher {
   void run(std::stop_token stop);
   void serve(std::vector<Item>& batch);
 
-  LazyConnection conn_;  // the batching thread's
+  using Clock = std::chrono::steady_clock;
+  // How long no batch must have gone out for a lone step to be sent by its caller: at 1,000
+  // steps a second and more they all go through the batching thread.
+  static constexpr auto kQuiet = std::chrono::milliseconds(1);
+
+  LazyConnection conn_;  // used by whoever set busy_
   const std::int64_t wait_replicas_;
   std::mutex mu_;
   std::condition_variable_any cv_;
   std::vector<Item> queue_;
-  std::jthread thread_;  // last: started once the rest exists
+  bool busy_ = false;              // a batch (or a caller's lone step) is out on conn_
+  Clock::time_point last_sent_{};  // when the last one's replies were in
+  std::jthread thread_;            // last: started once the rest exists
 };
 
 }  // namespace relay::redis

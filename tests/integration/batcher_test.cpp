@@ -5,6 +5,8 @@
 #include "redis/batcher.hpp"
 
 #include <atomic>
+#include <future>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -69,6 +71,43 @@ TEST_F(BatcherTest, ConcurrentSubmitsShareRoundTripsAndEachGetsItsOwnOutcome) {
   dup.id = ids[0][0];
   EXPECT_FALSE(redis::JobStore::submitted(
       batcher.pipeline(store_.submit_calls(dup, false, std::chrono::hours(1)))));
+}
+
+// At light load a step has nothing to share a round trip with: its caller sends it, saving it
+// the batching thread's wake-up. A step that comes meanwhile queues, and the batching thread
+// sends it once the lone one is done.
+TEST_F(BatcherTest, ALoneStepIsSentByItsCallerAndWhatQueuesBehindItStillGoes) {
+  redis::Batcher batcher(redis_.endpoint(), 0);  // nothing sent yet: quiet
+  const auto caller = std::this_thread::get_id();
+  auto first = job_for(model_), second = job_for(model_);
+  std::optional<std::thread::id> first_on;
+  std::promise<std::thread::id> second_on;
+  auto second_done = second_on.get_future();
+  std::atomic<bool> queued{false};
+  std::thread other;
+  batcher.submit(store_.submit_calls(first, false, std::chrono::hours(1)), [&](auto o) {
+    EXPECT_FALSE(o.error);
+    first_on = std::this_thread::get_id();
+    // While this step holds the connection, another caller's step comes.
+    other = std::thread([&] {
+      batcher.submit(store_.submit_calls(second, false, std::chrono::hours(1)), [&](auto o2) {
+        EXPECT_FALSE(o2.error);
+        second_on.set_value(std::this_thread::get_id());
+      });
+      queued = true;
+    });
+    EXPECT_TRUE(wait_until([&] { return queued.load(); }, 10s));
+  });
+  ASSERT_TRUE(first_on) << "a lone step's outcome is in before submit returns";
+  EXPECT_EQ(*first_on, caller);
+  ASSERT_EQ(second_done.wait_for(10s), std::future_status::ready);
+  const auto other_id = other.get_id();
+  other.join();
+  const auto second_thread = second_done.get();
+  EXPECT_NE(second_thread, caller);
+  EXPECT_NE(second_thread, other_id) << "queued behind a lone step: the batching thread's";
+  EXPECT_EQ(status(first.id), "pending");
+  EXPECT_EQ(status(second.id), "pending");
 }
 
 TEST_F(BatcherTest, AnErrorReplyIsThrownToItsCallerOnly) {
