@@ -11,10 +11,10 @@
 // steps safe to repeat are retried). With wait_replicas, one WAIT ends each batch and covers
 // every write in it. pipeline() blocks its thread until then; submit() does not: its callback
 // gets the outcome on the batching thread (the gateway resumes a request's coroutine with it,
-// so that no thread waits on a submit's round trip) — except for a lone step on a quiet
-// connection (no batch for kQuiet, nothing queued): its caller sends it and waits for it, and
-// the callback runs before submit() returns. That saves the step a wake-up of the batching
-// thread when there is nothing to batch it with, and under load never happens.
+// so that no thread waits on a submit's round trip). A lone step on a quiet connection (no
+// batch for kQuiet, nothing queued) is written by its caller, and its reply read by the
+// batching thread: that saves the step the batching thread's wake-up before it goes out when
+// there is nothing to batch it with, and under load never happens.
 // In cluster mode a batch goes to each node it touches in one write per node (with
 // wait_replicas, not at all: one WAIT could not cover several nodes' writes; steps then go to
 // their nodes alone).
@@ -46,9 +46,10 @@ class Batcher {
   using Callback = std::function<void(Outcome)>;
 
   std::vector<Reply> pipeline(std::vector<Connection::Call> calls);
-  // Queues the calls and returns; `done` is called once, on the batching thread (or, for a lone
-  // step, on this one before submit returns), and must be quick (hand the outcome on). Queued
-  // calls are sent even while the batcher is destroyed.
+  // Queues the calls (or writes them, when alone) and returns; `done` is called once, on the
+  // batching thread (or on this one, before submit returns, when a lone step's write failed),
+  // and must be quick (hand the outcome on). Queued calls are sent even while the batcher is
+  // destroyed.
   void submit(std::vector<Connection::Call> calls, Callback done);
 
  private:
@@ -57,18 +58,25 @@ class Batcher {
     Callback done;
   };
   void run(std::stop_token stop);
-  void serve(std::vector<Item>& batch);
+  // A batch's calls in one write (with wait_replicas, a WAIT after them); throws IoError.
+  void send(Connection& conn, std::vector<Item>& batch);
+  // Reads a written batch's replies and hands each caller its outcome.
+  void receive(std::vector<Item>& batch);
+  // Hands each caller the batch's failure; the connection is opened again for the next one.
+  void fail(std::vector<Item>& batch, std::exception_ptr error);
 
   using Clock = std::chrono::steady_clock;
-  // How long no batch must have gone out for a lone step to be sent by its caller: at 1,000
+  // How long no batch must have gone out for a lone step to be written by its caller: at 1,000
   // steps a second and more they all go through the batching thread.
   static constexpr auto kQuiet = std::chrono::milliseconds(1);
 
-  LazyConnection conn_;  // used by whoever set busy_
+  const bool lone_writes_;  // not in cluster mode
+  LazyConnection conn_;     // used by whoever set busy_
   const std::int64_t wait_replicas_;
   std::mutex mu_;
   std::condition_variable_any cv_;
   std::vector<Item> queue_;
+  std::vector<Item> sent_;         // a lone step its caller wrote: its replies are to be read
   bool busy_ = false;              // a batch (or a caller's lone step) is out on conn_
   Clock::time_point last_sent_{};  // when the last one's replies were in
   std::jthread thread_;            // last: started once the rest exists

@@ -283,6 +283,11 @@ class LazyConnection {
     if (!conn_) conn_.emplace(Connection::open(ep_));
     return *conn_;
   }
+  // The connection if one is open and usable, without opening one (nullptr: get() would).
+  Connection* if_open() {
+    if (conn_ && conn_->stale()) conn_.reset();
+    return conn_ ? &*conn_ : nullptr;
+  }
   void reset() { conn_.reset(); }
   void adopt(Connection c) { conn_.emplace(std::move(c)); }
   // Ends a blocking call on the connection, from another thread (Connection::interrupt); the

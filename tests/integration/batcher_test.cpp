@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <future>
-#include <optional>
 #include <set>
 #include <thread>
 
@@ -73,41 +72,40 @@ TEST_F(BatcherTest, ConcurrentSubmitsShareRoundTripsAndEachGetsItsOwnOutcome) {
       batcher.pipeline(store_.submit_calls(dup, false, std::chrono::hours(1)))));
 }
 
-// At light load a step has nothing to share a round trip with: its caller sends it, saving it
-// the batching thread's wake-up. A step that comes meanwhile queues, and the batching thread
-// sends it once the lone one is done.
-TEST_F(BatcherTest, ALoneStepIsSentByItsCallerAndWhatQueuesBehindItStillGoes) {
-  redis::Batcher batcher(redis_.endpoint(), 0);  // nothing sent yet: quiet
+// At light load a step has nothing to share a round trip with: its caller writes it (sparing
+// it the batching thread's wake-up) and returns, and the batching thread reads the reply — so
+// no caller waits on Redis, even a stalled one. With writes paused, a lone step's submit
+// returns at once; a step that comes meanwhile queues and goes out after it; both outcomes come
+// on the batching thread once the pause ends.
+TEST_F(BatcherTest, ALoneStepIsWrittenAndNoCallerWaitsForItsReply) {
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE is per node";
+  redis::Batcher batcher(redis_.endpoint(), 0);
+  // The batcher's connection opened by a first step (a lone write needs an open one).
+  batcher.pipeline(store_.submit_calls(job_for(model_), false, std::chrono::hours(1)));
+  std::this_thread::sleep_for(5ms);  // quiet: no batch for its 1 ms
+  conn_.command({"CLIENT", "PAUSE", "1500", "WRITE"});
   const auto caller = std::this_thread::get_id();
   auto first = job_for(model_), second = job_for(model_);
-  std::optional<std::thread::id> first_on;
-  std::promise<std::thread::id> second_on;
-  auto second_done = second_on.get_future();
-  std::atomic<bool> queued{false};
-  std::thread other;
+  std::promise<std::thread::id> first_on, second_on;
+  auto first_done = first_on.get_future(), second_done = second_on.get_future();
+  const auto t0 = std::chrono::steady_clock::now();
   batcher.submit(store_.submit_calls(first, false, std::chrono::hours(1)), [&](auto o) {
     EXPECT_FALSE(o.error);
-    first_on = std::this_thread::get_id();
-    // While this step holds the connection, another caller's step comes.
-    other = std::thread([&] {
-      batcher.submit(store_.submit_calls(second, false, std::chrono::hours(1)), [&](auto o2) {
-        EXPECT_FALSE(o2.error);
-        second_on.set_value(std::this_thread::get_id());
-      });
-      queued = true;
-    });
-    EXPECT_TRUE(wait_until([&] { return queued.load(); }, 10s));
+    first_on.set_value(std::this_thread::get_id());
   });
-  ASSERT_TRUE(first_on) << "a lone step's outcome is in before submit returns";
-  EXPECT_EQ(*first_on, caller);
+  batcher.submit(store_.submit_calls(second, false, std::chrono::hours(1)), [&](auto o) {
+    EXPECT_FALSE(o.error);
+    second_on.set_value(std::this_thread::get_id());
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms) << "a caller waited on Redis";
+  EXPECT_EQ(first_done.wait_for(0s), std::future_status::timeout) << "done during the pause";
+  ASSERT_EQ(first_done.wait_for(10s), std::future_status::ready);
   ASSERT_EQ(second_done.wait_for(10s), std::future_status::ready);
-  const auto other_id = other.get_id();
-  other.join();
-  const auto second_thread = second_done.get();
-  EXPECT_NE(second_thread, caller);
-  EXPECT_NE(second_thread, other_id) << "queued behind a lone step: the batching thread's";
+  EXPECT_NE(first_done.get(), caller);
+  EXPECT_NE(second_done.get(), caller);
   EXPECT_EQ(status(first.id), "pending");
   EXPECT_EQ(status(second.id), "pending");
+  EXPECT_EQ(list(keys_.pending(model_)).back(), second.id) << "in the order they came";
 }
 
 TEST_F(BatcherTest, AnErrorReplyIsThrownToItsCallerOnly) {
