@@ -173,7 +173,9 @@ TEST_P(PodCredentialsTest, LongUploadOutlivesItsCredentialsAndRereadsTheTokenFil
   std::set<std::string> akids;
   for (const auto& i : issued) akids.insert(std::string(i.at("akid").as_string()));
   EXPECT_EQ(akids.size(), issued.size());
-  if (GetParam() == "sts") EXPECT_EQ(issued.back().at("token").as_string(), "oidc-token-2");
+  if (GetParam() == "sts") {  // (braces: EXPECT_EQ ends in an if/else of its own)
+    EXPECT_EQ(issued.back().at("token").as_string(), "oidc-token-2");
+  }
 }
 
 TEST_P(PodCredentialsTest, RefusedIdentityIsAClearAccessDenied) {
