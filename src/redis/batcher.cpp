@@ -69,9 +69,9 @@ void Batcher::run(std::stop_token stop) {
       auto ready = [this] { return !sent_.empty() || (!queue_.empty() && !busy_); };
       cv_.wait(lock, stop, ready);
       // Stopping: what is queued or written still goes, after a caller's write in progress.
-      if (!ready()) {
+      while (!ready()) {
         if (queue_.empty() && !busy_) return;
-        cv_.wait(lock, ready);
+        cv_.wait(lock, [&] { return ready() || (queue_.empty() && !busy_); });
       }
       if (!sent_.empty()) {
         batch.swap(sent_);  // (busy_ stays set: its replies are on the connection)
