@@ -1,7 +1,7 @@
 #!/bin/sh
 # usage: module_needs.sh NM MODULE LIBSTDCXX_A OUT_PREFIX
 # What a host linking libstdc++ statically (the relay) must carry and export for relay-s3.so:
-# the module has no libstdc++ of its own (it is linked by the C driver) and takes the process's.
+# the module has no libstdc++ of its own (linked with -nodefaultlibs) and takes the process's.
 # Writes OUT_PREFIX.undefined (ld options, one `-u SYMBOL` each: pull these in from libstdc++.a
 # even where the relay does not use them) and OUT_PREFIX.dynlist (a dynamic list exporting them,
 # and nothing else of the relay's).
