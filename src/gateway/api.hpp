@@ -67,6 +67,14 @@ class Intake {
   virtual Response finish() = 0;
   virtual std::optional<Response> committed(std::vector<redis::Reply> replies) = 0;
   virtual Response commit_again() = 0;
+  // A submission under a tenant quota is admitted before its body is taken: Api::submit answers
+  // with the intake and the admission as `commit`, `admission` set. The server sends it with
+  // other requests' (no thread waits for it) and hands the replies here (cheap: the I/O thread)
+  // — a refusal (429) ends the request, nullopt lets the body come, the bytes read with the
+  // header first —, or, when the batch failed, calls admit_again() (blocking: the step again,
+  // with its retries).
+  virtual std::optional<Response> admitted(std::vector<redis::Reply> replies) = 0;
+  virtual std::optional<Response> admit_again() = 0;
   // The job exists: nothing is left to undo, and the Intake may go on any thread.
   virtual bool settled() const = 0;
 };
@@ -90,6 +98,7 @@ struct Response {
   std::unique_ptr<ByteSource> stream;  // sent instead of body (result downloads)
   std::unique_ptr<Intake> intake;      // accepted: the rest of the body goes here, then finish()
   std::vector<redis::Connection::Call> commit;  // see Intake::finish()
+  bool admission = false;         // commit is the intake's quota admission (Intake::admitted)
   std::string route = "unknown";  // metrics label, e.g. "GET /jobs/{service_type}/{id}"
   // Long-poll: wait for this job's completion notice until wait_until, then ask again with the
   // same request (and wait_until in the past).

@@ -614,10 +614,16 @@ struct HttpServer::Impl {
         if (resp.intake) {
           intake = std::move(resp.intake);
           const std::string route = resp.route;
-          if (sent)
+          std::optional<Response> refused;
+          if (resp.admission && sent)
+            refused = co_await answer_admission(*intake, std::move(*sent));
+          if (refused)
+            resp = std::move(*refused);
+          else if (sent && !resp.admission)
             resp = co_await answer_commit(*intake, std::move(*sent));
-          else
-            resp = co_await take_body(stream, body, *intake, expect_continue);
+          else  // (once admitted, the bytes read with the header are the intake's first)
+            resp = co_await take_body(stream, body, *intake, expect_continue,
+                                      resp.admission ? std::string_view(r.body) : "");
           resp.route = route;
         }
       } catch (const Malformed& bad) {
@@ -701,8 +707,10 @@ struct HttpServer::Impl {
   }
 
   // Feeds the rest of an accepted body to its Intake as it arrives, then asks for the answer.
+  // early: bytes of the body read before the handler ran that it did not take (it had the
+  // intake admitted first), fed before the rest.
   asio::awaitable<Response> take_body(beast::tcp_stream& stream, BodyReader& body, Intake& intake,
-                                      bool expect_continue) {
+                                      bool expect_continue, std::string_view early) {
     if (expect_continue) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       stream.expires_after(cfg.body_idle_timeout);
@@ -711,10 +719,16 @@ struct HttpServer::Impl {
     }
     // The next piece is read while the last one is stored: the client and storage move at once.
     Piece piece(piece_budget), next(piece_budget);
+    auto feed = [&]() -> std::optional<Response> {  // on the upload pool
+      if (!early.empty())
+        if (auto no = intake.write(std::exchange(early, {}))) return no;
+      if (piece.empty()) return std::nullopt;
+      return intake.write(piece.view());
+    };
     std::optional<Response> refused;
     auto store = [&]() -> asio::awaitable<void> {
-      if (piece.empty()) co_return;
-      refused = co_await run_blocking(uploads, [&] { return intake.write(piece.view()); });
+      if (piece.empty() && early.empty()) co_return;
+      refused = co_await run_blocking(uploads, feed);
       // Refused (too large, a bad form): answered now, not once the read under way ends — which
       // a client that stopped sending would make wait for body_idle_timeout, then lose the
       // answer to the cut.
@@ -730,9 +744,11 @@ struct HttpServer::Impl {
       if (refused) co_return std::move(*refused);
       std::swap(piece, next);
     }
-    co_await store();
-    if (refused) co_return std::move(*refused);
-    Handled h = co_await handle_and_commit(uploads, [&] { return intake.finish(); });
+    // The last piece stored and the answer asked for in one trip to the pool.
+    Handled h = co_await handle_and_commit(uploads, [&] {
+      if (auto no = feed()) return std::move(*no);
+      return intake.finish();
+    });
     if (!h.sent) co_return std::move(h.resp);
     co_return co_await answer_commit(intake, std::move(*h.sent));
   }
@@ -826,6 +842,14 @@ struct HttpServer::Impl {
     if (!o.error)
       if (auto answer = intake.committed(std::move(o.replies))) co_return std::move(*answer);
     co_return co_await run_blocking(uploads, [&] { return intake.commit_again(); });
+  }
+
+  // The answer to a quota admission that went through the group commit: a refusal, or nullopt
+  // (admitted); made here, or by the step again, blocking, when the batch failed.
+  asio::awaitable<std::optional<Response>> answer_admission(Intake& intake,
+                                                            redis::Batcher::Outcome o) {
+    if (!o.error) co_return intake.admitted(std::move(o.replies));
+    co_return co_await run_blocking(uploads, [&] { return intake.admit_again(); });
   }
 
   // Ends a connection once its answer is written: half-closed. A client still sending a body we

@@ -93,9 +93,51 @@ class Api::Upload final : public Intake, private multipart::Handler {
   // The Idempotency-Key was reserved for this upload before its body came (the upload renews it,
   // and frees it if no job comes of it).
   void key_reserved() { key_reserved_ = true; }
-  // Admitted under a max_pending quota: the slot is held by this job from now, freed if the
-  // submission fails (and by the completion consumer once the job ends).
-  void hold_admission() { admitted_ = true; }
+  // The tenant quota's answer: a refusal (429, naming the limit), or nullopt — admitted. Under
+  // max_pending the slot is held by this job from then, freed if the submission fails (and by
+  // the completion consumer once the job ends).
+  std::optional<Response> admission(const redis::Admission& a) {
+    const redis::Quota q = api_.cfg_.quota_for(tenant_);
+    using Outcome = redis::Admission::Outcome;
+    if (a.outcome == Outcome::ok) {
+      if (q.max_pending > 0) admitted_ = true;
+      return std::nullopt;
+    }
+    const bool pending = a.outcome == Outcome::max_pending;
+    metrics().quota_refusals.add({tenant_, pending ? "max_pending" : "submit_rate"});
+    Response r = pending
+                     ? error_response(429, "max_pending_exceeded",
+                                      "this tenant has " + std::to_string(q.max_pending) +
+                                          " jobs not yet ended, the most quotas.max_pending allows")
+                     : error_response(429, "submit_rate_exceeded",
+                                      "this tenant submits faster than its " +
+                                          std::to_string(q.submits_per_minute) + " per minute");
+    // When a token is back; a pending slot frees when a job ends (a guess: a few seconds).
+    const auto secs = pending ? 5 : (a.retry_after.count() + 999) / 1000;
+    r.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, secs)));
+    return r;
+  }
+
+  std::optional<Response> admitted(std::vector<redis::Reply> replies) override {
+    try {
+      return admission(redis::JobStore::admitted(replies.at(0).get()));
+    } catch (...) {
+      return refusal(std::current_exception());
+    }
+  }
+
+  std::optional<Response> admit_again() override {
+    try {
+      auto conn = api_.redis_.borrow();
+      Context ctx{*conn, tenant_};
+      const redis::Quota q = api_.cfg_.quota_for(tenant_);
+      return admission(api_.step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+        return store.admit(tenant_, st_.model, job_id_, q);
+      }));
+    } catch (...) {
+      return refusal(std::current_exception());
+    }
+  }
 
   std::optional<Response> write(std::string_view bytes) override {
     try {
@@ -550,33 +592,20 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
 
   // Quotas: charged before anything is stored; a refusal stores nothing and says which limit.
   if (const redis::Quota q = cfg_.quota_for(ctx.tenant); q.any()) {
-    auto admission = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-      // With other requests' submits and admissions: one round trip shared by many.
-      if (submits_)
-        return redis::JobStore::admitted(submits_
-                                             ->pipeline({redis::JobStore::admit_call(
-                                                 keys_, ctx.tenant, st.model, upload->job_id(), q)})
-                                             .front()
-                                             .get());
-      return store.admit(ctx.tenant, st.model, upload->job_id(), q);
-    });
-    using Outcome = redis::Admission::Outcome;
-    if (admission.outcome != Outcome::ok) {
-      const bool pending = admission.outcome == Outcome::max_pending;
-      metrics().quota_refusals.add({ctx.tenant, pending ? "max_pending" : "submit_rate"});
-      Response r =
-          pending ? error_response(429, "max_pending_exceeded",
-                                   "this tenant has " + std::to_string(q.max_pending) +
-                                       " jobs not yet ended, the most quotas.max_pending allows")
-                  : error_response(429, "submit_rate_exceeded",
-                                   "this tenant submits faster than its " +
-                                       std::to_string(q.submits_per_minute) + " per minute");
-      // When a token is back; a pending slot frees when a job ends (a guess: a few seconds).
-      const auto secs = pending ? 5 : (admission.retry_after.count() + 999) / 1000;
-      r.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, secs)));
+    if (submits_) {
+      // With other requests' submits and admissions, one round trip shared by many, and no
+      // thread waiting for it (a Redis pausing writes held a request thread per submission):
+      // the server sends it, hands the reply to the upload, then gives it the body.
+      Response r;
+      r.commit = {redis::JobStore::admit_call(keys_, ctx.tenant, st.model, upload->job_id(), q)};
+      r.admission = true;
+      r.intake = std::move(upload);
       return r;
     }
-    if (q.max_pending > 0) upload->hold_admission();
+    auto admission = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+      return store.admit(ctx.tenant, st.model, upload->job_id(), q);
+    });
+    if (auto refused = upload->admission(admission)) return std::move(*refused);
   }
 
   // What the server already received goes in now; a body received whole is answered at once.

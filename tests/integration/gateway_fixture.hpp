@@ -277,6 +277,26 @@ class GatewayTest : public ::testing::Test {
   }
   size_t stored_files() { return storage_files().size(); }
   size_t temporaries() { return storage_files(true).size(); }
+  // n raw submissions sent at once, each on a thread of its own; then, each answered 202 with
+  // its job pending.
+  std::vector<std::future<HttpResult>> submit_at_once(int n, const std::string& what) {
+    std::vector<std::future<HttpResult>> out;
+    for (int i = 0; i < n; ++i)
+      out.push_back(std::async(std::launch::async, [this, what, i] {
+        return http("POST", url("/jobs/echo?filename=w.txt"), {"Content-Type: text/plain"},
+                    what + " " + std::to_string(i));
+      }));
+    return out;
+  }
+  void expect_pending(std::vector<std::future<HttpResult>>& answers) {
+    for (auto& a : answers) {
+      auto r = a.get();
+      ASSERT_EQ(r.status, 202) << r.body;
+      auto rec = store_.get("m1", str(parse(r), "id"));
+      ASSERT_TRUE(rec);
+      EXPECT_EQ(rec->status, JobStatus::pending);
+    }
+  }
   long long job_records() {
     auto r = conn_.command({"KEYS", "job:*"});
     return static_cast<long long>(r->elements);

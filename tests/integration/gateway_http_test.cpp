@@ -232,25 +232,14 @@ TEST_F(GatewayTest, ASubmissionWaitingForRedisHoldsNoThread) {
   const std::string done_id = submit_id("before");
   conn_.command({"CLIENT", "PAUSE", "3000", "WRITE"});
   const auto paused = std::chrono::steady_clock::now();
-  std::vector<std::future<HttpResult>> waiting;
-  for (int i = 0; i < 3; ++i)
-    waiting.push_back(std::async(std::launch::async, [this, i] {
-      return http("POST", url("/jobs/echo?filename=w.txt"), {"Content-Type: text/plain"},
-                  "waits for redis " + std::to_string(i));
-    }));
+  auto waiting = submit_at_once(3, "waits for redis");
   // Their inputs are stored: each request reached its commit.
   ASSERT_TRUE(wait_until([&] { return stored_files() == 4u; }, 10s)) << gateway_->log();
   auto status = http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, 1500);
   EXPECT_EQ(status.status, 200) << status.body;
   EXPECT_LT(std::chrono::steady_clock::now() - paused, std::chrono::milliseconds(2500))
       << "the status read came after the pause: a thread waited on a submission";
-  for (auto& w : waiting) {
-    auto r = w.get();
-    ASSERT_EQ(r.status, 202) << r.body;
-    auto rec = store_.get("m1", str(parse(r), "id"));
-    ASSERT_TRUE(rec);
-    EXPECT_EQ(rec->status, JobStatus::pending);
-  }
+  expect_pending(waiting);
   EXPECT_EQ(list(keys_.pending("m1")).size(), 4u);
 }
 

@@ -78,5 +78,95 @@ TEST_F(GatewayTest, PerTenantQuotasOverrideTheDefault) {
   EXPECT_EQ(as("key-b"), 429);
 }
 
+// A submission waiting for its quota admission holds no thread: the admission goes to Redis with
+// other requests' steps and the request's coroutine, not a pool thread, waits for the reply.
+// With one request thread and Redis pausing writes for 3 s, three submissions wait at their
+// admission while a status read (not paused) is answered at once; then the three are admitted,
+// their inputs stored and their jobs made, each holding its max_pending slot. (A thread that
+// waited for an admission would have held the status read for the whole pause.)
+TEST_F(GatewayTest, ASubmissionWaitingForItsQuotaAdmissionHoldsNoThread) {
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE is per node";
+  start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "1"},
+                 {"RELAY_SERVER_UPLOAD_THREADS", "1"},
+                 {"RELAY_QUOTAS_MAX_PENDING", "10"}});
+  const std::string done_id = submit_id("before");
+  conn_.command({"CLIENT", "PAUSE", "3000", "WRITE"});
+  const auto paused = std::chrono::steady_clock::now();
+  auto waiting = submit_at_once(3, "waits for its admission");
+  // An admission held by the pause: a client blocked on a script.
+  auto held_at_redis = [&] {
+    auto clients = conn_.command({"CLIENT", "LIST"});
+    const std::string list(clients->str, clients->len);
+    for (std::size_t at = 0; (at = list.find("flags=b ", at)) != std::string::npos; ++at)
+      if (list.substr(at, list.find('\n', at) - at).find("cmd=evalsha") != std::string::npos)
+        return true;
+    return false;
+  };
+  ASSERT_TRUE(wait_until(held_at_redis, 10s)) << gateway_->log();
+  EXPECT_EQ(stored_files(), 1u) << "nothing is stored before the admission";
+  auto status = http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, 1500);
+  EXPECT_EQ(status.status, 200) << status.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, std::chrono::milliseconds(2500))
+      << "the status read came after the pause: a thread waited on an admission";
+  expect_pending(waiting);
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 4u);
+  EXPECT_EQ(stored_files(), 4u);
+  EXPECT_EQ(conn_.command({"ZCARD", keys_.quota_admitted("default")})->integer, 4);
+}
+
+// Once admitted, a submission's body is taken whole, in order: the bytes that came with its
+// header first (read before the admission), then the rest as it streams — raw and multipart,
+// larger than the first read. A client that asks before sending its body (Expect:
+// 100-continue) is told to send it once admitted, and refused without sending it when not.
+TEST_F(GatewayTest, AnAdmittedUploadIsStoredWholeAndARefusalNeedsNoBody) {
+  start_gateway({{"RELAY_QUOTAS_MAX_PENDING", "3"}});
+  auto stored_input = [&](const std::string& id) {
+    std::string content;
+    int found = 0;
+    for (const auto& f : storage_files())
+      if (f.string().find(id) != std::string::npos) {
+        std::ifstream in(f, std::ios::binary);
+        content.assign(std::istreambuf_iterator<char>(in), {});
+        ++found;
+      }
+    EXPECT_EQ(found, 1) << id;
+    return content;
+  };
+  std::string big(300'000, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i)
+    big[i] = static_cast<char>('a' + (i * 7 + i / 997) % 26);
+  auto raw = http("POST", url("/jobs/echo?filename=big.bin"),
+                  {"Content-Type: application/octet-stream"}, big);
+  ASSERT_EQ(raw.status, 202) << raw.body;
+  EXPECT_EQ(stored_input(str(parse(raw), "id")), big);
+  auto form = http("POST", url("/jobs/echo"), {}, {}, {{"file", big, "big.bin", "text/plain"}});
+  ASSERT_EQ(form.status, 202) << form.body;
+  EXPECT_EQ(stored_input(str(parse(form), "id")), big);
+
+  auto ask_first = [&](const std::string& body) {
+    int fd = raw_connect(gateway_->url());
+    const std::string head =
+        "POST /jobs/echo?filename=c.txt HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+        "Expect: 100-continue\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n";
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    std::string answer = recv_some(fd, 5);
+    if (answer.starts_with("HTTP/1.1 100 Continue\r\n")) {
+      ::send(fd, body.data(), body.size(), MSG_NOSIGNAL);
+      answer = recv_some(fd, 5);
+    } else {
+      answer = "(no 100) " + answer;
+    }
+    ::close(fd);
+    return answer;
+  };
+  EXPECT_TRUE(ask_first("third").starts_with("HTTP/1.1 202")) << "the third slot";
+  const std::string over = ask_first("fourth");
+  EXPECT_TRUE(over.starts_with("(no 100) HTTP/1.1 429")) << over;
+  EXPECT_NE(over.find("max_pending_exceeded"), std::string::npos) << over;
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 3u);
+  EXPECT_EQ(stored_files(), 3u) << "a refused submission stores nothing";
+}
+
 }  // namespace
 }  // namespace relay::testing
