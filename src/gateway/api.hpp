@@ -67,14 +67,16 @@ class Intake {
   virtual Response finish() = 0;
   virtual std::optional<Response> committed(std::vector<redis::Reply> replies) = 0;
   virtual Response commit_again() = 0;
-  // A submission under a tenant quota is admitted before its body is taken: Api::submit answers
-  // with the intake and the admission as `commit`, `admission` set. The server sends it with
-  // other requests' (no thread waits for it) and hands the replies here (cheap: the I/O thread)
-  // — a refusal (429) ends the request, nullopt lets the body come, the bytes read with the
-  // header first —, or, when the batch failed, calls admit_again() (blocking: the step again,
-  // with its retries).
-  virtual std::optional<Response> admitted(std::vector<redis::Reply> replies) = 0;
-  virtual std::optional<Response> admit_again() = 0;
+  // Gates: what a submission passes before its body is taken, each a step in Redis — its
+  // Idempotency-Key reserved (a body still to come), then its tenant's quota admission. Api::
+  // submit answers with the intake and the first gate's calls as `commit`, `gate` set. The
+  // server sends them with other requests' (no thread waits for them) and hands the replies
+  // to gated() (cheap: the I/O thread), which answers nullopt — the body may come, the bytes
+  // read with the header first —, the next gate (`gate` set, its calls in `commit`; none: the
+  // rest must block, gate_again()), or the answer: a refusal (429), a replay. When a batch
+  // failed, gate_again() (blocking) passes the gates left, each step with its retries.
+  virtual std::optional<Response> gated(std::vector<redis::Reply> replies) = 0;
+  virtual std::optional<Response> gate_again() = 0;
   // The job exists: nothing is left to undo, and the Intake may go on any thread.
   virtual bool settled() const = 0;
 };
@@ -98,7 +100,7 @@ struct Response {
   std::unique_ptr<ByteSource> stream;  // sent instead of body (result downloads)
   std::unique_ptr<Intake> intake;      // accepted: the rest of the body goes here, then finish()
   std::vector<redis::Connection::Call> commit;  // see Intake::finish()
-  bool admission = false;         // commit is the intake's quota admission (Intake::admitted)
+  bool gate = false;                            // commit is the intake's next gate (Intake::gated)
   std::string route = "unknown";  // metrics label, e.g. "GET /jobs/{service_type}/{id}"
   // Long-poll: wait for this job's completion notice until wait_until, then ask again with the
   // same request (and wait_until in the past).

@@ -614,16 +614,15 @@ struct HttpServer::Impl {
         if (resp.intake) {
           intake = std::move(resp.intake);
           const std::string route = resp.route;
-          std::optional<Response> refused;
-          if (resp.admission && sent)
-            refused = co_await answer_admission(*intake, std::move(*sent));
-          if (refused)
-            resp = std::move(*refused);
-          else if (sent && !resp.admission)
+          std::optional<Response> stopped;  // at a gate: a refusal, a replay
+          if (resp.gate && sent) stopped = co_await pass_gates(*intake, std::move(*sent));
+          if (stopped)
+            resp = std::move(*stopped);
+          else if (sent && !resp.gate)
             resp = co_await answer_commit(*intake, std::move(*sent));
-          else  // (once admitted, the bytes read with the header are the intake's first)
+          else  // (past its gates, the bytes read with the header are the intake's first)
             resp = co_await take_body(stream, body, *intake, expect_continue,
-                                      resp.admission ? std::string_view(r.body) : "");
+                                      resp.gate ? std::string_view(r.body) : "");
           resp.route = route;
         }
       } catch (const Malformed& bad) {
@@ -844,12 +843,20 @@ struct HttpServer::Impl {
     co_return co_await run_blocking(uploads, [&] { return intake.commit_again(); });
   }
 
-  // The answer to a quota admission that went through the group commit: a refusal, or nullopt
-  // (admitted); made here, or by the step again, blocking, when the batch failed.
-  asio::awaitable<std::optional<Response>> answer_admission(Intake& intake,
-                                                            redis::Batcher::Outcome o) {
-    if (!o.error) co_return intake.admitted(std::move(o.replies));
-    co_return co_await run_blocking(uploads, [&] { return intake.admit_again(); });
+  // Takes an intake through its gates (Intake::gated), the first one's outcome in hand: nullopt
+  // once it passed them all, else the answer. Each gate's reply is read here; a next gate's
+  // calls go into the group commit from the upload pool; a failed batch, or a gate that must
+  // block (a replay reads a record), is left to gate_again() on the upload pool.
+  asio::awaitable<std::optional<Response>> pass_gates(Intake& intake, redis::Batcher::Outcome o) {
+    for (;;) {
+      if (o.error) break;
+      std::optional<Response> next = intake.gated(std::move(o.replies));
+      if (!next || !next->gate) co_return next;
+      if (next->commit.empty()) break;
+      Handled h = co_await handle_and_commit(uploads, [&] { return std::move(*next); });
+      o = std::move(*h.sent);
+    }
+    co_return co_await run_blocking(uploads, [&] { return intake.gate_again(); });
   }
 
   // Ends a connection once its answer is written: half-closed. A client still sending a body we

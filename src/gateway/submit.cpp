@@ -55,6 +55,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
         sub_(std::move(sub)),
         priority_(priority),
         idem_key_(std::move(idem_key)),
+        quota_(api.cfg_.quota_for(tenant_)),
         trace_(std::move(trace)),
         tracestate_(std::move(tracestate)),
         wait_(wait),
@@ -90,14 +91,86 @@ class Api::Upload final : public Intake, private multipart::Handler {
 
   const std::string& job_id() const { return job_id_; }
   const std::string& idempotency_key() const { return idem_key_; }
-  // The Idempotency-Key was reserved for this upload before its body came (the upload renews it,
-  // and frees it if no job comes of it).
-  void key_reserved() { key_reserved_ = true; }
+  // The gates this submission passes before its body is taken (see Intake): its Idempotency-
+  // Key reserved for it while its body comes (from then the upload renews the reservation, and
+  // frees it if no job comes of it), then its tenant's quota admission. Each is a round trip
+  // no thread waits for when the group commit is there (a Redis pausing writes held a request
+  // thread per submission), blocking otherwise (gate_again()).
+  void reserve_key_first() { gate_ = Gate::reservation; }
+  // The next gate as an answer carrying its calls; nullopt when none is left.
+  std::optional<Response> gate() {
+    Response r;
+    r.gate = true;
+    if (gate_ == Gate::reservation) {
+      r.commit = redis::JobStore::reserve_idempotency_calls(idem_key_, job_id_,
+                                                            api_.cfg_.idempotency_reservation);
+      return r;
+    }
+    if (gate_ == Gate::admission && quota_.any()) {
+      r.commit = {redis::JobStore::admit_call(api_.keys_, tenant_, st_.model, job_id_, quota_)};
+      return r;
+    }
+    gate_ = Gate::open;
+    return std::nullopt;
+  }
+
+  std::optional<Response> gated(std::vector<redis::Reply> replies) override {
+    try {
+      if (gate_ == Gate::reservation) {
+        auto holder = redis::JobStore::reservation_holder(replies);
+        if (holder && *holder != job_id_) {
+          replay_of_ = std::move(*holder);  // its answer reads a record: gate_again()
+          Response blocking;
+          blocking.gate = true;
+          return blocking;
+        }
+        key_reserved_ = true;
+        gate_ = Gate::admission;
+        return gate();
+      }
+      if (auto refused = admission(redis::JobStore::admitted(replies.at(0).get()))) return refused;
+      gate_ = Gate::open;
+      return std::nullopt;
+    } catch (...) {
+      return refusal(std::current_exception());
+    }
+  }
+
+  std::optional<Response> gate_again() override {
+    try {
+      auto step = [this](auto f) {
+        auto conn = api_.redis_.borrow();
+        Context ctx{*conn, tenant_};
+        return api_.step(ctx, f);
+      };
+      if (gate_ == Gate::reservation && !replay_of_) {
+        auto holder = step([&](redis::JobStore& store, redis::Connection&) {
+          return store.reserve_idempotency(idem_key_, job_id_, api_.cfg_.idempotency_reservation);
+        });
+        if (holder && *holder != job_id_) replay_of_ = std::move(*holder);
+        key_reserved_ = !replay_of_;
+        gate_ = Gate::admission;
+      }
+      if (replay_of_) return replay(*replay_of_);
+      if (gate_ == Gate::admission && quota_.any()) {
+        auto admitted = step([&](redis::JobStore& store, redis::Connection&) {
+          return store.admit(tenant_, st_.model, job_id_, quota_);
+        });
+        if (auto refused = admission(admitted)) return refused;
+      }
+      gate_ = Gate::open;
+      return std::nullopt;
+    } catch (...) {
+      return refusal(std::current_exception());
+    }
+  }
+
+ private:
   // The tenant quota's answer: a refusal (429, naming the limit), or nullopt — admitted. Under
   // max_pending the slot is held by this job from then, freed if the submission fails (and by
   // the completion consumer once the job ends).
   std::optional<Response> admission(const redis::Admission& a) {
-    const redis::Quota q = api_.cfg_.quota_for(tenant_);
+    const redis::Quota& q = quota_;
     using Outcome = redis::Admission::Outcome;
     if (a.outcome == Outcome::ok) {
       if (q.max_pending > 0) admitted_ = true;
@@ -118,27 +191,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
     return r;
   }
 
-  std::optional<Response> admitted(std::vector<redis::Reply> replies) override {
-    try {
-      return admission(redis::JobStore::admitted(replies.at(0).get()));
-    } catch (...) {
-      return refusal(std::current_exception());
-    }
-  }
-
-  std::optional<Response> admit_again() override {
-    try {
-      auto conn = api_.redis_.borrow();
-      Context ctx{*conn, tenant_};
-      const redis::Quota q = api_.cfg_.quota_for(tenant_);
-      return admission(api_.step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-        return store.admit(tenant_, st_.model, job_id_, q);
-      }));
-    } catch (...) {
-      return refusal(std::current_exception());
-    }
-  }
-
+ public:
   std::optional<Response> write(std::string_view bytes) override {
     try {
       if (!parser_ && !sub_.input_url.empty() && !bytes.empty()) throw BothInputs{};
@@ -449,9 +502,11 @@ class Api::Upload final : public Intake, private multipart::Handler {
   const std::optional<std::uint64_t> declared_;
   Submission sub_;
   const bool priority_;
-  const std::string idem_key_;            // the Idempotency-Key's key ("" without one)
-  bool key_reserved_ = false;             // see key_reserved()
-  std::optional<std::string> replay_of_;  // committed() found the key naming this job
+  const std::string idem_key_;  // the Idempotency-Key's key ("" without one)
+  const redis::Quota quota_;    // the tenant's
+  enum class Gate { reservation, admission, open } gate_ = Gate::admission;  // the next, see gate()
+  bool key_reserved_ = false;             // reserved by this upload (gate())
+  std::optional<std::string> replay_of_;  // a gate or committed() found the key naming another job
   const TraceParent trace_;
   const std::string tracestate_;
   const std::chrono::milliseconds wait_;  // Prefer: wait (0: the answer at once)
@@ -581,31 +636,17 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
   // upload may stall, renewed while it progresses. (Reserving every submission's cost a round
   // trip a request thread waited for: a third of the gateway's CPU per keyed job, and both
   // clients send a key with every submission; issue 14's benchmark with --idempotency-keys.)
-  if (reserve) {
-    auto existing = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-      return store.reserve_idempotency(upload->idempotency_key(), upload->job_id(),
-                                       cfg_.idempotency_reservation);
-    });
-    if (existing && *existing != upload->job_id()) return replayed(ctx, svc, *existing, wait);
-    upload->key_reserved();
-  }
-
   // Quotas: charged before anything is stored; a refusal stores nothing and says which limit.
-  if (const redis::Quota q = cfg_.quota_for(ctx.tenant); q.any()) {
-    if (submits_) {
-      // With other requests' submits and admissions, one round trip shared by many, and no
-      // thread waiting for it (a Redis pausing writes held a request thread per submission):
-      // the server sends it, hands the reply to the upload, then gives it the body.
-      Response r;
-      r.commit = {redis::JobStore::admit_call(keys_, ctx.tenant, st.model, upload->job_id(), q)};
-      r.admission = true;
-      r.intake = std::move(upload);
-      return r;
+  // Both are gates (see Upload::gate): with the group commit, sent with other requests' steps
+  // while the server, not this thread, waits for the replies.
+  if (reserve) upload->reserve_key_first();
+  if (submits_) {
+    if (auto gate = upload->gate()) {
+      gate->intake = std::move(upload);
+      return std::move(*gate);
     }
-    auto admission = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-      return store.admit(ctx.tenant, st.model, upload->job_id(), q);
-    });
-    if (auto refused = upload->admission(admission)) return std::move(*refused);
+  } else if (auto answer = upload->gate_again()) {
+    return std::move(*answer);
   }
 
   // What the server already received goes in now; a body received whole is answered at once.

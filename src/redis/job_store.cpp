@@ -351,6 +351,22 @@ std::optional<std::string> JobStore::reserve_idempotency(const std::string& key,
   return idempotent_job(key).value_or(std::string());
 }
 
+std::vector<Connection::Call> JobStore::reserve_idempotency_calls(const std::string& key,
+                                                                  const std::string& job_id,
+                                                                  std::chrono::milliseconds ttl) {
+  std::vector<Connection::Call> calls(2);
+  calls[0].args = {"SET", key, job_id, "NX", "PX", std::to_string(ttl.count())};
+  calls[1].args = {"GET", key};
+  return calls;
+}
+
+std::optional<std::string> JobStore::reservation_holder(const std::vector<Reply>& replies) {
+  if (replies.size() != 2) throw ReplyError("reserve: unexpected replies");
+  for (const auto& r : replies) throw_if_error(r.get());
+  if (!is_nil(replies[0].get())) return std::nullopt;
+  return as_optional_string(replies[1].get()).value_or(std::string());
+}
+
 std::optional<std::string> JobStore::idempotent_job(const std::string& key) {
   return as_optional_string(conn_.command({"GET", key}).get());
 }

@@ -214,6 +214,13 @@ class JobStore {
   // request reserved it (its reply was lost), "" when it vanished meanwhile.
   std::optional<std::string> reserve_idempotency(const std::string& key, const std::string& job_id,
                                                  std::chrono::milliseconds ttl);
+  // reserve_idempotency() in parts, for a caller that sends the calls another way
+  // (redis/batcher.hpp): the SET NX and the GET in one round trip, the GET's reply naming the
+  // holder when the SET found one.
+  static std::vector<Connection::Call> reserve_idempotency_calls(const std::string& key,
+                                                                 const std::string& job_id,
+                                                                 std::chrono::milliseconds ttl);
+  static std::optional<std::string> reservation_holder(const std::vector<Reply>& replies);
   // Frees a reservation this job_id still holds (one that lapsed and was taken by another
   // request is that request's: left alone).
   void release_idempotency(const std::string& key, const std::string& job_id);

@@ -7,6 +7,16 @@
 namespace relay::testing {
 namespace {
 
+// True while Redis holds a client's command (CLIENT PAUSE): one blocked whose command is `cmd`
+// ("cmd=evalsha").
+bool held_at_redis(redis::Connection& conn, const std::string& cmd) {
+  auto clients = conn.command({"CLIENT", "LIST"});
+  const std::string list(clients->str, clients->len);
+  for (std::size_t at = 0; (at = list.find("flags=b ", at)) != std::string::npos; ++at)
+    if (list.substr(at, list.find('\n', at) - at).find(cmd + " ") != std::string::npos) return true;
+  return false;
+}
+
 TEST_F(GatewayTest, MaxPendingIsHeldAcrossReplicasAndFreedWhenJobsEnd) {
   start_gateway({{"RELAY_QUOTAS_MAX_PENDING", "2"}});
   GatewayServer second(gateway_env({{"RELAY_QUOTAS_MAX_PENDING", "2"}}));
@@ -94,15 +104,8 @@ TEST_F(GatewayTest, ASubmissionWaitingForItsQuotaAdmissionHoldsNoThread) {
   const auto paused = std::chrono::steady_clock::now();
   auto waiting = submit_at_once(3, "waits for its admission");
   // An admission held by the pause: a client blocked on a script.
-  auto held_at_redis = [&] {
-    auto clients = conn_.command({"CLIENT", "LIST"});
-    const std::string list(clients->str, clients->len);
-    for (std::size_t at = 0; (at = list.find("flags=b ", at)) != std::string::npos; ++at)
-      if (list.substr(at, list.find('\n', at) - at).find("cmd=evalsha") != std::string::npos)
-        return true;
-    return false;
-  };
-  ASSERT_TRUE(wait_until(held_at_redis, 10s)) << gateway_->log();
+  ASSERT_TRUE(wait_until([&] { return held_at_redis(conn_, "cmd=evalsha"); }, 10s))
+      << gateway_->log();
   EXPECT_EQ(stored_files(), 1u) << "nothing is stored before the admission";
   auto status = http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, 1500);
   EXPECT_EQ(status.status, 200) << status.body;
@@ -112,6 +115,63 @@ TEST_F(GatewayTest, ASubmissionWaitingForItsQuotaAdmissionHoldsNoThread) {
   EXPECT_EQ(list(keys_.pending("m1")).size(), 4u);
   EXPECT_EQ(stored_files(), 4u);
   EXPECT_EQ(conn_.command({"ZCARD", keys_.quota_admitted("default")})->integer, 4);
+}
+
+// An upload with an Idempotency-Key whose body is still to come passes two gates before its
+// body is taken — its key reserved, then its quota admission —, each a round trip no thread
+// waits for: with Redis pausing writes and one request thread, a status read is answered at
+// once. Then: the job made from the whole body; a retry of it is answered with that job at its
+// first gate (nothing stored, no slot taken); an upload refused at the second gate frees the
+// key the first one reserved.
+TEST_F(GatewayTest, AnUploadPassesItsGatesWithoutHoldingAThread) {
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE is per node";
+  start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "1"},
+                 {"RELAY_SERVER_UPLOAD_THREADS", "1"},
+                 {"RELAY_QUOTAS_MAX_PENDING", "2"}});
+  const std::string done_id = submit_id("before");
+  // Larger than the gateway reads before the handler: the key is reserved, not claimed later.
+  std::string big(200'000, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 23);
+  auto upload = [&](const std::string& key) {
+    return http("POST", url("/jobs/echo?filename=big.bin"),
+                {"Content-Type: application/octet-stream", "Idempotency-Key: " + key}, big);
+  };
+  conn_.command({"CLIENT", "PAUSE", "3000", "WRITE"});
+  const auto paused = std::chrono::steady_clock::now();
+  auto first = std::async(std::launch::async, [&] { return upload("big-1"); });
+  ASSERT_TRUE(wait_until([&] { return held_at_redis(conn_, "cmd=set"); }, 10s)) << gateway_->log();
+  auto status = http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, 1500);
+  EXPECT_EQ(status.status, 200) << status.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, std::chrono::milliseconds(2500))
+      << "the status read came after the pause: a thread waited at a gate";
+  auto made = first.get();
+  ASSERT_EQ(made.status, 202) << made.body;
+  const std::string id = str(parse(made), "id");
+  const std::string key = keys_.idempotency("m1", "default", sha256_hex("big-1"));
+  EXPECT_EQ(redis::as_optional_string(conn_.command({"GET", key}).get()),
+            std::optional<std::string>(id));
+  EXPECT_EQ(conn_.command({"ZCARD", keys_.quota_admitted("default")})->integer, 2);
+  EXPECT_EQ(stored_files(), 2u);
+
+  auto again = upload("big-1");
+  ASSERT_EQ(again.status, 202) << again.body;
+  EXPECT_EQ(str(parse(again), "id"), id);
+  EXPECT_EQ(again.headers["idempotent-replayed"], "true");
+  EXPECT_EQ(stored_files(), 2u);
+
+  auto over = upload("big-2");
+  EXPECT_EQ(over.status, 429) << over.body;
+  EXPECT_EQ(error_code(over), "max_pending_exceeded");
+  // (Freed with a TTL of 1 ms: a key another request took meanwhile would be that request's.)
+  const std::string refused_key = keys_.idempotency("m1", "default", sha256_hex("big-2"));
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return conn_.command({"EXISTS", refused_key})->integer == 0;
+      },
+      5s))
+      << "the refused upload's reservation is freed";
+  EXPECT_EQ(stored_files(), 2u);
+  EXPECT_EQ(list(keys_.pending("m1")).size(), 2u);
 }
 
 // Once admitted, a submission's body is taken whole, in order: the bytes that came with its
