@@ -49,7 +49,7 @@ Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs
 --quotas: the tenant has quotas (quotas.max_pending and quotas.submits_per_minute), too high to
   refuse anything: what admitting each submission and freeing its slot when it ends costs.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks] [--idempotency-keys] [--auth] [--quotas]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|latency|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks] [--idempotency-keys] [--auth] [--quotas]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import base64
 import json
@@ -104,7 +104,7 @@ JOBS = int_option("jobs", "20000")
 # 20 ms case alone, both sides and the model's pace.
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), "")
 if ONLY not in ("", "relay", "relay_off", "bullmq", "bullmq_model", "bullmq_work", "delay",
-                "oneshot", "sizes"):
+                "latency", "oneshot", "sizes"):
     usage_error(f"--only={ONLY}: not one of the runs")
 # --input-bytes=N: the main runs' input size (the by-size runs have their own, SIZES).
 INPUT_BYTES = int_option("input-bytes", "1024")
@@ -753,8 +753,14 @@ def main():
             results["delay"]["relay_off"] = relay_side(port, redis.pid, work, DELAY_JOBS, DELAY_MS,
                                                          take_ahead=TAKE_AHEAD_OFF)
             results["model_pace_ms"] = model_pace(DELAY_MS)
+        if ONLY == "latency":
+            # The latency runs alone: BullMQ, Relay long-polling, Relay's submission waiting.
+            for side, mode in (("bullmq", None), ("relay", "relay"), ("relay_wait", "relay-wait")):
+                fresh()
+                results["latency"][side] = (bullmq_latency(port, work) if side == "bullmq" else
+                                            relay_latency(port, work, mode=mode))
         for side in ("bullmq", "bullmq_model", "bullmq_work", "relay", "relay_off"):
-            if ONLY in ("oneshot", "sizes", "delay"):
+            if ONLY in ("oneshot", "sizes", "delay", "latency"):
                 break
             if ONLY and ONLY != side:
                 continue
@@ -857,6 +863,15 @@ def main():
             f"did {d['relay']['jobs_per_s'] / most:.1%} of that, with relay.take_ahead off "
             f"{d['relay_off']['jobs_per_s'] / most:.1%}.")
 
+    def latency_table():
+        out(f"\nSubmit-to-completion latency at {LATENCY_RATE} jobs/s, {LATENCY_JOBS} jobs (client "
+            f"observed: BullMQ by QueueEvents, Relay by long-poll, or by the submission's own "
+            f"answer with Prefer: wait)\n")
+        out("| | p50 ms | p99 ms |")
+        out("|---|---|---|")
+        for side, r in results["latency"].items():
+            out(f"| {names[side].split(' (')[0]} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+
     if ONLY == "oneshot":
         o = results["oneshot"]
         out(f"Relay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
@@ -867,6 +882,9 @@ def main():
              "bullmq_work": f"BullMQ 5.81.5 doing Relay's work (HTTP API, input and result files, the model over HTTP; worker c=64; {'tmpfs' if S3 else STORAGE_NAME})", "relay_wait": "Relay, the submission waiting (Prefer: wait)", "relay_off": f"Relay with relay.take_ahead {TAKE_AHEAD_OFF} (the same relays, each slot taking its next job once the model answered the last)", "relay": f"Relay ({RELAYS} relay{'s' if RELAYS != 1 else ''}" + (f" of concurrency {CONCURRENCY}" if CONCURRENCY > 1 else "") + f", {STORAGE_NAME})"}
     if ONLY == "delay":
         delay_table()
+        return
+    if ONLY == "latency":
+        latency_table()
         return
     out(f"\n{JOBS} jobs, {INPUT_NAME} inputs, one redis-server (persistence off), {os.cpu_count()} cores\n")
     out("| | jobs/s end to end | CPU-µs/job, system | Redis CPU-µs/job | Redis commands/job "
@@ -888,7 +906,7 @@ def main():
                 f"its share in hand")
     if ONLY:
         return
-    t, d, lat = results["throughput"], results["delay"], results["latency"]
+    t = results["throughput"]
     out(f"\nRelay / BullMQ: throughput {t['relay']['jobs_per_s'] / t['bullmq']['jobs_per_s']:.2f}x "
           f"(goal >= 1.0), CPU per job "
           f"{t['relay']['cpu_us_per_job'] / t['bullmq']['cpu_us_per_job']:.2f}x (goal <= 1.0)")
@@ -903,13 +921,7 @@ def main():
         f"{t['relay']['jobs_per_s'] / t['bullmq_work']['jobs_per_s']:.2f}x, CPU per job "
         f"{t['relay']['cpu_us_per_job'] / t['bullmq_work']['cpu_us_per_job']:.2f}x (for information)")
     delay_table()
-    out(f"\nSubmit-to-completion latency at {LATENCY_RATE} jobs/s, {LATENCY_JOBS} jobs (client "
-          f"observed: BullMQ by QueueEvents, Relay by long-poll, or by the submission's own "
-          f"answer with Prefer: wait)\n")
-    out("| | p50 ms | p99 ms |")
-    out("|---|---|---|")
-    for side, r in lat.items():
-        out(f"| {names[side].split(' (')[0]} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
+    latency_table()
     o = results["oneshot"]
     out(f"\nRelay one-shot (a relay process per job), {ONESHOT_JOBS} jobs: median "
           f"{o['median_ms']:.2f} ms (target <= 5), p99 {o['p99_ms']:.2f} ms")

@@ -300,7 +300,7 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   if ((seg[3] == "events" || seg[3] == "result") && m != "GET")
     return method_not_allowed(methods_of(seg), "use GET");
   if (seg[3] == "events" && m == "GET")
-    return with_route(job_events(ctx, svc, id, again), "GET /jobs/{service_type}/{id}/events");
+    return with_route(job_events(req, ctx, svc, id, again), "GET /jobs/{service_type}/{id}/events");
   if (seg[3] == "result" && m == "GET")
     return with_route(get_result(req, ctx, svc, id), "GET /jobs/{service_type}/{id}/result");
   return error_response(404, "not_found", "no such route");
@@ -364,21 +364,44 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
   }
   // (The server keeps a waiting submission's deadline; any wait makes this read flag the job.)
   if (req.after_submit) wait = std::chrono::milliseconds(1);
+  const bool watch = wait.count() > 0 && !again;
+  auto answer = [&req, tenant = ctx.tenant, svc, id, wait,
+                 watch](const std::optional<JobRecord>& rec) {
+    if (!rec || rec->tenant != tenant || rec->service_type != svc)
+      return error_response(404, "job_not_found", "no job " + id);
+    Response r = job_response(req, *rec);
+    if (watch && !is_terminal(rec->status)) {
+      r.wait_job = id;
+      r.wait_until = std::chrono::steady_clock::now() + wait;
+    }
+    return r;
+  };
+  return read_job(req, ctx, svc, id, watch, answer);
+}
+
+// About to wait: a job's end must be announced (a job nobody waits on is not); a live event
+// stream's changes too. Flagged and read in one round trip: an end after the flag is announced,
+// one before it is in the record. The flag is a write: it goes with other requests' steps while
+// no thread waits (with Redis pausing writes, each long-poll held a request thread).
+Response Api::read_job(const Request& req, Context& ctx, const std::string& svc,
+                       const std::string& id, bool watch, const Answer& answer) {
   const std::string& model = cfg_.service_types.at(svc).model;
-  auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-    // About to wait: its end must be announced (a job nobody waits on is not). Flagged and read
-    // in one round trip: an end after the flag is announced, one before it is in the record.
-    if (wait.count() > 0 && !again) return store.get_watched(model, id, ctx.tenant, svc);
-    return store.get(model, id);
-  });
-  if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
-    return error_response(404, "job_not_found", "no job " + id);
-  Response r = job_response(req, *rec);
-  if (wait.count() > 0 && !again && !is_terminal(rec->status)) {
-    r.wait_job = id;
-    r.wait_until = std::chrono::steady_clock::now() + wait;
+  if (watch && submits_ && !req.blocking) {
+    Response r;
+    r.commit = redis::JobStore::get_watched_calls(keys_, model, id, ctx.tenant, svc);
+    r.answer = [this, answer, target = req.target](std::vector<redis::Reply> replies) {
+      try {
+        return answer(redis::JobStore::watched_record(replies));
+      } catch (...) {
+        return failure(std::current_exception(), target);
+      }
+    };
+    return r;
   }
-  return r;
+  return answer(step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+    if (watch) return store.get_watched(model, id, ctx.tenant, svc);
+    return store.get(model, id);
+  }));
 }
 
 JobEvent job_event(const JobRecord& job) {
@@ -400,20 +423,17 @@ JobEvent job_event(const JobRecord& job) {
 
 // GET .../events: the first answer opens the stream (and asks for the job's changes short of
 // its end to be announced); the server asks again after each change.
-Response Api::job_events(Context& ctx, const std::string& svc, const std::string& id, bool again) {
-  const std::string& model = cfg_.service_types.at(svc).model;
-  auto rec = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-    auto r = store.get(model, id);
-    if (r && !again && !is_terminal(r->status) && r->tenant == ctx.tenant && r->service_type == svc)
-      store.watch(model, id);
+Response Api::job_events(const Request& req, Context& ctx, const std::string& svc,
+                         const std::string& id, bool again) {
+  auto answer = [tenant = ctx.tenant, svc, id](const std::optional<JobRecord>& rec) {
+    if (!rec || rec->tenant != tenant || rec->service_type != svc)
+      return error_response(404, "job_not_found", "no job " + id);
+    Response r;
+    r.body = job_json(*rec);
+    r.event = job_event(*rec);
     return r;
-  });
-  if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
-    return error_response(404, "job_not_found", "no job " + id);
-  Response r;
-  r.body = job_json(*rec);
-  r.event = job_event(*rec);
-  return r;
+  };
+  return read_job(req, ctx, svc, id, !again, answer);
 }
 
 Response Api::get_result(const Request& req, Context& ctx, const std::string& svc,

@@ -42,6 +42,9 @@ struct Request {
   // made as a GET of the job's path, answered as the submission is: 200 once the job ended,
   // 202 while it has not (the server adds the submission's headers).
   bool after_submit = false;
+  // Not from the client: asked again because the group commit carrying its step failed
+  // (Response::answer); the step runs on this thread, with its retries.
+  bool blocking = false;
 };
 
 struct Response;
@@ -101,6 +104,10 @@ struct Response {
   std::unique_ptr<Intake> intake;      // accepted: the rest of the body goes here, then finish()
   std::vector<redis::Connection::Call> commit;  // see Intake::finish()
   bool gate = false;                            // commit is the intake's next gate (Intake::gated)
+  // With commit (no intake): a read that writes — a long-poll flagging its job watched — sent
+  // with other requests' steps while no thread waits; the answer is made from the replies (on
+  // the I/O thread: cheap), or, when the batch failed, the request asked again with `blocking`.
+  std::function<Response(std::vector<redis::Reply>)> answer;
   std::string route = "unknown";  // metrics label, e.g. "GET /jobs/{service_type}/{id}"
   // Long-poll: wait for this job's completion notice until wait_until, then ask again with the
   // same request (and wait_until in the past).
@@ -176,8 +183,12 @@ class Api {
                       const std::string& id);
   Response with_result_range(Response r, const JobRecord& rec, const std::string& key,
                              const ByteRangeSpec& range);
-  Response job_events(Context& ctx, const std::string& service_type, const std::string& id,
-                      bool again);
+  Response job_events(const Request& req, Context& ctx, const std::string& service_type,
+                      const std::string& id, bool again);
+  // A job read for an answer, and when `watch`, flagged watched in the same step (see api.cpp).
+  using Answer = std::function<Response(const std::optional<JobRecord>&)>;
+  Response read_job(const Request& req, Context& ctx, const std::string& service_type,
+                    const std::string& id, bool watch, const Answer& answer);
   Response cancel(Context& ctx, const std::string& service_type, const std::string& id);
   // GET /jobs (service_type empty) and GET /jobs/{service_type} (listing.cpp).
   Response list_jobs(const Request& req, Context& ctx, const std::string& service_type);

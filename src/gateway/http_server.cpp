@@ -608,8 +608,12 @@ struct HttpServer::Impl {
           resp = std::move(*at_once);
         } else {
           Handled h = co_await handle_and_commit(pool, [&] { return api.handle(r); });
-          resp = std::move(h.resp);
-          sent = std::move(h.sent);
+          if (h.resp.answer) {
+            resp = co_await answered(r, std::move(h));
+          } else {
+            resp = std::move(h.resp);
+            sent = std::move(h.sent);
+          }
         }
         if (resp.intake) {
           intake = std::move(resp.intake);
@@ -834,6 +838,27 @@ struct HttpServer::Impl {
     co_return h;
   }
 
+  // The API's answer to r, from a request thread; a read whose step went in the group commit
+  // (Response::answer: a long-poll flagging its job) answered once its replies are in.
+  asio::awaitable<Response> ask(const Request& r) {
+    Handled h = co_await handle_and_commit(pool, [&] { return api.handle(r); });
+    co_return co_await answered(r, std::move(h));
+  }
+  asio::awaitable<Response> answered(const Request& r, Handled h) {
+    if (!h.resp.answer || !h.sent) co_return std::move(h.resp);
+    const std::string route = h.resp.route;
+    Response resp;
+    if (!h.sent->error) {
+      resp = h.resp.answer(std::move(h.sent->replies));  // (cheap: on the I/O thread)
+    } else {
+      Request again = r;  // the step again, on a request thread, with its retries
+      again.blocking = true;
+      resp = co_await run_blocking(pool, [&] { return api.handle(again); });
+    }
+    resp.route = route;
+    co_return resp;
+  }
+
   // The answer to a submission whose job record went through the group commit: made here (it
   // is cheap), or, when the batch failed (or the answer needs a record read: a replay), by the
   // step again, blocking, on the upload pool.
@@ -940,7 +965,7 @@ struct HttpServer::Impl {
       if (stopping.load() || Clock::now() >= first.wait_until)
         co_return co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
       *woken = false;
-      Response again = co_await run_blocking(pool, [&] { return api.handle(r); });
+      Response again = co_await ask(r);
       if (again.wait_job.empty() || stopping.load()) co_return again;
     }
   }

@@ -635,9 +635,24 @@ std::optional<JobRecord> JobStore::get(const std::string& model, const std::stri
 std::optional<JobRecord> JobStore::get_watched(const std::string& model, const std::string& id,
                                                const std::string& tenant,
                                                const std::string& service_type) {
-  const std::string key = keys_.job(model, id);
-  auto replies = conn_.pipeline(
-      {{&lua::watch, {key}, {tenant, service_type}}, {nullptr, {}, {"HGETALL", key}}});
+  return watched_record(conn_.pipeline(get_watched_calls(keys_, model, id, tenant, service_type)));
+}
+
+std::vector<Connection::Call> JobStore::get_watched_calls(const Keys& keys,
+                                                          const std::string& model,
+                                                          const std::string& id,
+                                                          const std::string& tenant,
+                                                          const std::string& service_type) {
+  std::string key = keys.job(model, id);
+  std::vector<Connection::Call> calls(2);
+  calls[0] = {&lua::watch, {key}, {tenant, service_type}};
+  calls[1].args = {"HGETALL", std::move(key)};
+  return calls;
+}
+
+std::optional<JobRecord> JobStore::watched_record(const std::vector<Reply>& replies) {
+  if (replies.size() != 2) throw ReplyError("watch: unexpected replies");
+  for (const auto& r : replies) throw_if_error(r.get());
   const redisReply* r = replies[1].get();
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return std::nullopt;
   return JobRecord::from_fields(as_pair_views(r));

@@ -193,6 +193,12 @@ class JobStore {
   // and the service type's, and has not ended) and read, in one round trip.
   std::optional<JobRecord> get_watched(const std::string& model, const std::string& id,
                                        const std::string& tenant, const std::string& service_type);
+  // get_watched() in parts, for a caller that sends the calls another way (redis/batcher.hpp).
+  static std::vector<Connection::Call> get_watched_calls(const Keys& keys, const std::string& model,
+                                                         const std::string& id,
+                                                         const std::string& tenant,
+                                                         const std::string& service_type);
+  static std::optional<JobRecord> watched_record(const std::vector<Reply>& replies);
   bool watch(const std::string& model, const std::string& id);
 
   // Cancel (gateway); see lua/cancel.lua.

@@ -297,6 +297,16 @@ class GatewayTest : public ::testing::Test {
       EXPECT_EQ(rec->status, JobStatus::pending);
     }
   }
+  // True while Redis holds a client's command (CLIENT PAUSE): one blocked whose command is
+  // `cmd` ("cmd=evalsha").
+  bool held_at_redis(const std::string& cmd) {
+    auto clients = conn_.command({"CLIENT", "LIST"});
+    const std::string list(clients->str, clients->len);
+    for (std::size_t at = 0; (at = list.find("flags=b ", at)) != std::string::npos; ++at)
+      if (list.substr(at, list.find('\n', at) - at).find(cmd + " ") != std::string::npos)
+        return true;
+    return false;
+  }
   long long job_records() {
     auto r = conn_.command({"KEYS", "job:*"});
     return static_cast<long long>(r->elements);

@@ -243,6 +243,36 @@ TEST_F(GatewayTest, ASubmissionWaitingForRedisHoldsNoThread) {
   EXPECT_EQ(list(keys_.pending("m1")).size(), 4u);
 }
 
+// A long-poll flags its job watched — a write — before it waits: that step goes with other
+// requests' and holds no thread while Redis pauses writes. With one request thread and three
+// long-polls held at Redis, a status read is answered at once; the long-polls then wait, and a
+// cancel answers them all with the cancelled job.
+TEST_F(GatewayTest, ALongPollWaitingForRedisHoldsNoThread) {
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE is per node";
+  start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "1"}});
+  const std::string id = submit_id("waited on");
+  conn_.command({"CLIENT", "PAUSE", "2000", "WRITE"});
+  const auto paused = std::chrono::steady_clock::now();
+  std::vector<std::future<HttpResult>> polls;
+  for (int i = 0; i < 3; ++i)
+    polls.push_back(std::async(std::launch::async, [this, id] {
+      return http("GET", url("/jobs/echo/" + id + "?wait=30"));
+    }));
+  ASSERT_TRUE(wait_until([&] { return held_at_redis("cmd=evalsha"); }, 10s)) << gateway_->log();
+  auto status = http("GET", url("/jobs/echo/" + id), {}, {}, {}, 1500);
+  EXPECT_EQ(status.status, 200) << status.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, 1800ms)
+      << "the status read came after the pause: a thread waited on a long-poll's step";
+  // Flagged once the pause ends; then waiting.
+  ASSERT_TRUE(wait_until([&] { return store_.get("m1", id)->watched; }, 10s));
+  ASSERT_EQ(http("DELETE", url("/jobs/echo/" + id)).status, 200);
+  for (auto& p : polls) {
+    auto r = p.get();
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(str(parse(r), "status"), "cancelled") << r.body;
+  }
+}
+
 // The group commit's connection lost with a submission's record in flight: the submission is
 // recorded by the step done again (blocking, with retries), once, and answered 202.
 TEST_F(GatewayTest, ASubmissionWhoseGroupCommitFailedIsRecordedOnce) {

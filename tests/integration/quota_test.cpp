@@ -7,16 +7,6 @@
 namespace relay::testing {
 namespace {
 
-// True while Redis holds a client's command (CLIENT PAUSE): one blocked whose command is `cmd`
-// ("cmd=evalsha").
-bool held_at_redis(redis::Connection& conn, const std::string& cmd) {
-  auto clients = conn.command({"CLIENT", "LIST"});
-  const std::string list(clients->str, clients->len);
-  for (std::size_t at = 0; (at = list.find("flags=b ", at)) != std::string::npos; ++at)
-    if (list.substr(at, list.find('\n', at) - at).find(cmd + " ") != std::string::npos) return true;
-  return false;
-}
-
 TEST_F(GatewayTest, MaxPendingIsHeldAcrossReplicasAndFreedWhenJobsEnd) {
   start_gateway({{"RELAY_QUOTAS_MAX_PENDING", "2"}});
   GatewayServer second(gateway_env({{"RELAY_QUOTAS_MAX_PENDING", "2"}}));
@@ -104,8 +94,7 @@ TEST_F(GatewayTest, ASubmissionWaitingForItsQuotaAdmissionHoldsNoThread) {
   const auto paused = std::chrono::steady_clock::now();
   auto waiting = submit_at_once(3, "waits for its admission");
   // An admission held by the pause: a client blocked on a script.
-  ASSERT_TRUE(wait_until([&] { return held_at_redis(conn_, "cmd=evalsha"); }, 10s))
-      << gateway_->log();
+  ASSERT_TRUE(wait_until([&] { return held_at_redis("cmd=evalsha"); }, 10s)) << gateway_->log();
   EXPECT_EQ(stored_files(), 1u) << "nothing is stored before the admission";
   auto status = http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, 1500);
   EXPECT_EQ(status.status, 200) << status.body;
@@ -139,7 +128,7 @@ TEST_F(GatewayTest, AnUploadPassesItsGatesWithoutHoldingAThread) {
   conn_.command({"CLIENT", "PAUSE", "3000", "WRITE"});
   const auto paused = std::chrono::steady_clock::now();
   auto first = std::async(std::launch::async, [&] { return upload("big-1"); });
-  ASSERT_TRUE(wait_until([&] { return held_at_redis(conn_, "cmd=set"); }, 10s)) << gateway_->log();
+  ASSERT_TRUE(wait_until([&] { return held_at_redis("cmd=set"); }, 10s)) << gateway_->log();
   auto status = http("GET", url("/jobs/echo/" + done_id), {}, {}, {}, 1500);
   EXPECT_EQ(status.status, 200) << status.body;
   EXPECT_LT(std::chrono::steady_clock::now() - paused, std::chrono::milliseconds(2500))
