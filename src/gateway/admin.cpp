@@ -204,15 +204,13 @@ Response Api::admin(const Request& req, Context& ctx, const std::vector<std::str
     if (!rec || rec->model != model) return error_response(404, "job_not_found", "no job " + id);
     if (m == "GET" && s.size() == 3) return json_response(admin_job(*rec));
     if (m == "POST" && s.size() == 4 && s[3] == "cancel") {
-      auto outcome = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-        return store.cancel(model, rec->service_type, id);
+      auto c = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
+        return store.cancel_job(model, rec->service_type, id);  // (with the record after it)
       });
-      if (outcome == redis::CancelOutcome::terminal)
+      if (c.outcome == redis::CancelOutcome::terminal)
         return error_response(409, "job_already_ended", "the job has ended");
-      auto now = step(
-          ctx, [&](redis::JobStore& store, redis::Connection&) { return store.get(model, id); });
-      return json_response(admin_job(now.value_or(*rec)),
-                           outcome == redis::CancelOutcome::cancelled ? 200 : 202);
+      return json_response(admin_job(c.record.value_or(*rec)),
+                           c.outcome == redis::CancelOutcome::cancelled ? 200 : 202);
     }
   }
 

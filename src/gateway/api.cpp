@@ -294,7 +294,8 @@ Response Api::route(const Request& req, Context& ctx, bool again) {
   if (seg.size() == 3) {
     if (m == "GET")
       return with_route(get_job(req, ctx, svc, id, again), "GET /jobs/{service_type}/{id}");
-    if (m == "DELETE") return with_route(cancel(ctx, svc, id), "DELETE /jobs/{service_type}/{id}");
+    if (m == "DELETE")
+      return with_route(cancel(req, ctx, svc, id), "DELETE /jobs/{service_type}/{id}");
     return method_not_allowed(methods_of(seg), "use GET or DELETE");
   }
   if ((seg[3] == "events" || seg[3] == "result") && m != "GET")
@@ -380,18 +381,18 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
 }
 
 // About to wait: a job's end must be announced (a job nobody waits on is not); a live event
-// stream's changes too. Flagged and read in one round trip: an end after the flag is announced,
-// one before it is in the record. The flag is a write: it goes with other requests' steps while
-// no thread waits (with Redis pausing writes, each long-poll held a request thread).
+// stream's changes too. Flagged and read in one step (watch.lua): an end after the flag is
+// announced, one before it is in the record. The flag is a write: it goes with other requests'
+// steps while no thread waits (with Redis pausing writes, each long-poll held a request thread).
 Response Api::read_job(const Request& req, Context& ctx, const std::string& svc,
                        const std::string& id, bool watch, const Answer& answer) {
   const std::string& model = cfg_.service_types.at(svc).model;
   if (watch && submits_ && !req.blocking) {
     Response r;
-    r.commit = redis::JobStore::get_watched_calls(keys_, model, id, ctx.tenant, svc);
+    r.commit = {redis::JobStore::get_watched_call(keys_, model, id, ctx.tenant, svc)};
     r.answer = [this, answer, target = req.target](std::vector<redis::Reply> replies) {
       try {
-        return answer(redis::JobStore::watched_record(replies));
+        return answer(redis::JobStore::record_of(replies.at(0).get()));
       } catch (...) {
         return failure(std::current_exception(), target);
       }
@@ -557,33 +558,57 @@ Response Api::with_result_range(Response r, const JobRecord& rec, const std::str
   return r;
 }
 
-Response Api::cancel(Context& ctx, const std::string& svc, const std::string& id) {
+Response Api::cancel(const Request& req, Context& ctx, const std::string& svc,
+                     const std::string& id) {
   const std::string& model = cfg_.service_types.at(svc).model;
   auto get = [&](redis::JobStore& store, redis::Connection&) { return store.get(model, id); };
-  auto rec = step(ctx, get);
-  if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
-    return error_response(404, "job_not_found", "no job " + id);
-  bool retried = false;
+  {
+    auto rec = step(ctx, get);  // (a read: what a pause of writes does not hold)
+    if (!rec || rec->tenant != ctx.tenant || rec->service_type != svc)
+      return error_response(404, "job_not_found", "no job " + id);
+  }
+  // The answer from the step's outcome and the record as it left it. maybe_ran: an earlier
+  // attempt (a retry, a group commit that failed) may have run the step.
   using redis::CancelOutcome;
-  CancelOutcome outcome = step(
-      ctx, [&](redis::JobStore& store, redis::Connection&) { return store.cancel(model, svc, id); },
+  auto answer = [id](CancelOutcome outcome, bool maybe_ran, const std::optional<JobRecord>& rec) {
+    if (outcome == CancelOutcome::missing)
+      return error_response(404, "job_not_found", "no job " + id);
+    // A cancel done again that finds the job cancelled: the first attempt ran, its reply lost.
+    if (outcome == CancelOutcome::terminal && maybe_ran && rec &&
+        rec->status == JobStatus::cancelled)
+      outcome = CancelOutcome::cancelled;
+    if (outcome == CancelOutcome::terminal)
+      return error_response(
+          409, "job_finished",
+          "the job is already " + std::string(rec ? to_string(rec->status) : "finished"));
+    Response r;
+    r.status = outcome == CancelOutcome::cancelled ? 200 : 202;  // 202: the relay is stopping it
+    r.body = rec ? job_json(*rec) : "{}";
+    log::info(outcome == CancelOutcome::cancelled ? "job cancelled" : "job cancellation requested",
+              {{"job_id", id}});
+    return r;
+  };
+  // The step (which returns the record as it left it) goes with other requests' steps while no
+  // thread waits (with Redis pausing writes, each cancel held a request thread).
+  if (submits_ && !req.blocking) {
+    Response r;
+    r.commit = {redis::JobStore::cancel_call(keys_, model, svc, id)};
+    r.answer = [this, answer, target = req.target](std::vector<redis::Reply> replies) {
+      try {
+        auto c = redis::JobStore::cancelled(replies.at(0).get());
+        return answer(c.outcome, false, c.record);
+      } catch (...) {
+        return failure(std::current_exception(), target);
+      }
+    };
+    return r;
+  }
+  bool retried = req.blocking;
+  auto c = step(
+      ctx,
+      [&](redis::JobStore& store, redis::Connection&) { return store.cancel_job(model, svc, id); },
       [&](int) { retried = true; });
-  if (outcome == CancelOutcome::missing)
-    return error_response(404, "job_not_found", "no job " + id);
-  rec = step(ctx, get);
-  // A retried cancel that finds the job cancelled: the first attempt ran, its reply was lost.
-  if (outcome == CancelOutcome::terminal && retried && rec && rec->status == JobStatus::cancelled)
-    outcome = CancelOutcome::cancelled;
-  if (outcome == CancelOutcome::terminal)
-    return error_response(
-        409, "job_finished",
-        "the job is already " + std::string(rec ? to_string(rec->status) : "finished"));
-  Response r;
-  r.status = outcome == CancelOutcome::cancelled ? 200 : 202;  // 202: the relay is stopping it
-  r.body = rec ? job_json(*rec) : "{}";
-  log::info(outcome == CancelOutcome::cancelled ? "job cancelled" : "job cancellation requested",
-            {{"job_id", id}});
-  return r;
+  return answer(c.outcome, retried, c.record);
 }
 
 Response Api::ready() {

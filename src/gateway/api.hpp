@@ -104,9 +104,10 @@ struct Response {
   std::unique_ptr<Intake> intake;      // accepted: the rest of the body goes here, then finish()
   std::vector<redis::Connection::Call> commit;  // see Intake::finish()
   bool gate = false;                            // commit is the intake's next gate (Intake::gated)
-  // With commit (no intake): a read that writes — a long-poll flagging its job watched — sent
-  // with other requests' steps while no thread waits; the answer is made from the replies (on
-  // the I/O thread: cheap), or, when the batch failed, the request asked again with `blocking`.
+  // With commit (no intake): a step answered from its replies — a long-poll flagging its job
+  // watched, a cancel — sent with other requests' steps while no thread waits; the answer is
+  // made from the replies (on the I/O thread: cheap), or, when the batch failed, the request
+  // asked again with `blocking`.
   std::function<Response(std::vector<redis::Reply>)> answer;
   std::string route = "unknown";  // metrics label, e.g. "GET /jobs/{service_type}/{id}"
   // Long-poll: wait for this job's completion notice until wait_until, then ask again with the
@@ -189,7 +190,8 @@ class Api {
   using Answer = std::function<Response(const std::optional<JobRecord>&)>;
   Response read_job(const Request& req, Context& ctx, const std::string& service_type,
                     const std::string& id, bool watch, const Answer& answer);
-  Response cancel(Context& ctx, const std::string& service_type, const std::string& id);
+  Response cancel(const Request& req, Context& ctx, const std::string& service_type,
+                  const std::string& id);
   // GET /jobs (service_type empty) and GET /jobs/{service_type} (listing.cpp).
   Response list_jobs(const Request& req, Context& ctx, const std::string& service_type);
   // The operator dashboard (admin.cpp): its page and its API, with operator keys.

@@ -276,23 +276,50 @@ bool JobStore::give_back(const std::string& model, const std::string& id,
 
 CancelOutcome JobStore::cancel(const std::string& model, const std::string& service_type,
                                const std::string& id) {
+  return cancel_job(model, service_type, id).outcome;
+}
+
+JobStore::Cancelled JobStore::cancel_job(const std::string& model, const std::string& service_type,
+                                         const std::string& id) {
+  auto call = cancel_call(keys_, model, service_type, id);
+  return cancelled(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get());
+}
+
+Connection::Call JobStore::cancel_call(const Keys& keys, const std::string& model,
+                                       const std::string& service_type, const std::string& id) {
   Completion c;
   c.job_id = id;
   c.model = model;
   c.service_type = service_type;
   c.status = JobStatus::cancelled;
   c.finished_at = wall_now();
-  auto r = conn_.eval(lua::cancel,
-                      {keys_.job(model, id), keys_.pending(model), keys_.events(model),
-                       keys_.retries(model), keys_.held(model)},
-                      {id, format_rfc3339(c.finished_at), keys_.completed_channel(model),
-                       keys_.cancel_channel(model), std::to_string(kEventsMaxLen), c.payload()});
-  const std::string tag = as_string(r.get());
-  if (tag == "cancelled") return CancelOutcome::cancelled;
-  if (tag == "requested") return CancelOutcome::requested;
-  if (tag == "terminal") return CancelOutcome::terminal;
-  if (tag == "missing") return CancelOutcome::missing;
-  throw ReplyError("cancel: unexpected reply " + tag);
+  return {&lua::cancel,
+          {keys.job(model, id), keys.pending(model), keys.events(model), keys.retries(model),
+           keys.held(model)},
+          {id, format_rfc3339(c.finished_at), keys.completed_channel(model),
+           keys.cancel_channel(model), std::to_string(kEventsMaxLen), c.payload()}};
+}
+
+JobStore::Cancelled JobStore::cancelled(const redisReply* r) {
+  throw_if_error(r);
+  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+    throw ReplyError("cancel: unexpected reply");
+  const std::string tag = as_string(r->element[0]);
+  Cancelled c;
+  if (tag == "missing") {
+    c.outcome = CancelOutcome::missing;
+    return c;
+  }
+  if (tag == "cancelled")
+    c.outcome = CancelOutcome::cancelled;
+  else if (tag == "requested")
+    c.outcome = CancelOutcome::requested;
+  else if (tag == "terminal")
+    c.outcome = CancelOutcome::terminal;
+  else
+    throw ReplyError("cancel: unexpected reply " + tag);
+  if (r->elements > 1) c.record = record_of(r->element[1]);
+  return c;
 }
 
 std::string JobStore::webhook_id(const std::string& job_id) {
@@ -313,8 +340,7 @@ bool JobStore::paused(const std::string& model) {
 }
 
 bool JobStore::watch(const std::string& model, const std::string& id) {
-  auto r = conn_.eval(lua::watch, {keys_.job(model, id)}, {});
-  return !is_nil(r.get()) && r->type == REDIS_REPLY_STRING;
+  return record_of(conn_.eval(lua::watch, {keys_.job(model, id)}, {}).get()).has_value();
 }
 
 std::string_view to_string(WebhookEvent e) {
@@ -627,35 +653,26 @@ std::vector<std::string> JobStore::hash_keys(const std::string& key) {
 }
 
 std::optional<JobRecord> JobStore::get(const std::string& model, const std::string& id) {
-  auto r = conn_.command({"HGETALL", keys_.job(model, id)});
+  return record_of(conn_.command({"HGETALL", keys_.job(model, id)}).get());
+}
+
+std::optional<JobRecord> JobStore::record_of(const redisReply* r) {
+  throw_if_error(r);
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return std::nullopt;
-  return JobRecord::from_fields(as_pair_views(r.get()));
+  return JobRecord::from_fields(as_pair_views(r));
 }
 
 std::optional<JobRecord> JobStore::get_watched(const std::string& model, const std::string& id,
                                                const std::string& tenant,
                                                const std::string& service_type) {
-  return watched_record(conn_.pipeline(get_watched_calls(keys_, model, id, tenant, service_type)));
+  auto call = get_watched_call(keys_, model, id, tenant, service_type);
+  return record_of(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get());
 }
 
-std::vector<Connection::Call> JobStore::get_watched_calls(const Keys& keys,
-                                                          const std::string& model,
-                                                          const std::string& id,
-                                                          const std::string& tenant,
-                                                          const std::string& service_type) {
-  std::string key = keys.job(model, id);
-  std::vector<Connection::Call> calls(2);
-  calls[0] = {&lua::watch, {key}, {tenant, service_type}};
-  calls[1].args = {"HGETALL", std::move(key)};
-  return calls;
-}
-
-std::optional<JobRecord> JobStore::watched_record(const std::vector<Reply>& replies) {
-  if (replies.size() != 2) throw ReplyError("watch: unexpected replies");
-  for (const auto& r : replies) throw_if_error(r.get());
-  const redisReply* r = replies[1].get();
-  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return std::nullopt;
-  return JobRecord::from_fields(as_pair_views(r));
+Connection::Call JobStore::get_watched_call(const Keys& keys, const std::string& model,
+                                            const std::string& id, const std::string& tenant,
+                                            const std::string& service_type) {
+  return {&lua::watch, {keys.job(model, id)}, {tenant, service_type}};
 }
 
 }  // namespace relay::redis

@@ -184,26 +184,38 @@ class JobStore {
   bool requeue_retry(const std::string& model, const std::string& id);
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
+  // A record from its HGETALL reply (nullopt: none), for a caller that sent the read another way.
+  static std::optional<JobRecord> record_of(const redisReply* reply);
   // Pauses or resumes the model's intake (lua/pause.lua); the jobs moved.
   std::int64_t set_paused(const std::string& model, bool paused);
   bool paused(const std::string& model);
   // A live event stream opened on the job (lua/watch.lua): its changes short of the end are
   // announced from now on. False when the record is gone.
   // A long-poll's read: the job flagged as watched (lua/watch.lua: only if it is the tenant's
-  // and the service type's, and has not ended) and read, in one round trip.
+  // and the service type's, and has not ended) and read, in one step.
   std::optional<JobRecord> get_watched(const std::string& model, const std::string& id,
                                        const std::string& tenant, const std::string& service_type);
-  // get_watched() in parts, for a caller that sends the calls another way (redis/batcher.hpp).
-  static std::vector<Connection::Call> get_watched_calls(const Keys& keys, const std::string& model,
-                                                         const std::string& id,
-                                                         const std::string& tenant,
-                                                         const std::string& service_type);
-  static std::optional<JobRecord> watched_record(const std::vector<Reply>& replies);
+  // get_watched() in parts, for a caller that sends the call another way (redis/batcher.hpp):
+  // its reply is the record (record_of()).
+  static Connection::Call get_watched_call(const Keys& keys, const std::string& model,
+                                           const std::string& id, const std::string& tenant,
+                                           const std::string& service_type);
   bool watch(const std::string& model, const std::string& id);
 
   // Cancel (gateway); see lua/cancel.lua.
   CancelOutcome cancel(const std::string& model, const std::string& service_type,
                        const std::string& id);
+  // cancel() in parts, for a caller that sends the call another way (redis/batcher.hpp).
+  static Connection::Call cancel_call(const Keys& keys, const std::string& model,
+                                      const std::string& service_type, const std::string& id);
+  // The outcome with the record as the step left it (nullopt: missing).
+  struct Cancelled {
+    CancelOutcome outcome = CancelOutcome::missing;
+    std::optional<JobRecord> record;
+  };
+  Cancelled cancel_job(const std::string& model, const std::string& service_type,
+                       const std::string& id);
+  static Cancelled cancelled(const redisReply* reply);
 
   // The relay: a webhook for an opt-in event (webhook_events) if the job wants it; `suffix`
   // tells this delivery from the job's other ones of the same event (an attempt's token, a

@@ -273,6 +273,55 @@ TEST_F(GatewayTest, ALongPollWaitingForRedisHoldsNoThread) {
   }
 }
 
+// A cancel is a write too: with one request thread and three cancels held at a paused Redis, a
+// status read is answered at once; then each cancel is answered 200 with its job cancelled, out
+// of the queue.
+TEST_F(GatewayTest, ACancelWaitingForRedisHoldsNoThread) {
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE is per node";
+  start_gateway({{"RELAY_SERVER_BLOCKING_THREADS", "1"}});
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(submit_id("cancelled " + std::to_string(i)));
+  conn_.command({"CLIENT", "PAUSE", "2000", "WRITE"});
+  const auto paused = std::chrono::steady_clock::now();
+  std::vector<std::future<HttpResult>> cancels;
+  for (const auto& id : ids)
+    cancels.push_back(std::async(std::launch::async,
+                                 [this, id] { return http("DELETE", url("/jobs/echo/" + id)); }));
+  ASSERT_TRUE(wait_until([&] { return held_at_redis("cmd=evalsha"); }, 10s)) << gateway_->log();
+  auto status = http("GET", url("/jobs/echo/" + ids[0]), {}, {}, {}, 1500);
+  EXPECT_EQ(status.status, 200) << status.body;
+  EXPECT_EQ(str(parse(status), "status"), "pending") << "read before the pause ends";
+  EXPECT_LT(std::chrono::steady_clock::now() - paused, 1800ms)
+      << "the status read came after the pause: a thread waited on a cancel";
+  for (auto& c : cancels) {
+    auto r = c.get();
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(str(parse(r), "status"), "cancelled") << r.body;
+  }
+  EXPECT_TRUE(list(keys_.pending("m1")).empty());
+  auto again = http("DELETE", url("/jobs/echo/" + ids[0]));
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_EQ(error_code(again), "job_finished");
+}
+
+// The group commit's connection lost with a cancel in flight: the request is asked again, its
+// step done on a request thread with retries, and answered 200 with the job cancelled.
+TEST_F(GatewayTest, ACancelWhoseGroupCommitFailedIsDoneAgain) {
+  if (redis_.cluster()) GTEST_SKIP() << "CLIENT PAUSE and KILL are per node";
+  start_gateway();
+  const std::string id = submit_id("cancelled");
+  conn_.command({"CLIENT", "PAUSE", "2000", "WRITE"});
+  auto cancel = std::async(std::launch::async,
+                           [this, id] { return http("DELETE", url("/jobs/echo/" + id)); });
+  ASSERT_TRUE(wait_until([&] { return held_at_redis("cmd=evalsha"); }, 10s)) << gateway_->log();
+  conn_.command({"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"});
+  auto r = cancel.get();
+  EXPECT_EQ(r.status, 200) << r.body << gateway_->log();
+  EXPECT_EQ(str(parse(r), "status"), "cancelled") << r.body;
+  EXPECT_EQ(store_.get("m1", id)->status, JobStatus::cancelled);
+  EXPECT_TRUE(list(keys_.pending("m1")).empty());
+}
+
 // The group commit's connection lost with a submission's record in flight: the submission is
 // recorded by the step done again (blocking, with retries), once, and answered 202.
 TEST_F(GatewayTest, ASubmissionWhoseGroupCommitFailedIsRecordedOnce) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "gateway_fixture.hpp"
+#include "redis/lua_scripts.hpp"
 
 namespace relay::testing {
 namespace {
@@ -69,7 +70,8 @@ void log_every_command(redis::Connection& conn) {
   conn.command({"CONFIG", "SET", "slowlog-max-len", "10000"});
   conn.command({"SLOWLOG", "RESET"});
 }
-// How many top-level reads of the job's record (HGETALL) were logged since.
+// How many reads of the job's record were logged since: HGETALLs sent as commands, and watch
+// steps (lua/watch.lua returns the record it flagged).
 int reads_of(redis::Connection& conn, const std::string& job_key) {
   auto log = conn.command({"SLOWLOG", "GET", "10000"});
   conn.command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
@@ -79,11 +81,13 @@ int reads_of(redis::Connection& conn, const std::string& job_key) {
     const auto argv = redis::as_strings(entry->element[3]);
     if (redis::as_string(entry->element[4]) == "?:0") continue;  // (a script's own)
     reads += argv.size() == 2 && argv[0] == "HGETALL" && argv[1] == job_key;
+    reads += argv.size() > 3 && argv[0] == "EVALSHA" && argv[1] == redis::lua::watch.sha1 &&
+             argv[3] == job_key;
   }
   return reads;
 }
 
-// A long-poll reads its job once: the read that flags it watched (in the same round trip)
+// A long-poll reads its job once: the step that flags it watched returns it (lua/watch.lua)
 // before it waits. No read again after registering with the notifier (an end announced in
 // between is one the notifier kept), and none at the end: the relay's finish announces the end
 // of a watched job with its record, and the answer is made from that — the same answer a read

@@ -8,18 +8,25 @@
 -- KEYS[5] the model's held list (a paused model's queue)
 -- ARGV[1] job id, ARGV[2] now (RFC 3339), ARGV[3] completed channel, ARGV[4] cancel channel,
 -- ARGV[5] events stream max length, ARGV[6] completion payload (JSON)
--- Returns 'cancelled', 'requested', 'terminal' (already ended: nothing changes) or 'missing'.
+-- Returns {'cancelled' | 'requested' | 'terminal' (already ended: nothing changes), <HGETALL of
+-- the record after the step>} or {'missing'}. (The record comes with the outcome, not from a
+-- read pipelined after it: a script missing from the cache is sent again after the calls behind
+-- it, which would read the record before the step.)
 local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return 'missing' end
-if st == 'completed' or st == 'failed' or st == 'cancelled' then return 'terminal' end
-if st == 'pending' and (redis.call('LREM', KEYS[2], 1, ARGV[1]) == 1 or
-                       redis.call('LREM', KEYS[5], 1, ARGV[1]) == 1 or
-                       redis.call('ZREM', KEYS[4], ARGV[1]) == 1) then
+if not st then return {'missing'} end
+local tag = 'terminal'
+if st == 'completed' or st == 'failed' or st == 'cancelled' then
+  tag = 'terminal'
+elseif st == 'pending' and (redis.call('LREM', KEYS[2], 1, ARGV[1]) == 1 or
+                           redis.call('LREM', KEYS[5], 1, ARGV[1]) == 1 or
+                           redis.call('ZREM', KEYS[4], ARGV[1]) == 1) then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finished_at', ARGV[2])
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', 'job_id', ARGV[1], 'status', 'cancelled')
   redis.call('PUBLISH', ARGV[3], ARGV[6])
-  return 'cancelled'
+  tag = 'cancelled'
+else
+  redis.call('HSET', KEYS[1], 'cancel_requested', '1')
+  redis.call('PUBLISH', ARGV[4], ARGV[1])
+  tag = 'requested'
 end
-redis.call('HSET', KEYS[1], 'cancel_requested', '1')
-redis.call('PUBLISH', ARGV[4], ARGV[1])
-return 'requested'
+return {tag, redis.call('HGETALL', KEYS[1])}
