@@ -384,20 +384,30 @@ Response Api::get_job(const Request& req, Context& ctx, const std::string& svc,
 // stream's changes too. Flagged and read in one step (watch.lua): an end after the flag is
 // announced, one before it is in the record. The flag is a write: it goes with other requests'
 // steps while no thread waits (with Redis pausing writes, each long-poll held a request thread).
+// A step that goes with other requests' in the group commit (Response::answer), answered from
+// its reply on the server's I/O thread; a reply that surprises is the request's failure.
+Response Api::answered_from(const Request& req, redis::Connection::Call call,
+                            std::function<Response(const redisReply*)> answer) {
+  Response r;
+  r.commit = {std::move(call)};
+  r.answer = [this, answer = std::move(answer),
+              target = req.target](std::vector<redis::Reply> replies) {
+    try {
+      return answer(replies.at(0).get());
+    } catch (...) {
+      return failure(std::current_exception(), target);
+    }
+  };
+  return r;
+}
+
 Response Api::read_job(const Request& req, Context& ctx, const std::string& svc,
                        const std::string& id, bool watch, const Answer& answer) {
   const std::string& model = cfg_.service_types.at(svc).model;
   if (watch && submits_ && !req.blocking) {
-    Response r;
-    r.commit = {redis::JobStore::get_watched_call(keys_, model, id, ctx.tenant, svc)};
-    r.answer = [this, answer, target = req.target](std::vector<redis::Reply> replies) {
-      try {
-        return answer(redis::JobStore::record_of(replies.at(0).get()));
-      } catch (...) {
-        return failure(std::current_exception(), target);
-      }
-    };
-    return r;
+    return answered_from(
+        req, redis::JobStore::get_watched_call(keys_, model, id, ctx.tenant, svc),
+        [answer](const redisReply* reply) { return answer(redis::JobStore::record_of(reply)); });
   }
   return answer(step(ctx, [&](redis::JobStore& store, redis::Connection&) {
     if (watch) return store.get_watched(model, id, ctx.tenant, svc);
@@ -591,17 +601,11 @@ Response Api::cancel(const Request& req, Context& ctx, const std::string& svc,
   // The step (which returns the record as it left it) goes with other requests' steps while no
   // thread waits (with Redis pausing writes, each cancel held a request thread).
   if (submits_ && !req.blocking) {
-    Response r;
-    r.commit = {redis::JobStore::cancel_call(keys_, model, svc, id)};
-    r.answer = [this, answer, target = req.target](std::vector<redis::Reply> replies) {
-      try {
-        auto c = redis::JobStore::cancelled(replies.at(0).get());
-        return answer(c.outcome, false, c.record);
-      } catch (...) {
-        return failure(std::current_exception(), target);
-      }
-    };
-    return r;
+    return answered_from(req, redis::JobStore::cancel_call(keys_, model, svc, id),
+                         [answer](const redisReply* reply) {
+                           auto c = redis::JobStore::cancelled(reply);
+                           return answer(c.outcome, false, c.record);
+                         });
   }
   bool retried = req.blocking;
   auto c = step(

@@ -188,6 +188,8 @@ class Api {
                       const std::string& id, bool again);
   // A job read for an answer, and when `watch`, flagged watched in the same step (see api.cpp).
   using Answer = std::function<Response(const std::optional<JobRecord>&)>;
+  Response answered_from(const Request& req, redis::Connection::Call call,
+                         std::function<Response(const redisReply*)> answer);
   Response read_job(const Request& req, Context& ctx, const std::string& service_type,
                     const std::string& id, bool watch, const Answer& answer);
   Response cancel(const Request& req, Context& ctx, const std::string& service_type,
