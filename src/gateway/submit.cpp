@@ -89,8 +89,6 @@ class Api::Upload final : public Intake, private multipart::Handler {
     }
   }
 
-  const std::string& job_id() const { return job_id_; }
-  const std::string& idempotency_key() const { return idem_key_; }
   // The gates this submission passes before its body is taken (see Intake): its Idempotency-
   // Key reserved for it while its body comes (from then the upload renews the reservation, and
   // frees it if no job comes of it), then its tenant's quota admission. Each is a round trip
@@ -165,33 +163,6 @@ class Api::Upload final : public Intake, private multipart::Handler {
     }
   }
 
- private:
-  // The tenant quota's answer: a refusal (429, naming the limit), or nullopt — admitted. Under
-  // max_pending the slot is held by this job from then, freed if the submission fails (and by
-  // the completion consumer once the job ends).
-  std::optional<Response> admission(const redis::Admission& a) {
-    const redis::Quota& q = quota_;
-    using Outcome = redis::Admission::Outcome;
-    if (a.outcome == Outcome::ok) {
-      if (q.max_pending > 0) admitted_ = true;
-      return std::nullopt;
-    }
-    const bool pending = a.outcome == Outcome::max_pending;
-    metrics().quota_refusals.add({tenant_, pending ? "max_pending" : "submit_rate"});
-    Response r = pending
-                     ? error_response(429, "max_pending_exceeded",
-                                      "this tenant has " + std::to_string(q.max_pending) +
-                                          " jobs not yet ended, the most quotas.max_pending allows")
-                     : error_response(429, "submit_rate_exceeded",
-                                      "this tenant submits faster than its " +
-                                          std::to_string(q.submits_per_minute) + " per minute");
-    // When a token is back; a pending slot frees when a job ends (a guess: a few seconds).
-    const auto secs = pending ? 5 : (a.retry_after.count() + 999) / 1000;
-    r.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, secs)));
-    return r;
-  }
-
- public:
   std::optional<Response> write(std::string_view bytes) override {
     try {
       if (!parser_ && !sub_.input_url.empty() && !bytes.empty()) throw BothInputs{};
@@ -263,6 +234,31 @@ class Api::Upload final : public Intake, private multipart::Handler {
   bool settled() const override { return done_; }
 
  private:
+  // The tenant quota's answer: a refusal (429, naming the limit), or nullopt — admitted. Under
+  // max_pending the slot is held by this job from then, freed if the submission fails (and by
+  // the completion consumer once the job ends).
+  std::optional<Response> admission(const redis::Admission& a) {
+    const redis::Quota& q = quota_;
+    using Outcome = redis::Admission::Outcome;
+    if (a.outcome == Outcome::ok) {
+      if (q.max_pending > 0) admitted_ = true;
+      return std::nullopt;
+    }
+    const bool pending = a.outcome == Outcome::max_pending;
+    metrics().quota_refusals.add({tenant_, pending ? "max_pending" : "submit_rate"});
+    Response r = pending
+                     ? error_response(429, "max_pending_exceeded",
+                                      "this tenant has " + std::to_string(q.max_pending) +
+                                          " jobs not yet ended, the most quotas.max_pending allows")
+                     : error_response(429, "submit_rate_exceeded",
+                                      "this tenant submits faster than its " +
+                                          std::to_string(q.submits_per_minute) + " per minute");
+    // When a token is back; a pending slot frees when a job ends (a guess: a few seconds).
+    const auto secs = pending ? 5 : (a.retry_after.count() + 999) / 1000;
+    r.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, secs)));
+    return r;
+  }
+
   void open_input() {
     std::optional<std::uint64_t> size;
     if (!parser_ && declared_)
