@@ -254,14 +254,17 @@ class BodyReader {
       const std::size_t ready =
           buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
       const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
-      if (!out.empty() && ready == 0 && !hold && !whole) break;
+      // With bytes in hand, only what is already there is taken (the client is not waited for).
+      const bool wait = out.empty() || hold || whole;
+      if (!wait && ready == 0) break;
       // Room for what is waiting, 4 KiB when the read will wait: a thousand trickling clients
       // must not each hold a large buffer for the few bytes they send.
       const auto room = out.room(std::max<std::size_t>(ready, 4096), max);
       if (room.empty()) break;  // full, and the budget has no more room for it
       const auto t0 = Clock::now();
-      const std::size_t got = co_await read_some(room);
+      const std::size_t got = co_await read_some(room, wait);
       if (abandoned_) throw Abandoned{};  // (what the cancelled read got is not wanted)
+      if (got == 0) break;                // (!wait: what was there was framing, not body)
       out.grew(got);
       if (!pace_) pace_.emplace(cfg_.body_idle_timeout / 2, cfg_.min_upload_rate);
       if (!pace_->record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
@@ -303,8 +306,12 @@ class BodyReader {
     idle_.cancel();
   }
 
-  // One read into `to`: from the bytes already buffered, or the socket.
-  asio::awaitable<std::size_t> read_some(std::span<char> to) {
+  // One read into `to`: from the bytes already buffered, or the socket. Without wait, 0 when
+  // none of the body's bytes are there yet: what is buffered of a chunked body may be framing
+  // alone (the CRLF after a chunk's data, half the next chunk's size line), and waiting for the
+  // rest would keep what was read from storage — and a refusal from the client who stopped
+  // sending to hear it — until the client sends again.
+  asio::awaitable<std::size_t> read_some(std::span<char> to, bool wait) {
     beast::error_code ec;
     std::size_t got = 0;
     if (remaining_) {
@@ -337,6 +344,7 @@ class BodyReader {
       // the refusal's).
       while (!ec && got == 0 && !parser_.is_done()) {
         if (abandoned_) throw Abandoned{};
+        if (!wait && stream_.socket().available(ec) == 0) break;
         // As much as the buffer's free capacity, at least 512 bytes: without room a large
         // upload would take a system call per 512 bytes.
         if (buffer_.size() == 0) buffer_.reserve(kRead);

@@ -793,6 +793,33 @@ TEST_F(GatewayTest, ABodyRefusedMidwayIsAnsweredEvenIfTheClientStopsSending) {
   EXPECT_TRUE(wait_until([&] { return temporaries() == 0 && stored_files() == 0; }, 10s));
 }
 
+// The same with a body that ends, as far as the client has sent it, on a chunk's end: what
+// Beast's buffer then held was framing alone (the CRLF after the chunk's data), and the read
+// waited for the client's next bytes before the piece it had was stored — a refusal its last
+// bytes called for was not made (nor heard) until the client sent more.
+TEST_F(GatewayTest, AChunkedBodysLastBytesAreTakenWithoutWaitingForTheNextChunk) {
+  start_gateway({{"RELAY_SERVER_MAX_BODY_SIZE", std::to_string(1 << 20)}});
+  // Chunk sizes, all sent at once, over the limit by less than a piece (1 MiB).
+  const std::vector<std::vector<std::size_t>> shapes{
+      {(1 << 20) + 1000}, {300 * 1024, 300 * 1024, 300 * 1024, 300 * 1024}, {4096, 1 << 20}};
+  for (const auto& sizes : shapes) {
+    int fd = raw_connect(gateway_->url());
+    std::string bytes =
+        "POST /jobs/echo?filename=big.bin HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (std::size_t n : sizes) {
+      std::ostringstream framed;
+      framed << std::hex << n << "\r\n" << std::string(n, 'x') << "\r\n";
+      bytes += framed.str();
+    }
+    ASSERT_GT(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), 0);
+    const std::string answer = recv_some(fd, 5);
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << sizes.size() << " chunks: " << answer;
+    ::close(fd);
+  }
+  EXPECT_TRUE(wait_until([&] { return temporaries() == 0 && stored_files() == 0; }, 10s));
+}
+
 // Expect: 100-continue gets "100 Continue" once the request is acceptable (then the body is
 // read), and the final answer at once when it is not (no body needed).
 TEST_F(GatewayTest, ExpectContinueIsAnsweredWhenTheRequestIsAcceptable) {
