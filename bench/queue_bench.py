@@ -843,6 +843,13 @@ def main():
     if ONLY == "sizes":
         by_size()
         return
+    def by_process(runs, short=False):
+        out("\nCPU-µs per job by process (context switches per job):")
+        for side, r in runs.items():
+            name = names[side].split(' (')[0] if short else names[side]
+            out(f"  {name}: " + ", ".join(
+                f"{k} {v:.0f} ({r['switches'].get(k, 0):.2f})" for k, v in r["parts"].items()))
+
     def delay_table():
         d = results["delay"]
         out(f"\n{DELAY_JOBS} jobs of {DELAY_MS} ms \"inference\", {WORKERS} workers (ideal: "
@@ -852,6 +859,7 @@ def main():
         for side, r in d.items():
             out(f"| {names[side].split(' (')[0]} | {r['jobs_per_s']:.1f} | "
                 f"{r['jobs_per_s'] / IDEAL:.1%} | {r['cpu_us_per_job']:.0f} |")
+        by_process(d, short=True)
         for side, r in d.items():
             for name, (us, share) in r.get("apart", {}).items():
                 out(f"\n{names[side].split(' (')[0]}: {name} (not counted) {us:.0f} CPU-µs per "
@@ -894,10 +902,7 @@ def main():
         out(f"| {names[side]} | {r['jobs_per_s']:,.0f} | {r['cpu_us_per_job']:.0f} | "
               f"{r['redis_cpu_us_per_job']:.0f} | {r['commands_per_job']:.2f} | "
               f"{r['reads_per_job']:.2f} | {r['load_cpu_us_per_job']:.0f} |")
-    out("\nCPU-µs per job by process (context switches per job):")
-    for side, r in results["throughput"].items():
-        out(f"  {names[side]}: " + ", ".join(
-            f"{k} {v:.0f} ({r['switches'].get(k, 0):.2f})" for k, v in r["parts"].items()))
+    by_process(results["throughput"])
     for side, r in results["throughput"].items():
         if "webhooks" in r:
             secs, attempts, deferred = r["webhooks"]
