@@ -247,24 +247,39 @@ class BodyReader {
       BodyReader& r;
       ~Disarm() { r.disarm(); }
     } disarm_at_end{*this};
+    // From when the client was waited for, to its bytes: what UploadPace judges.
+    std::optional<Clock::time_point> waited;
     while (!done() && out.size() < max) {
       if (abandoned_) throw Abandoned{};
       if (whole) arm();  // (it waits once per read)
+      const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
+      // With bytes in hand, only what is already there is taken: the client is waited for
+      // only by a small piece on hold, and only until its hold ends.
+      const bool wait = out.empty() || whole;
+      auto held = [&]() -> asio::awaitable<bool> {  // true: more may have come
+        if (!hold) co_return false;
+        if (!waited) waited = Clock::now();
+        co_return co_await readable_before(start + kHold);
+      };
       beast::error_code aec;
       const std::size_t ready =
           buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
-      const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
-      // With bytes in hand, only what is already there is taken (the client is not waited for).
-      const bool wait = out.empty() || hold || whole;
-      if (!wait && ready == 0) break;
+      if (!wait && ready == 0) {
+        if (co_await held()) continue;
+        break;
+      }
       // Room for what is waiting, 4 KiB when the read will wait: a thousand trickling clients
       // must not each hold a large buffer for the few bytes they send.
       const auto room = out.room(std::max<std::size_t>(ready, 4096), max);
       if (room.empty()) break;  // full, and the budget has no more room for it
-      const auto t0 = Clock::now();
+      const auto t0 = waited.value_or(Clock::now());
       const std::size_t got = co_await read_some(room, wait);
       if (abandoned_) throw Abandoned{};  // (what the cancelled read got is not wanted)
-      if (got == 0) break;                // (!wait: what was there was framing, not body)
+      if (got == 0) {                     // (!wait: what was there was framing, not body)
+        if (co_await held()) continue;
+        break;
+      }
+      waited.reset();
       out.grew(got);
       if (!pace_) pace_.emplace(cfg_.body_idle_timeout / 2, cfg_.min_upload_rate);
       if (!pace_->record(Clock::now() - t0, got)) throw Cut{"slower than server.min_upload_rate"};
@@ -304,6 +319,19 @@ class BodyReader {
   void disarm() {
     ++watch_->armed;
     idle_.cancel();
+  }
+
+  // Whether the socket has bytes to read before deadline (or an error to say).
+  asio::awaitable<bool> readable_before(Clock::time_point deadline) {
+    if (Clock::now() >= deadline) co_return false;
+    asio::steady_timer timer(stream_.get_executor(), deadline);
+    beast::error_code ec;
+    auto first =
+        co_await (stream_.socket().async_wait(tcp::socket::wait_read,
+                                              asio::redirect_error(asio::use_awaitable, ec)) ||
+                  timer.async_wait(asio::redirect_error(asio::use_awaitable, ec)));
+    if (abandoned_) throw Abandoned{};
+    co_return first.index() == 0;
   }
 
   // One read into `to`: from the bytes already buffered, or the socket. Without wait, 0 when

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,17 @@ inline int raw_connect(const std::string& gateway_url, int receive_buffer = 0) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
   return fd;
+}
+
+// n bytes of 'x' as one chunk of a chunked body.
+inline std::string chunk_of(std::size_t n) {
+  char size_line[32];
+  std::snprintf(size_line, sizeof size_line, "%zx\r\n", n);
+  return size_line + std::string(n, 'x') + "\r\n";
+}
+inline bool send_chunk(int fd, std::size_t n) {
+  const std::string bytes = chunk_of(n);
+  return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) > 0;
 }
 
 // A sample without labels from Prometheus text (-1 when absent).

@@ -670,22 +670,16 @@ TEST_F(GatewayTest, AnUploadWhoseReservationLapsedDoesNotFreeTheKeyARetryTook) {
   const std::string key = keys_.idempotency("m1", "default", sha256_hex("lapse-1"));
   auto held = [&] { return redis::as_optional_string(conn_.command({"GET", key}).get()); };
   int fd = raw_connect(gateway_->url());
-  auto chunk = [&](size_t n) {
-    std::ostringstream framed;
-    framed << std::hex << n << "\r\n" << std::string(n, 'x') << "\r\n";
-    const std::string bytes = framed.str();
-    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) > 0;
-  };
   const std::string head =
       "POST /jobs/echo?filename=a.bin HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
       "Idempotency-Key: lapse-1\r\nTransfer-Encoding: chunked\r\n\r\n";
   ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
-  ASSERT_TRUE(chunk(256 * 1024));
+  ASSERT_TRUE(send_chunk(fd, 256 * 1024));
   ASSERT_TRUE(wait_until([&] { return held().has_value(); }, 10s)) << "reserved";
   conn_.command({"DEL", key});  // (lapsed)
   const std::string retry = submit_id("the retry", {"Idempotency-Key: lapse-1"});
   // Past server.max_body_size: refused, its undo run before the answer goes out.
-  for (int i = 0; i < 4; ++i) chunk(256 * 1024);
+  for (int i = 0; i < 4; ++i) send_chunk(fd, 256 * 1024);
   std::string answer;
   for (std::string more; (more = recv_some(fd, 10)).size();) answer += more;
   ::close(fd);
@@ -780,11 +774,8 @@ TEST_F(GatewayTest, ABodyRefusedMidwayIsAnsweredEvenIfTheClientStopsSending) {
       "POST /jobs/echo?filename=big.bin HTTP/1.1\r\nHost: x\r\n"
       "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
   ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
-  const std::string chunk(512 * 1024, 'x');
-  char size_line[32];
-  std::snprintf(size_line, sizeof size_line, "%zx\r\n", chunk.size());
+  const std::string piece = chunk_of(512 * 1024);
   for (int i = 0; i < 14; ++i) {  // 7 MiB, and no last chunk: the client waits
-    const std::string piece = size_line + chunk + "\r\n";
     if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
   }
   const std::string answer = recv_some(fd, 10);
@@ -807,17 +798,35 @@ TEST_F(GatewayTest, AChunkedBodysLastBytesAreTakenWithoutWaitingForTheNextChunk)
     std::string bytes =
         "POST /jobs/echo?filename=big.bin HTTP/1.1\r\nHost: x\r\n"
         "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
-    for (std::size_t n : sizes) {
-      std::ostringstream framed;
-      framed << std::hex << n << "\r\n" << std::string(n, 'x') << "\r\n";
-      bytes += framed.str();
-    }
+    for (std::size_t n : sizes) bytes += chunk_of(n);
     ASSERT_GT(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), 0);
     const std::string answer = recv_some(fd, 5);
     EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << sizes.size() << " chunks: " << answer;
     ::close(fd);
   }
   EXPECT_TRUE(wait_until([&] { return temporaries() == 0 && stored_files() == 0; }, 10s));
+}
+
+// And with the bytes that take it past the limit few, sent after a pause: a piece under 16 KiB
+// waits up to a second for more (a trickle is stored in pieces, not byte by byte) — it waited
+// for the client's next bytes instead, which a client waiting for its answer never sends, and
+// was cut at body_idle_timeout (408) instead of refused (413).
+TEST_F(GatewayTest, ASmallPieceWaitsForMoreOnlyBriefly) {
+  start_gateway({{"RELAY_SERVER_MAX_BODY_SIZE", std::to_string(1 << 20)},
+                 {"RELAY_SERVER_BODY_IDLE_TIMEOUT", "30s"}});
+  int fd = raw_connect(gateway_->url());
+  const std::string head =
+      "POST /jobs/echo?filename=big.bin HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+  ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(send_chunk(fd, 1 << 20));  // the limit, not over it
+  // (The pause is the client's; whether the gateway read the first chunk by then or not, the
+  // answer must be the same.)
+  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(send_chunk(fd, 100));
+  const std::string answer = recv_some(fd, 20);  // (well before body_idle_timeout)
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << answer;
+  ::close(fd);
 }
 
 // Expect: 100-continue gets "100 Continue" once the request is acceptable (then the body is
