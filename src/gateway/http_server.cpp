@@ -249,24 +249,25 @@ class BodyReader {
     } disarm_at_end{*this};
     // From when the client was waited for, to its bytes: what UploadPace judges.
     std::optional<Clock::time_point> waited;
+    bool framing = false;  // the buffer holds framing alone: nothing of the body is ready
     while (!done() && out.size() < max) {
       if (abandoned_) throw Abandoned{};
       if (whole) arm();  // (it waits once per read)
-      const bool hold = hold_small && out.size() < kSmallPiece && Clock::now() - start < kHold;
       // With bytes in hand, only what is already there is taken: the client is waited for
       // only by a small piece on hold, and only until its hold ends.
-      const bool wait = out.empty() || whole;
-      auto held = [&]() -> asio::awaitable<bool> {  // true: more may have come
-        if (!hold) co_return false;
-        if (!waited) waited = Clock::now();
-        co_return co_await readable_before(start + kHold);
-      };
+      bool wait = out.empty() || whole;
       beast::error_code aec;
-      const std::size_t ready =
-          buffer_.size() > 0 ? buffer_.size() : stream_.socket().available(aec);
+      std::size_t ready = framing              ? 0
+                          : buffer_.size() > 0 ? buffer_.size()
+                                               : stream_.socket().available(aec);
       if (!wait && ready == 0) {
-        if (co_await held()) continue;
-        break;
+        const bool hold = hold_small && out.size() < kSmallPiece;
+        if (!hold) break;
+        if (!waited) waited = Clock::now();
+        if (!co_await readable_before(start + kHold)) break;
+        ready = stream_.socket().available(aec);
+        // Readable with nothing to read: the client's end, or an error, which the read says.
+        if (ready == 0) wait = true;
       }
       // Room for what is waiting, 4 KiB when the read will wait: a thousand trickling clients
       // must not each hold a large buffer for the few bytes they send.
@@ -275,10 +276,8 @@ class BodyReader {
       const auto t0 = waited.value_or(Clock::now());
       const std::size_t got = co_await read_some(room, wait);
       if (abandoned_) throw Abandoned{};  // (what the cancelled read got is not wanted)
-      if (got == 0) {                     // (!wait: what was there was framing, not body)
-        if (co_await held()) continue;
-        break;
-      }
+      framing = got == 0;                 // (!wait: what there was to parse was framing)
+      if (framing) continue;
       waited.reset();
       out.grew(got);
       if (!pace_) pace_.emplace(cfg_.body_idle_timeout / 2, cfg_.min_upload_rate);
@@ -321,6 +320,8 @@ class BodyReader {
     idle_.cancel();
   }
 
+  static constexpr const char* kIdleCut = "no byte for server.body_idle_timeout";
+
   // Whether the socket has bytes to read before deadline (or an error to say).
   asio::awaitable<bool> readable_before(Clock::time_point deadline) {
     if (Clock::now() >= deadline) co_return false;
@@ -331,6 +332,7 @@ class BodyReader {
                                               asio::redirect_error(asio::use_awaitable, ec)) ||
                   timer.async_wait(asio::redirect_error(asio::use_awaitable, ec)));
     if (abandoned_) throw Abandoned{};
+    if (first.index() == 0 && watch_ && watch_->fired) throw Cut{kIdleCut};
     co_return first.index() == 0;
   }
 
@@ -389,8 +391,7 @@ class BodyReader {
         got = to.size() - parser_.get().body().size;
       }
     }
-    if (ec == asio::error::operation_aborted && watch_ && watch_->fired)
-      throw Cut{"no byte for server.body_idle_timeout"};
+    if (ec == asio::error::operation_aborted && watch_ && watch_->fired) throw Cut{kIdleCut};
     // The buffer's limit reached on one chunk line, or framing Beast refuses: the client's
     // fault, said as such (a socket error is the client going away, rethrown as it is).
     if (ec == http::error::buffer_overflow)
