@@ -701,7 +701,7 @@ struct HttpServer::Impl {
       }
 
       if (!resp.wait_job.empty() && resp.wait_target.empty()) {
-        resp = co_await long_poll(r, std::move(resp));
+        resp = co_await long_poll(stream, r, std::move(resp));
       } else if (!resp.wait_job.empty()) {
         // A submission that waits for its job (Prefer: wait): asked again as a read of the job.
         Request of_job;
@@ -712,7 +712,7 @@ struct HttpServer::Impl {
         // Counted apart: its duration is the job's, and would swamp the submissions' own.
         const std::string route = resp.route + " (waiting)";
         auto said = std::move(resp.headers);  // (its Location, Idempotent-Replayed: said again)
-        resp = co_await long_poll(of_job, std::move(resp));
+        resp = co_await long_poll(stream, of_job, std::move(resp));
         resp.route = route;
         if (resp.status == 200 || resp.status == 202)
           resp.headers.insert(resp.headers.end(), said.begin(), said.end());
@@ -970,13 +970,35 @@ struct HttpServer::Impl {
     }
   }
 
+  // Waits for timer — and while `watching`, for the client's connection to become readable,
+  // whichever comes first. Readable with nothing to read is a client gone: thrown, as a write
+  // to it would be. Readable with bytes is its next request, pipelined: the watch ends (false
+  // returned), the request waits its turn.
+  asio::awaitable<bool> wait_watching(asio::steady_timer& timer, tcp::socket& client,
+                                      bool& watching) {
+    beast::error_code ec;
+    if (!watching) {
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      co_return true;
+    }
+    auto first_done = co_await (
+        timer.async_wait(asio::redirect_error(asio::use_awaitable, ec)) ||
+        client.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec)));
+    if (first_done.index() == 0) co_return true;
+    beast::error_code aec;
+    if (client.available(aec) == 0)
+      throw beast::system_error(aec ? aec : beast::error_code(asio::error::eof));
+    watching = false;
+    co_return false;
+  }
+
   // Waits for the job's completion notice (or the deadline), then answers with its state. A
   // notice that is not the end (the notifier resubscribed and woke everyone) waits on. The
   // read that returned `first` flagged the job watched; an end announced before this
   // registration is one the notifier kept (Notifier: no second read here).
   // A notice that carries the job's ended record (a relay's finish announces it so) is the
   // answer, made here on the I/O thread (~20 µs) — no read, no trip to a request thread.
-  asio::awaitable<Response> long_poll(const Request& r, Response first) {
+  asio::awaitable<Response> long_poll(beast::tcp_stream& stream, const Request& r, Response first) {
     auto timer = std::make_shared<asio::steady_timer>(io, first.wait_until);
     auto woken = std::make_shared<bool>(false);
     auto notice = std::make_shared<std::string>();
@@ -991,10 +1013,12 @@ struct HttpServer::Impl {
         timer->cancel();
       });
     });
+    // A client that went away ends the wait then, not at its deadline: it held its
+    // connection's place under max_connections, and cost a read of the job for nobody.
+    bool watch_client = true;
     for (;;) {
       if (!*woken) {  // (a notice during the last read is not lost: it set woken)
-        beast::error_code ec;
-        co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (!co_await wait_watching(*timer, stream.socket(), watch_client)) continue;
       }
       if (*woken && !stopping.load())
         if (auto ended = api.answer_from_notice(r, std::exchange(*notice, {})))
@@ -1051,6 +1075,7 @@ struct HttpServer::Impl {
         },
         /*every_change=*/true);
     std::string last_id = r.header("last-event-id");
+    bool watch_client = true;  // (a client gone is found at once, not by a keep-alive's write)
     // Read again after registering: a change between the first read and now is not missed.
     Response cur = co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
     for (;;) {
@@ -1067,8 +1092,7 @@ struct HttpServer::Impl {
       if (cur.event->terminal || stopping.load()) break;
       while (!*woken && !stopping.load()) {
         timer->expires_after(kKeepAlive);
-        beast::error_code ec;
-        co_await timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (!co_await wait_watching(*timer, stream.socket(), watch_client)) continue;
         if (!*woken) co_await send(": keep-alive\n\n");
       }
       *woken = false;

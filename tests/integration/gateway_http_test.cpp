@@ -1260,6 +1260,60 @@ TEST_F(GatewayTest, ConnectionsBeyondTheLimitAreRefused) {
       << "served again once under the limit";
 }
 
+// A long-poll whose client went away ends then, not at its deadline: it held its connection's
+// place under server.max_connections for the whole wait (a client opening long-polls and
+// dropping them could fill every place), and read the job for nobody at the end. So does a
+// live event stream (it was found by its next keep-alive, 15 s on).
+TEST_F(GatewayTest, ALongPollWhoseClientWentAwayFreesItsConnection) {
+  start_gateway({{"RELAY_SERVER_MAX_CONNECTIONS", "2"}});
+  std::vector<std::string> ids{submit_id("waited on 1"), submit_id("waited on 2")};
+  for (const std::string suffix : {"?wait=60", "/events"}) {
+    for (const auto& id : ids) {
+      // Waiting, then gone. (A connection made while the last one's place was not yet given
+      // back is refused: made again.)
+      const std::string wait = "GET /jobs/echo/" + id + suffix + " HTTP/1.1\r\nHost: x\r\n\r\n";
+      const bool events = suffix[0] == '/';
+      ASSERT_TRUE(wait_until(
+          [&] {
+            int fd = raw_connect(gateway_->url());
+            ::send(fd, wait.data(), wait.size(), MSG_NOSIGNAL);
+            const bool waiting =
+                events ? recv_some(fd, 5).starts_with("HTTP/1.1 200")
+                       : wait_until([&] { return store_.get("m1", id)->watched; }, 2s);
+            ::close(fd);
+            return waiting;
+          },
+          20s))
+          << suffix;
+    }
+    // Both places would be held for a minute: a third connection is served.
+    EXPECT_TRUE(wait_until([&] { return http("GET", url("/healthz")).status == 200; }, 10s))
+        << suffix;
+  }
+}
+
+// A request pipelined behind a long-poll is not a client gone: the long-poll waits on, and the
+// request is answered after it.
+TEST_F(GatewayTest, ARequestPipelinedBehindALongPollWaitsItsTurn) {
+  start_gateway();
+  const std::string id = submit_id("waited on");
+  int fd = raw_connect(gateway_->url());
+  const std::string polls = "GET /jobs/echo/" + id + "?wait=60 HTTP/1.1\r\nHost: x\r\n\r\n" +
+                            "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_GT(::send(fd, polls.data(), polls.size(), MSG_NOSIGNAL), 0);
+  ASSERT_TRUE(wait_until([&] { return store_.get("m1", id)->watched; }, 10s)) << "waiting";
+  ASSERT_EQ(http("DELETE", url("/jobs/echo/" + id)).status, 200);
+  std::string answers;
+  while (answers.find("\"ok\"") == std::string::npos) {
+    std::string more = recv_some(fd, 10);
+    if (more.empty()) break;
+    answers += more;
+  }
+  ::close(fd);
+  EXPECT_NE(answers.find("\"cancelled\""), std::string::npos) << answers;
+  EXPECT_NE(answers.find("\"ok\""), std::string::npos) << answers;
+}
+
 // HEAD is answered as GET, header alone (monitors and load balancers probe with it): the same
 // status and the length the body would have, and no body byte — the next request on the
 // connection is answered right after the header.
