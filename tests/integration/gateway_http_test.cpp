@@ -820,9 +820,14 @@ TEST_F(GatewayTest, ASmallPieceWaitsForMoreOnlyBriefly) {
       "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
   ASSERT_GT(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
   ASSERT_TRUE(send_chunk(fd, 1 << 20));  // the limit, not over it
-  // (The pause is the client's; whether the gateway read the first chunk by then or not, the
-  // answer must be the same.)
-  std::this_thread::sleep_for(300ms);
+  // The last bytes come once the first chunk is stored: a piece of their own.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto left = storage_files(true);
+        std::error_code ec;
+        return left.size() == 1 && std::filesystem::file_size(left[0], ec) == 1u << 20;
+      },
+      10s));
   ASSERT_TRUE(send_chunk(fd, 100));
   const std::string answer = recv_some(fd, 20);  // (well before body_idle_timeout)
   EXPECT_TRUE(answer.starts_with("HTTP/1.1 413")) << answer;
