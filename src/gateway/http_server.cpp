@@ -735,10 +735,12 @@ struct HttpServer::Impl {
       }
 
       const bool close = resp.close || !body.done() || !req.keep_alive() || stopping.load();
-      co_await write(stream, resp, close, head);
+      // Counted before it is written: a client holding its answer finds it in /metrics. The
+      // duration is the time to answer, not the client's pace reading it.
       metrics().requests.add({resp.route, std::to_string(resp.status)});
       metrics().request_seconds.observe(
           {resp.route}, std::chrono::duration<double>(Clock::now() - started).count());
+      co_await write(stream, resp, close, head);
       if (close) {
         co_await close_after_answer(stream, !body.done());
         co_return;

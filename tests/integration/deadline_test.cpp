@@ -27,8 +27,13 @@ TEST_F(GatewayTest, AJobWhoseTtlPassesInTheQueueNeverRuns) {
       << gateway_->log();
   EXPECT_EQ(error_of(job(short_lived)), "expired");
   EXPECT_EQ(list(keys_.pending("m1")), std::vector<std::string>{lasting});
-  auto metrics = http("GET", url("/metrics")).body;
-  EXPECT_NE(metrics.find("relay_jobs_expired_total{model=\"m1\"} 1"), std::string::npos);
+  // Counted once the sweep's step returns, a moment after the record shows it.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return http("GET", url("/metrics")).body.find("relay_jobs_expired_total{model=\"m1\"} 1") !=
+               std::string::npos;
+      },
+      5s));
 
   InferenceServer inference;
   auto relay = start_relay(inference, {{"RELAY_QUEUE_POP_TIMEOUT", "300ms"}}, {"--max-jobs", "0"});
