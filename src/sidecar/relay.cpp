@@ -234,6 +234,7 @@ int Relay::run() {
          // Maybe a job this relay has taken and not yet registered (taken ahead: its take's
          // reply is read after the model's call): kept for hold(). Most are other relays' jobs,
          // so only the last kCancelsHeard.
+         log::debug("cancel heard for no job running here; kept", {{"job_id", id}});
          if (cancels_heard_.insert(id).second) {
            cancels_order_.push_back(id);
            if (cancels_order_.size() > kCancelsHeard) {
