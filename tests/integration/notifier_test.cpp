@@ -17,13 +17,19 @@ using namespace std::chrono_literals;
 
 TEST_F(RelayTest, AnEndHeardBeforeItsWaiterRegisteredWakesItAtOnce) {
   gateway::Notifier notifier(redis_.endpoint(), keys_);
-  std::jthread runner([&](std::stop_token st) { notifier.run(st); });
   const std::string ended = new_job_id(), running = new_job_id(), changed = new_job_id();
-  const std::string sentinel = new_job_id();
-  // Subscribed once a publish reaches a subscriber.
-  ASSERT_TRUE(wait_until(
-      [&] { return publish_heard(keys_.job_changed_channel(changed), "processing") > 0; },
-      10s));  // (not an end)
+  const std::string sentinel = new_job_id(), probe = new_job_id();
+  // Subscribed, and past the wake every waiter gets once a subscription is in (notices before it
+  // are lost): a waiter registered before the notifier runs is woken so, with no notice. (A
+  // publish heard by a subscriber came before that wake, and the sentinel's waiter below would
+  // be woken twice.)
+  std::atomic<bool> subscribed{false};
+  auto first = notifier.watch(probe, [&](const std::string& notice) {
+    if (notice.empty()) subscribed = true;
+  });
+  std::jthread runner([&](std::stop_token st) { notifier.run(st); });
+  ASSERT_TRUE(wait_until([&] { return subscribed.load(); }, 10s));
+  ASSERT_GT(publish_heard(keys_.job_changed_channel(changed), "processing"), 0);  // (not an end)
   // The end of `ended`, then a sentinel's: the notifier hears them in order, so once the
   // sentinel's waiter is woken, the first end was heard — with nobody waiting for it.
   // (In a cluster, publish_heard publishes on every node, and each node passes its message on
