@@ -183,6 +183,8 @@ long InferenceClient::probe(const std::string& path, std::chrono::milliseconds t
         const ssize_t n = ::recv(fd, room.data(), room.size(), MSG_DONTWAIT);
         if (n > 0)
           buf.commit(static_cast<std::size_t>(n));
+        else if (n == 0 && !answer->got_some())
+          ec = http::error::end_of_stream;  // closed (or shut by a stop) before any answer
         else if (n == 0)
           answer->put_eof(ec);  // the end of a body without a length, or of a cut answer
         else if (errno != EAGAIN && errno != EINTR)

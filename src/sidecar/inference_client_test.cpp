@@ -113,6 +113,30 @@ TEST(InferenceClient, ProbeReadsAnAnswerInPiecesAndOneEndedByClose) {
   EXPECT_EQ(c.probe("/health", milliseconds(5000), {}), 200);
 }
 
+// A model closing the connection before it answers, or partway through its header (restarting,
+// say), probes as not ready, at once; the next probe connects afresh and reads its answer.
+TEST(InferenceClient, ProbeOfAConnectionClosedBeforeOrMidAnswerIsZero) {
+  std::atomic<int> connection{0};
+  ScriptedServer server([&](int fd) {
+    switch (connection++) {
+      case 0:  // closed with nothing said
+        break;
+      case 1:  // closed partway through the header
+        send_all(fd, "HTTP/1.1 200 OK\r\nContent-Len");
+        break;
+      default:
+        send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    }
+  });
+  InferenceClient c(server.url());
+  const auto t0 = Clock::now();
+  EXPECT_EQ(c.probe("/health", milliseconds(10'000), {}), 0);
+  EXPECT_EQ(c.probe("/health", milliseconds(10'000), {}), 0);
+  EXPECT_LT(Clock::now() - t0, milliseconds(5000));  // not the deadlines
+  EXPECT_EQ(c.probe("/health", milliseconds(10'000), {}), 200);
+  EXPECT_EQ(connection, 3);
+}
+
 TEST(InferenceClient, ProbeGivesUpAtItsDeadlineOnATrickleOrSilence) {
   // A header that never ends, one byte every 100 ms: each byte is progress, the deadline holds.
   for (bool trickle : {true, false}) {
