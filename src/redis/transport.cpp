@@ -33,6 +33,23 @@ struct SslCtxDeleter {
   void operator()(SSL_CTX* c) const noexcept { SSL_CTX_free(c); }
 };
 
+// OpenSSL works out a certificate's extensions (its key identifiers, its flags) the first time
+// a verification looks at it, and caches them in the certificate; two threads doing that at once
+// may both write them, one while the other reads (a race ThreadSanitizer caught between relay
+// threads connecting at once: openssl/openssl#32609, #20402). Every connection verifies against
+// the context's CA certificates, so they are worked out here, once, before the context is shared:
+// after that, connections only read them.
+void cache_certificate_extensions(SSL_CTX* ctx) {
+  STACK_OF(X509_OBJECT)* objects = X509_STORE_get0_objects(SSL_CTX_get_cert_store(ctx));
+  for (int i = 0; i < sk_X509_OBJECT_num(objects); ++i)
+    if (X509* x = X509_OBJECT_get0_X509(sk_X509_OBJECT_value(objects, i)))
+      X509_check_purpose(x, -1, 0);
+  if (X509* own = SSL_CTX_get0_certificate(ctx)) X509_check_purpose(own, -1, 0);
+  STACK_OF(X509)* chain = nullptr;
+  if (SSL_CTX_get0_chain_certs(ctx, &chain) == 1)
+    for (int i = 0; i < sk_X509_num(chain); ++i) X509_check_purpose(sk_X509_value(chain, i), -1, 0);
+}
+
 // One SSL_CTX per distinct TLS configuration, for the life of the process: loading a CA bundle
 // costs milliseconds, a connection should not pay it.
 std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep) {
@@ -66,6 +83,7 @@ std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep) {
         SSL_CTX_use_PrivateKey_file(ctx.get(), ep.tls_key_file.c_str(), SSL_FILETYPE_PEM) != 1)
       throw IoError("redis: TLS: cannot load the client certificate: " + ssl_errors());
   }
+  cache_certificate_extensions(ctx.get());
   cache.emplace(id, ctx);
   return ctx;
 }
