@@ -77,6 +77,9 @@ void Notifier::run(std::stop_token stop) {
       // gateway serves while its notifier is still connecting) are lost: every waiter reads its
       // job again.
       wake_all();
+      // (Also what tests wait for before counting a waiter's reads: one registered before this
+      // line is woken by the wake above and reads its job again.)
+      log::info("job notices subscribed", {{"pattern", pattern}});
       backoff.reset();
       for (;;) {
         const redis::Message message = sub_->next();

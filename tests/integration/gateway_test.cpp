@@ -87,6 +87,16 @@ int reads_of(redis::Connection& conn, const std::string& job_key) {
   return reads;
 }
 
+// The gateway serves while its notifier subscribes; a waiter registered before then is woken
+// once it has (notices before it are lost) and reads its job again. Tests counting a waiter's
+// reads wait for the subscription first.
+void wait_for_job_notices(GatewayServer& gateway) {
+  ASSERT_TRUE(wait_until(
+      [&] { return gateway.log().find("\"msg\":\"job notices subscribed\"") != std::string::npos; },
+      10s))
+      << gateway.log();
+}
+
 // A long-poll reads its job once: the step that flags it watched returns it (lua/watch.lua)
 // before it waits. No read again after registering with the notifier (an end announced in
 // between is one the notifier kept), and none at the end: the relay's finish announces the end
@@ -95,6 +105,7 @@ int reads_of(redis::Connection& conn, const std::string& job_key) {
 TEST_F(GatewayTest, ALongPollReadsItsJobOnceAndIsAnsweredFromTheEndsNotice) {
   if (redis_.cluster()) GTEST_SKIP() << "SLOWLOG is per node";
   start_gateway();
+  wait_for_job_notices(*gateway_);
   InferenceServer inference({.delay_ms = 1000});
   auto id = submit_id("input");
   log_every_command(conn_);
@@ -111,6 +122,7 @@ TEST_F(GatewayTest, ALongPollReadsItsJobOnceAndIsAnsweredFromTheEndsNotice) {
 TEST_F(GatewayTest, ASubmissionThatPrefersToWaitIsAnsweredWhenItsJobEnds) {
   if (redis_.cluster()) GTEST_SKIP() << "SLOWLOG is per node";
   start_gateway();
+  wait_for_job_notices(*gateway_);
   InferenceServer inference({.delay_ms = 500});
   auto relay = start_relay(inference);  // (one job, then it exits)
   log_every_command(conn_);
