@@ -682,8 +682,15 @@ Response Api::metrics_text() {
             "Webhook deliveries put back for a moment: their receiver had its "
             "webhooks.per_host_concurrency in flight and as many waiting.",
             m.webhook_deferrals.value());
+  w.counter("relay_webhooks_given_up_total",
+            "Webhook deliveries given up for good, by reason: refused (the URL may not be "
+            "called), gone (the receiver answered 410), expired (webhooks.max_age passed).",
+            {"reason"}, m.webhooks_given_up.snapshot());
   // Queue gauges, read now.
   std::map<std::vector<std::string>, double> depth, oldest;
+  // Whether this scrape could read Redis: without it the queue gauges are missing, and an alert
+  // on them would go quiet exactly when Redis is away.
+  double redis_up = 1;
   auto conn = redis_.borrow();
   try {
     redis::JobStore store(conn->get(), keys_);
@@ -704,7 +711,13 @@ Response Api::metrics_text() {
     }
   } catch (const redis::IoError&) {
     conn->reset();
+    redis_up = 0;
+  } catch (const redis::ReplyError&) {  // refused (auth, a busy script): the connection is fine
+    redis_up = 0;
   }
+  w.gauge("relay_redis_up",
+          "1 if this scrape read the queues from Redis, 0 if Redis could not be reached.", {},
+          {{{}, redis_up}});
   w.gauge("relay_queue_depth",
           "Jobs per model and queue (pending, processing, deadletter, held: a paused model's, "
           "retrying).",

@@ -60,6 +60,9 @@ struct Metrics {
   LabeledCounter quota_refusals;    // {tenant, limit}
   LabeledCounter webhook_attempts;  // {outcome}
   Counter webhook_deferrals;        // put back for a receiver with its share in hand
+  // {reason}: refused (the URL may not be called), gone (410), expired (webhooks.max_age):
+  // deliveries that will never be tried again, the receiver's user never told of the job's event.
+  LabeledCounter webhooks_given_up;
   // Inference jobs take from milliseconds to an hour: one set of bounds for their durations.
   Histogram job_stage_seconds{
       {0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}};  // {model, stage}

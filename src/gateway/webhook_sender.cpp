@@ -146,6 +146,7 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
     outcome = "refused";
     last["error"] = problem->reason;
     metrics().webhook_attempts.add({"refused"});
+    metrics().webhooks_given_up.add({"refused"});
   } else {
     Attempt a;
     double seconds = 0;
@@ -187,6 +188,8 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
       const bool expired = now_ms() + delay.count() - d.created_ms > p_.max_age.count();
       // 410 Gone: the receiver says the endpoint is gone for good (Standard Webhooks).
       outcome = (a.status == 410 || expired) ? "failed" : "retrying";
+      if (outcome == "failed")
+        metrics().webhooks_given_up.add({a.status == 410 ? "gone" : "expired"});
       if (outcome == "retrying") last["next_attempt_in_ms"] = delay.count();
       next_due = now_ms() + delay.count();
     }

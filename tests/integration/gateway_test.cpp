@@ -1,8 +1,10 @@
 // The gateway's API and a job's life through it, end to end (fixture: gateway_fixture.hpp): one
 // test per route and per lifecycle rule, hence its length.
 
+#include <algorithm>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "gateway_fixture.hpp"
@@ -743,6 +745,64 @@ TEST_F(GatewayTest, TheGrafanaDashboardUsesExportedMetrics) {
   EXPECT_GE(names.size(), 10u);
   for (const auto& name : names)
     EXPECT_NE(metrics.find("# TYPE " + name + " "), std::string::npos) << name;
+}
+
+// The alerting rules (the chart's files/relay-alerts.yaml; promtool tests their logic in
+// deploy/check) name only metrics the gateway exports, and each label value they match on is one
+// the gateway writes: a misspelt metric or value would leave an alert that never fires.
+TEST_F(GatewayTest, TheAlertRulesUseExportedMetrics) {
+  start_gateway();
+  InferenceServer ok;
+  submit_id("completes");
+  ASSERT_EQ(start_relay(ok)->wait_exit(20s), 0);
+  InferenceServer refusing({.status = 422});
+  submit_id("fails");
+  ASSERT_EQ(start_relay(refusing)->wait_exit(20s), 0);
+  std::string metrics;
+  ASSERT_TRUE(wait_until([&] {
+    metrics = http("GET", url("/metrics")).body;
+    return metrics.find("relay_jobs_finished_total{model=\"m1\",status=\"failed\"} 1") !=
+           std::string::npos;
+  })) << metrics;
+  EXPECT_NE(metrics.find("\nrelay_redis_up 1\n"), std::string::npos) << metrics;
+
+  std::ifstream f(std::string(RELAY_TEST_SOURCE_DIR) +
+                  "/deploy/helm/relay/files/relay-alerts.yaml");
+  std::string rules, line;
+  while (std::getline(f, line))
+    if (!line.starts_with("#")) rules += line + "\n";
+  ASSERT_FALSE(rules.empty());
+  // The sample lines of a metric: "name{labels} value" or "name value".
+  auto samples = [&](const std::string& name) {
+    std::vector<std::string> out;
+    std::istringstream in(metrics);
+    for (std::string l; std::getline(in, l);)
+      if (l.starts_with(name + "{") || l.starts_with(name + " ")) out.push_back(l);
+    return out;
+  };
+  const std::regex selector(R"((relay_[a-z_]+)(\{([^}]*)\})?)");
+  const std::regex matcher(R"(([a-z_]+)\s*(=~|!~|!=|=)\s*"([^"]*)\")");
+  std::set<std::string> names;
+  for (std::sregex_iterator it(rules.begin(), rules.end(), selector), end; it != end; ++it) {
+    const std::string name = (*it)[1];
+    names.insert(name);
+    EXPECT_NE(metrics.find("# TYPE " + name + " "), std::string::npos) << name;
+    const std::string matchers = (*it)[3];
+    for (std::sregex_iterator m(matchers.begin(), matchers.end(), matcher); m != end; ++m) {
+      const std::string label = (*m)[1], op = (*m)[2], value = (*m)[3];
+      const auto lines = samples(name);
+      if (op == "=") {
+        const std::string pair = label + "=\"" + value + "\"";
+        EXPECT_TRUE(
+            std::ranges::any_of(lines, [&](auto& l) { return l.find(pair) != std::string::npos; }))
+            << name << "{" << pair << "} is never written";
+      } else if (!lines.empty()) {  // (a counter nothing has counted yet has no samples)
+        EXPECT_TRUE(lines.front().find(label + "=\"") != std::string::npos)
+            << name << " has no label " << label;
+      }
+    }
+  }
+  EXPECT_GE(names.size(), 8u);
 }
 
 TEST_F(GatewayTest, FinishedJobsExpireAndTheirObjectsAreDeleted) {

@@ -363,15 +363,19 @@ void GatewayServer::kill() {
   proc_->wait_exit(5s);
 }
 
-WebhookReceiver::WebhookReceiver(int fail_first, int port, int retry_after)
-    : port_(port ? port : free_port()), fail_first_(fail_first), retry_after_(retry_after) {}
+WebhookReceiver::WebhookReceiver(int fail_first, int port, int retry_after, int fail_status)
+    : port_(port ? port : free_port()),
+      fail_first_(fail_first),
+      retry_after_(retry_after),
+      fail_status_(fail_status) {}
 
 void WebhookReceiver::start() {
   proc_ = std::make_unique<Process>(
       std::vector<std::string>{
           "/usr/bin/python3", RELAY_TEST_WEBHOOK_RECEIVER, "--port", std::to_string(port_),
           "--secret", kSecret, "--log", dir_.path() + "/deliveries.jsonl", "--fail-first",
-          std::to_string(fail_first_), "--retry-after", std::to_string(retry_after_)},
+          std::to_string(fail_first_), "--retry-after", std::to_string(retry_after_),
+          "--fail-status", std::to_string(fail_status_)},
       Env{}, dir_.path() + "/receiver.log");
   if (!wait_until([&] { return port_open(port_); }, 20s))
     throw std::runtime_error("webhook receiver did not start");

@@ -289,7 +289,9 @@ class GatewayServer {
 class WebhookReceiver {
  public:
   static constexpr const char* kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-  explicit WebhookReceiver(int fail_first = 0, int port = 0, int retry_after = 0);
+  // The first fail_first requests are answered fail_status.
+  explicit WebhookReceiver(int fail_first = 0, int port = 0, int retry_after = 0,
+                           int fail_status = 500);
   void start();
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/hook"; }
   int port() const { return port_; }
@@ -297,7 +299,7 @@ class WebhookReceiver {
 
  private:
   TempDir dir_;
-  int port_, fail_first_, retry_after_;
+  int port_, fail_first_, retry_after_, fail_status_;
   std::unique_ptr<Process> proc_;
 };
 

@@ -20,10 +20,15 @@ TEST_F(GatewayTest, RedisOutageIs503ThenRecovery) {
   EXPECT_EQ(ready.body.find("127.0.0.1"), std::string::npos) << ready.body;
   EXPECT_EQ(ready.body.find(files_.path()), std::string::npos) << ready.body;
   EXPECT_EQ(http("GET", url("/healthz")).status, 200);
+  // Metrics still answer, and say Redis is away (the queue gauges, read from it, are missing).
+  auto metrics = http("GET", url("/metrics"));
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_EQ(metric_value(metrics.body, "relay_redis_up"), 0) << metrics.body;
   EXPECT_EQ(stored_files(), 0u) << "the input of a refused submission is removed";
   redis_.start();
   ASSERT_TRUE(wait_until([&] { return http("GET", url("/readyz")).status == 200; }, 20s));
   EXPECT_EQ(submit("after the outage").status, 202);
+  EXPECT_EQ(metric_value(http("GET", url("/metrics")).body, "relay_redis_up"), 1);
 }
 
 // A large upload holds its input for deletion once past 1 MiB (see

@@ -241,6 +241,38 @@ TEST_F(WebhookTest, RetryAfterIsHonoured) {
   EXPECT_GE(gap, 1.9) << "the second attempt waited for Retry-After";
 }
 
+// Standard Webhooks: 410 Gone says the endpoint is gone for good — no retry, and the delivery
+// counts as given up (what the alert RelayWebhooksGivenUp watches).
+TEST_F(WebhookTest, AReceiverAnswering410IsGivenUpAtOnce) {
+  WebhookReceiver receiver(/*fail_first=*/100, /*port=*/0, /*retry_after=*/0, /*fail_status=*/410);
+  receiver.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "failed"; }, 30s)) << gateway_->log();
+  EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 1);
+  EXPECT_EQ(receiver.lines().size(), 1u);
+  const auto m = http("GET", url("/metrics")).body;
+  EXPECT_NE(m.find("relay_webhooks_given_up_total{reason=\"gone\"} 1\n"), std::string::npos) << m;
+  EXPECT_EQ(m.find("reason=\"expired\""), std::string::npos) << m;
+}
+
+// A receiver that keeps failing is tried until webhooks.max_age has passed, then given up.
+TEST_F(WebhookTest, ADeliveryStillFailingAtMaxAgeIsGivenUp) {
+  WebhookReceiver receiver(/*fail_first=*/100);
+  receiver.start();
+  start_gateway(webhook_env({{"RELAY_WEBHOOKS_MAX_AGE", "1s"}}));
+  InferenceServer inference;
+  auto id = submit_with_callback(receiver.url());
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until([&] { return webhook_status(id) == "failed"; }, 30s)) << gateway_->log();
+  EXPECT_GE(job(id).at("webhook").as_object().at("attempts").as_int64(), 2) << "retried first";
+  const auto m = http("GET", url("/metrics")).body;
+  EXPECT_NE(m.find("relay_webhooks_given_up_total{reason=\"expired\"} 1\n"), std::string::npos)
+      << m;
+}
+
 TEST_F(WebhookTest, DeadLetteredJobFiresItsWebhook) {
   WebhookReceiver receiver;
   receiver.start();

@@ -3,8 +3,8 @@
 hmac and base64 (an implementation independent of the gateway's C++), and appends one JSON line
 per request to --log: {"id", "timestamp", "valid", "status", "body"}.
 
---fail-first N answers 500 to the first N requests (to exercise retries), with Retry-After when
---retry-after is given."""
+--fail-first N answers --fail-status (500) to the first N requests (to exercise retries, or 410
+Gone), with Retry-After when --retry-after is given."""
 import argparse
 import base64
 import hashlib
@@ -19,6 +19,7 @@ parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--secret", required=True)
 parser.add_argument("--log", required=True)
 parser.add_argument("--fail-first", type=int, default=0)
+parser.add_argument("--fail-status", type=int, default=500)
 parser.add_argument("--retry-after", type=int, default=0, help="sent with each failure, in seconds")
 args = parser.parse_args()
 key = base64.b64decode(args.secret[len("whsec_"):])
@@ -38,7 +39,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         valid = any(hmac.compare_digest(g, expected) for g in given)
         with lock:
             count += 1
-            status = 500 if count <= args.fail_first else 200
+            status = args.fail_status if count <= args.fail_first else 200
             try:
                 parsed = json.loads(body)
             except ValueError:
