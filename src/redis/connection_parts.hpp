@@ -27,7 +27,7 @@ namespace relay::redis {
 // transport.cpp
 timeval to_timeval(std::chrono::milliseconds ms);
 std::string ssl_errors();
-// One SSL_CTX per distinct TLS configuration, for the life of the process.
+// One SSL_CTX per distinct TLS configuration, made again when its files change.
 std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep);
 bool is_ip_address(const std::string& host);
 // A TCP connection to ep's host:port within its connect timeout; returns a blocking socket.

@@ -6,7 +6,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <cstdint>
+#include <vector>
+
+#include "common/log.hpp"
 #include "redis/connection_parts.hpp"
 
 namespace relay::redis {
@@ -50,19 +55,32 @@ void cache_certificate_extensions(SSL_CTX* ctx) {
     for (int i = 0; i < sk_X509_num(chain); ++i) X509_check_purpose(sk_X509_value(chain, i), -1, 0);
 }
 
-// One SSL_CTX per distinct TLS configuration, for the life of the process: loading a CA bundle
-// costs milliseconds, a connection should not pay it.
-std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep) {
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<SSL_CTX>> cache;
-  // TLS writes may raise SIGPIPE on a connection the server closed (OpenSSL writes with
-  // write(2)); every Relay process ignores it already, this makes it true for any caller.
-  static std::once_flag sigpipe;
-  std::call_once(sigpipe, [] { ::signal(SIGPIPE, SIG_IGN); });
-  std::string id = ep.tls_ca_file + '\n' + ep.tls_cert_file + '\n' + ep.tls_key_file + '\n' +
-                   (ep.tls_verify ? "1" : "0");
-  std::lock_guard lock(mu);
-  if (auto it = cache.find(id); it != cache.end()) return it->second;
+namespace {
+
+// What a file is now: which file (a Kubernetes Secret volume swaps a symlink to a new directory),
+// and its size and time of change. stat follows links.
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = -1;
+  std::int64_t mtime_ns = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+std::vector<FileStamp> stamps_of(const Endpoint& ep) {
+  std::vector<FileStamp> out;
+  for (const std::string* path : {&ep.tls_ca_file, &ep.tls_cert_file, &ep.tls_key_file}) {
+    FileStamp f;
+    struct stat st {};
+    if (!path->empty() && ::stat(path->c_str(), &st) == 0)
+      f = {st.st_dev, st.st_ino, st.st_size,
+           static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::shared_ptr<SSL_CTX> make_tls_context(const Endpoint& ep) {
   std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(TLS_client_method()), SslCtxDeleter{});
   if (!ctx) throw IoError("redis: TLS: " + ssl_errors());
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
@@ -84,8 +102,52 @@ std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep) {
       throw IoError("redis: TLS: cannot load the client certificate: " + ssl_errors());
   }
   cache_certificate_extensions(ctx.get());
-  cache.emplace(id, ctx);
   return ctx;
+}
+
+}  // namespace
+
+// One SSL_CTX per distinct TLS configuration, made again when its files change: loading a CA
+// bundle costs milliseconds, a connection should not pay it; but a gateway runs for months and
+// its client certificate is renewed in place (cert-manager rewrites the Secret, the kubelet the
+// mounted files), and a CA bundle is rotated the same way. Each new connection stats the files
+// (three system calls beside a TCP and TLS handshake); connections made before keep the context
+// they were made with. A set of files that cannot be loaded — a certificate written before its
+// key by a tool that does not swap them at once — leaves the last good context in use, is logged
+// once, and is tried again when the files change again.
+std::shared_ptr<SSL_CTX> tls_context(const Endpoint& ep) {
+  struct Entry {
+    std::vector<FileStamp> stamps, failed;
+    std::shared_ptr<SSL_CTX> ctx;
+  };
+  static std::mutex mu;
+  static std::map<std::string, Entry> cache;
+  // TLS writes may raise SIGPIPE on a connection the server closed (OpenSSL writes with
+  // write(2)); every Relay process ignores it already, this makes it true for any caller.
+  static std::once_flag sigpipe;
+  std::call_once(sigpipe, [] { ::signal(SIGPIPE, SIG_IGN); });
+  std::string id = ep.tls_ca_file + '\n' + ep.tls_cert_file + '\n' + ep.tls_key_file + '\n' +
+                   (ep.tls_verify ? "1" : "0");
+  auto stamps = stamps_of(ep);
+  std::lock_guard lock(mu);
+  auto it = cache.find(id);
+  if (it != cache.end() && (it->second.stamps == stamps || it->second.failed == stamps))
+    return it->second.ctx;
+  try {
+    auto ctx = make_tls_context(ep);
+    if (it != cache.end())
+      log::info("redis TLS files changed: new connections use them",
+                {{"ca_file", ep.tls_ca_file}, {"cert_file", ep.tls_cert_file}});
+    cache[id] = Entry{std::move(stamps), {}, ctx};
+    return ctx;
+  } catch (const IoError& e) {
+    if (it == cache.end()) throw;  // nothing loaded yet: the caller's error
+    if (it->second.failed != stamps)
+      log::warn("redis TLS files changed but cannot be loaded; still using the previous ones",
+                {{"error", e.what()}});
+    it->second.failed = std::move(stamps);
+    return it->second.ctx;
+  }
 }
 
 bool is_ip_address(const std::string& host) {
