@@ -45,11 +45,13 @@ std::string origin_form(std::string_view target) {
   return out;
 }
 
-Response error_response(unsigned status, const std::string& code, const std::string& message) {
+Response error_response(unsigned status, const std::string& code, const std::string& message,
+                        json::object details) {
   Response r;
   r.status = status;
-  r.body =
-      json::serialize(json::object{{"error", json::object{{"code", code}, {"message", message}}}});
+  json::object error{{"code", code}, {"message", message}};
+  for (auto& [k, v] : details) error[k] = std::move(v);
+  r.body = json::serialize(json::object{{"error", std::move(error)}});
   // Every 503 says when to come back (README, API): a passing state on the server's side.
   if (status == 503) r.headers.emplace_back("Retry-After", "2");
   return r;

@@ -6,6 +6,7 @@
 // and a long-poll returns a "wait": the server waits for the job's completion notice
 // asynchronously, then asks again.
 
+#include <boost/json/object.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -123,7 +124,9 @@ struct Response {
   bool close = false;  // close the connection after this answer
 };
 
-Response error_response(unsigned status, const std::string& code, const std::string& message);
+// {"error": {"code", "message", ...details}}.
+Response error_response(unsigned status, const std::string& code, const std::string& message,
+                        boost::json::object details = {});
 
 // A request target as the routes read it, the origin form (path and query): the absolute form
 // (`GET http://host/path?q`, sent through a proxy; RFC 9112 §3.2.2: a server must accept it)

@@ -229,10 +229,10 @@ config::Schema schema(Config& c) {
                "tenants' keys; none: no dashboard.");
   s.integer("quotas.max_pending", &c.quota.max_pending, 0, 0, 1'000'000'000,
             "Per tenant: jobs submitted and not yet ended, at most (0: no limit). Over it, a "
-            "submission gets 429 `max_pending_exceeded`.");
+            "submission gets 429 `quota_exceeded` (`limit`: `max_pending`).");
   s.integer("quotas.submits_per_minute", &c.quota.submits_per_minute, 0, 0, 1'000'000'000,
             "Per tenant: the sustained submission rate (a token bucket; 0: no limit). Over it, "
-            "429 `submit_rate_exceeded` with `Retry-After`.");
+            "429 `rate_limited` (`limit`: `submit_rate`) with `Retry-After`.");
   s.integer("quotas.submit_burst", &c.quota.submit_burst, 0, 0, 1'000'000'000,
             "Per tenant: submissions allowed at once before the rate applies (0: a minute's "
             "worth).");

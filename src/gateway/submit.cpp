@@ -246,13 +246,16 @@ class Api::Upload final : public Intake, private multipart::Handler {
     }
     const bool pending = a.outcome == Outcome::max_pending;
     metrics().quota_refusals.add({tenant_, pending ? "max_pending" : "submit_rate"});
+    // The codes are SPEC §12.3's; "limit" says which quota refused, as quotas.* names it.
     Response r = pending
-                     ? error_response(429, "max_pending_exceeded",
+                     ? error_response(429, "quota_exceeded",
                                       "this tenant has " + std::to_string(q.max_pending) +
-                                          " jobs not yet ended, the most quotas.max_pending allows")
-                     : error_response(429, "submit_rate_exceeded",
+                                          " jobs not yet ended, the most quotas.max_pending allows",
+                                      {{"limit", "max_pending"}})
+                     : error_response(429, "rate_limited",
                                       "this tenant submits faster than its " +
-                                          std::to_string(q.submits_per_minute) + " per minute");
+                                          std::to_string(q.submits_per_minute) + " per minute",
+                                      {{"limit", "submit_rate"}});
     // When a token is back; a pending slot frees when a job ends (a guess: a few seconds).
     const auto secs = pending ? 5 : (a.retry_after.count() + 999) / 1000;
     r.headers.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, secs)));

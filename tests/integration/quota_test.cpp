@@ -19,7 +19,8 @@ TEST_F(GatewayTest, MaxPendingIsHeldAcrossReplicasAndFreedWhenJobsEnd) {
   for (const std::string& base : {gateway_->url(), second.url()}) {
     auto over = http("POST", base + "/jobs/echo", {}, {}, {{"file", "c", "c.txt", "text/plain"}});
     EXPECT_EQ(over.status, 429) << over.body;
-    EXPECT_EQ(error_code(over), "max_pending_exceeded");
+    EXPECT_EQ(error_code(over), "quota_exceeded");  // SPEC §12.3
+    EXPECT_EQ(str(parse(over).at("error").as_object(), "limit"), "max_pending") << over.body;
     EXPECT_FALSE(over.headers["retry-after"].empty());
   }
   EXPECT_EQ(stored_files(), files) << "a refused submission stores nothing";
@@ -52,7 +53,8 @@ TEST_F(GatewayTest, SubmitRateIsATokenBucketSharedByReplicas) {
   auto over =
       http("POST", second.url() + "/jobs/echo", {}, {}, {{"file", "c", "c.txt", "text/plain"}});
   EXPECT_EQ(over.status, 429) << over.body;
-  EXPECT_EQ(error_code(over), "submit_rate_exceeded");
+  EXPECT_EQ(error_code(over), "rate_limited");  // SPEC §12.3
+  EXPECT_EQ(str(parse(over).at("error").as_object(), "limit"), "submit_rate") << over.body;
   EXPECT_EQ(over.headers["retry-after"], "1");
   EXPECT_EQ(submit("d").status, 429) << "the first replica sees the same bucket";
   EXPECT_EQ(list(keys_.pending("m1")).size(), 2u);
@@ -150,7 +152,7 @@ TEST_F(GatewayTest, AnUploadPassesItsGatesWithoutHoldingAThread) {
 
   auto over = upload("big-2");
   EXPECT_EQ(over.status, 429) << over.body;
-  EXPECT_EQ(error_code(over), "max_pending_exceeded");
+  EXPECT_EQ(error_code(over), "quota_exceeded");
   // (Freed with a TTL of 1 ms: a key another request took meanwhile would be that request's.)
   const std::string refused_key = keys_.idempotency("m1", "default", sha256_hex("big-2"));
   EXPECT_TRUE(wait_until(
@@ -212,7 +214,7 @@ TEST_F(GatewayTest, AnAdmittedUploadIsStoredWholeAndARefusalNeedsNoBody) {
   EXPECT_TRUE(ask_first("third").starts_with("HTTP/1.1 202")) << "the third slot";
   const std::string over = ask_first("fourth");
   EXPECT_TRUE(over.starts_with("(no 100) HTTP/1.1 429")) << over;
-  EXPECT_NE(over.find("max_pending_exceeded"), std::string::npos) << over;
+  EXPECT_NE(over.find("quota_exceeded"), std::string::npos) << over;
   EXPECT_EQ(list(keys_.pending("m1")).size(), 3u);
   EXPECT_EQ(stored_files(), 3u) << "a refused submission stores nothing";
 }

@@ -37,7 +37,7 @@ class InputTooLarge(RelayError):
 
 
 class QuotaExceeded(RelayError):
-    """429: max_pending_exceeded or submit_rate_exceeded; see retry_after."""
+    """429: quota_exceeded (max_pending) or rate_limited (the submit rate); see retry_after."""
 
 
 class Unavailable(RelayError):
