@@ -193,3 +193,22 @@ test('a model taking jobs ahead gets relays told so, and only in deployment mode
   assert.throws(() => render([path.join(examplesDir, 'ocr-deployment-mode.yaml')], ['--set', 'models[0].takeAhead=one second']),
     /values don't meet the specifications|schema/);
 });
+
+test('the API keys Secret is a file the gateways read again, or an environment variable when asked', async () => {
+  const docs = render([path.join(examplesDir, 'two-gpu-models.yaml')]);
+  const pod = gatewayDeployment(docs).spec.template.spec;
+  const gw = pod.containers[0];
+  const file = env(gw, 'RELAY_AUTH_API_KEYS_FILE').value;
+  assert.equal(env(gw, 'RELAY_AUTH_API_KEYS'), undefined);
+  const mount = gw.volumeMounts.find((m) => file.startsWith(`${m.mountPath}/`));
+  assert.ok(mount, `${file} is on a mounted volume`);
+  const volume = pod.volumes.find((v) => v.name === mount.name);
+  assert.equal(volume.secret.secretName, 'relay-api-keys');
+  assert.equal(`${mount.mountPath}/${volume.secret.items[0].path}`, file);
+  assert.equal(mount.subPath, undefined, 'a subPath mount is never updated by the kubelet');
+  assert.deepEqual(await allErrors(docs), []);
+  const fixed = gatewayDeployment(render([path.join(examplesDir, 'two-gpu-models.yaml')], ['--set', 'auth.reloadKeys=false']));
+  const c = fixed.spec.template.spec.containers[0];
+  assert.equal(env(c, 'RELAY_AUTH_API_KEYS').valueFrom.secretKeyRef.name, 'relay-api-keys');
+  assert.equal(env(c, 'RELAY_AUTH_API_KEYS_FILE'), undefined);
+});

@@ -110,6 +110,8 @@ Api::Api(const Config& config, storage::Storage& storage, const crypto::Encrypti
       resolver_(resolver),
       redis_(config.redis.endpoint()),
       keys_(config.redis.keys()),
+      api_keys_({config.api_keys.begin(), config.api_keys.end()}, config.api_keys_file,
+                config.operator_hashes()),
       cors_(config.cors_origins) {
   if (config.redis.endpoint().cluster_seeds.empty() || config.redis.wait_replicas == 0)
     submits_ =
@@ -128,9 +130,7 @@ std::optional<std::string> Api::tenant_of(const Request& req) const {
   if (key.empty()) return std::nullopt;
   // Keys are stored as SHA-256 digests; what is compared is a digest, so the lookup's timing
   // reveals nothing about the key itself.
-  auto it = cfg_.api_keys.find(sha256_hex(key));
-  if (it == cfg_.api_keys.end()) return std::nullopt;
-  return it->second;
+  return api_keys_.tenant(sha256_hex(key));
 }
 
 std::optional<Response> Api::answer_at_once(const Request& req) const {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "crypto/keyring.hpp"
+#include "gateway/api_keys.hpp"
 #include "gateway/byte_range.hpp"
 #include "gateway/config.hpp"
 #include "gateway/cors.hpp"
@@ -220,6 +221,7 @@ class Api {
   // redis.wait_replicas (see redis/batcher.hpp).
   std::unique_ptr<redis::Batcher> submits_;
   redis::Keys keys_;
+  ApiKeys api_keys_;
   std::stop_source stop_;
   Cors cors_;
 };

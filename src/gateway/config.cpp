@@ -7,6 +7,7 @@
 
 #include "common/text.hpp"
 #include "common/time.hpp"
+#include "gateway/api_keys.hpp"
 #include "gateway/cors.hpp"
 #include "gateway/webhook_signature.hpp"
 
@@ -223,6 +224,12 @@ config::Schema schema(Config& c) {
   s.string_map("auth.api_keys", &c.api_keys, {},
                "SHA-256 (hex) of each API key → its tenant. Keys are never stored in clear: "
                "`printf %s KEY | sha256sum`.");
+  s.string("auth.api_keys_file", &c.api_keys_file, "",
+           "A file of more API keys, one `<sha256 hex>=<tenant>` per line or comma-separated as "
+           "in `auth.api_keys` (`#` comments), e.g. a mounted Secret: read at start and again when "
+           "it changes (checked every 2 s), so keys "
+           "are added and revoked without a restart. A version that is not valid is logged and "
+           "the keys before it stay in use.");
   s.string_map("admin.api_keys", &c.admin_keys, {},
                "SHA-256 (hex) of each operator key → its role on the dashboard (`/dashboard`, "
                "`/admin/api`): `admin` (may cancel, requeue, pause) or `read`. Separate from "
@@ -356,23 +363,26 @@ void validate(const Config& c) {
     if (!config::is_safe_name(st.model))
       bad("service_types." + name + ".model", "required; letters, digits, '-', '_' and '.'");
   }
-  if (c.auth_enabled && c.api_keys.empty())
+  if (c.auth_enabled && c.api_keys.empty() && c.api_keys_file.empty())
     bad("auth.api_keys",
-        "auth.enabled is true but no API keys are configured (or set auth.enabled: false)");
-  for (const auto& [hash, tenant] : c.api_keys) {
-    if (hash.size() != 64 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
-      bad("auth.api_keys", "keys are the lowercase hex SHA-256 of the API key");
-    if (!config::is_safe_name(tenant))
-      bad("auth.api_keys." + hash.substr(0, 8) + "...",
-          "tenant names may use letters, digits, '-', '_' and '.'");
-  }
+        "auth.enabled is true but no API keys are configured (auth.api_keys or "
+        "auth.api_keys_file; or set auth.enabled: false)");
   for (const auto& [hash, role] : c.admin_keys) {
     if (hash.size() != 64 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
       bad("admin.api_keys", "keys are the lowercase hex SHA-256 of the operator's key");
     if (role != "admin" && role != "read")
       bad("admin.api_keys." + hash.substr(0, 8) + "...", "the role is admin or read");
-    if (c.api_keys.count(hash))
-      bad("admin.api_keys." + hash.substr(0, 8) + "...", "an operator key may not be a tenant's");
+  }
+  if (auto problem = api_keys_problem({c.api_keys.begin(), c.api_keys.end()}, c.operator_hashes()))
+    bad("auth.api_keys", *problem);
+  if (!c.api_keys_file.empty()) {
+    // Read as the gateway will: the file's keys beside the configuration's.
+    try {
+      ApiKeys({c.api_keys.begin(), c.api_keys.end()}, c.api_keys_file, c.operator_hashes(),
+              ApiKeys::Watch::no);
+    } catch (const std::runtime_error& e) {
+      bad("auth.api_keys_file", std::string(e.what()).substr(sizeof "auth.api_keys_file: " - 1));
+    }
   }
   if (!c.webhook_secret.empty() && !decode_webhook_secret(c.webhook_secret))
     bad("webhooks.secret", "expected whsec_<base64 of the key>");

@@ -73,8 +73,14 @@ struct Config {
 
   bool auth_enabled = true;
   std::map<std::string, std::string> api_keys;  // SHA-256 hex of the key -> tenant
+  std::string api_keys_file;  // more of them, read again when it changes (gateway/api_keys.hpp)
   // The operator dashboard's keys, apart from tenants': SHA-256 hex -> role, "admin" or "read".
   std::map<std::string, std::string> admin_keys;
+  std::set<std::string> operator_hashes() const {
+    std::set<std::string> out;
+    for (const auto& [hash, role] : admin_keys) out.insert(hash);
+    return out;
+  }
 
   std::chrono::milliseconds reap_interval{}, reap_grace{}, job_retention{}, gc_interval{};
   std::chrono::milliseconds expire_interval{};

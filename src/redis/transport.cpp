@@ -6,11 +6,10 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/stat.h>
 
-#include <cstdint>
 #include <vector>
 
+#include "common/file_stamp.hpp"
 #include "common/log.hpp"
 #include "redis/connection_parts.hpp"
 
@@ -57,27 +56,8 @@ void cache_certificate_extensions(SSL_CTX* ctx) {
 
 namespace {
 
-// What a file is now: which file (a Kubernetes Secret volume swaps a symlink to a new directory),
-// and its size and time of change. stat follows links.
-struct FileStamp {
-  dev_t dev = 0;
-  ino_t ino = 0;
-  off_t size = -1;
-  std::int64_t mtime_ns = 0;
-  bool operator==(const FileStamp&) const = default;
-};
-
 std::vector<FileStamp> stamps_of(const Endpoint& ep) {
-  std::vector<FileStamp> out;
-  for (const std::string* path : {&ep.tls_ca_file, &ep.tls_cert_file, &ep.tls_key_file}) {
-    FileStamp f;
-    struct stat st {};
-    if (!path->empty() && ::stat(path->c_str(), &st) == 0)
-      f = {st.st_dev, st.st_ino, st.st_size,
-           static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
-    out.push_back(f);
-  }
-  return out;
+  return {stamp_of(ep.tls_ca_file), stamp_of(ep.tls_cert_file), stamp_of(ep.tls_key_file)};
 }
 
 std::shared_ptr<SSL_CTX> make_tls_context(const Endpoint& ep) {

@@ -471,6 +471,48 @@ TEST_F(GatewayTest, ApiKeysAndTenantIsolation) {
   EXPECT_EQ(http("GET", url("/healthz")).status, 200) << "probes need no key";
 }
 
+// auth.api_keys_file, a mounted Secret the kubelet updates in place: a key added is let in and a
+// key revoked is refused without a restart; a version that is not valid leaves the keys as they
+// were; a file not valid at start is a configuration error naming the setting.
+TEST_F(GatewayTest, KeysInAKeysFileAreAddedAndRevokedWithoutARestart) {
+  constexpr auto npos = std::string::npos;
+  TempDir secret;
+  const std::string file = secret.path() + "/api-keys";
+  auto publish = [&](const std::string& text) {  // a new file renamed over the old, as the kubelet
+    std::ofstream(file + ".tmp") << text;
+    ASSERT_EQ(std::rename((file + ".tmp").c_str(), file.c_str()), 0);
+  };
+  publish("# tenants\n" + sha256_hex("key-a") + "=tenant-a\n");
+  start_gateway({{"RELAY_AUTH_ENABLED", "true"},
+                 {"RELAY_AUTH_API_KEYS", sha256_hex("key-fixed") + "=tenant-f"},
+                 {"RELAY_AUTH_API_KEYS_FILE", file}});
+  auto status_with = [&](const std::string& key) {
+    return submit("x", {"Authorization: Bearer " + key}).status;
+  };
+  EXPECT_EQ(status_with("key-a"), 202);
+  EXPECT_EQ(status_with("key-fixed"), 202);
+  EXPECT_EQ(status_with("key-b"), 401);
+
+  publish(sha256_hex("key-b") + "=tenant-b\n");  // b added, a revoked
+  EXPECT_TRUE(wait_until([&] { return status_with("key-b") == 202; }, 20s)) << gateway_->log();
+  EXPECT_EQ(status_with("key-a"), 401);
+  EXPECT_EQ(status_with("key-fixed"), 202) << "the configuration's keys stay";
+
+  publish("key-c=tenant-c\n");  // a key in clear: not valid
+  EXPECT_TRUE(wait_until(
+      [&] { return gateway_->log().find("API keys file changed but is not valid") != npos; }, 20s))
+      << gateway_->log();
+  EXPECT_EQ(status_with("key-b"), 202) << "the keys before it stay in use";
+  EXPECT_EQ(gateway_->log().find("key-c"), npos) << "no key in the log";
+
+  Env env = gateway_env({{"RELAY_AUTH_ENABLED", "true"}, {"RELAY_AUTH_API_KEYS_FILE", file}});
+  env["RELAY_SERVER_LISTEN"] = "127.0.0.1:" + std::to_string(free_port());
+  Process refused({gateway_binary()}, env, secret.path() + "/refused.log");
+  ASSERT_EQ(refused.wait_exit(10s), 2);
+  EXPECT_NE(refused.log().find("auth.api_keys_file"), npos) << refused.log();
+  EXPECT_NE(refused.log().find("line 1"), npos) << refused.log();
+}
+
 TEST_F(GatewayTest, BadInputIsRefusedAndNothingIsStored) {
   start_gateway({{"RELAY_SERVER_MAX_BODY_SIZE", "1000"},
                  {"RELAY_WEBHOOKS_SECRET", WebhookReceiver::kSecret}});

@@ -142,6 +142,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/* Volumes and mounts for the Secrets the binaries read as files. */}}
+{{/* The tenants' API keys Secret. */}}
+{{- define "relay.apiKeysSecret" -}}
+{{ default (printf "%s-api-keys" (include "relay.fullname" .)) .Values.auth.apiKeysSecret }}
+{{- end -}}
+
 {{- define "relay.secretVolumes" -}}
 {{- if .Values.encryption.enabled }}
 - name: encryption-keys
