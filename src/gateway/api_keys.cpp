@@ -72,7 +72,7 @@ ApiKeys::ApiKeys(ApiKeyTable fixed, std::string file, std::set<std::string> oper
   auto keys = read();
   if (auto* problem = std::get_if<std::string>(&keys))
     throw std::runtime_error("auth.api_keys_file: " + *problem);
-  table_.store(std::make_shared<const ApiKeyTable>(std::move(std::get<ApiKeyTable>(keys))));
+  table_ = std::make_shared<const ApiKeyTable>(std::move(std::get<ApiKeyTable>(keys)));
   if (!file_.empty() && watch == Watch::yes)
     watcher_ = std::jthread([this](std::stop_token stop) {
       run_periodically({"api keys file check", kCheckEvery,
@@ -87,7 +87,10 @@ ApiKeys::ApiKeys(ApiKeyTable fixed, std::string file, std::set<std::string> oper
 ApiKeys::~ApiKeys() = default;  // (the watcher stops and joins first: declared last)
 
 std::optional<std::string> ApiKeys::tenant(std::string_view key_hash) const {
-  const auto keys = table_.load(std::memory_order_acquire);
+  const auto keys = [this] {
+    std::lock_guard lock(mu_);
+    return table_;
+  }();
   const auto it = keys->find(key_hash);
   if (it == keys->end()) return std::nullopt;
   return it->second;
@@ -121,8 +124,11 @@ bool ApiKeys::reload() {
     return false;
   }
   const auto count = std::get<ApiKeyTable>(keys).size();
-  table_.store(std::make_shared<const ApiKeyTable>(std::move(std::get<ApiKeyTable>(keys))),
-               std::memory_order_release);
+  auto table = std::make_shared<const ApiKeyTable>(std::move(std::get<ApiKeyTable>(keys)));
+  {
+    std::lock_guard lock(mu_);
+    table_.swap(table);
+  }  // (the old table is freed here, outside the lock)
   loaded_ = now;
   refused_ = {};
   log::info("API keys file read again", {{"file", file_}, {"keys", count}});

@@ -3,10 +3,10 @@
 // when it changes — a mounted Kubernetes Secret is updated in place, so keys are added and
 // revoked without restarting the gateway. Keys are held as their SHA-256 (hex), as configured.
 
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stop_token>
@@ -60,7 +60,10 @@ class ApiKeys {
   const ApiKeyTable fixed_;
   const std::string file_;
   const std::set<std::string> operator_hashes_;
-  std::atomic<std::shared_ptr<const ApiKeyTable>> table_;
+  // The table in use, swapped whole. A mutex, not std::atomic<std::shared_ptr>: libstdc++ 12's
+  // locks a bit of the pointer, which ThreadSanitizer reports as a race; held for a copy.
+  mutable std::mutex mu_;
+  std::shared_ptr<const ApiKeyTable> table_;
   FileStamp loaded_;                  // the reload thread's alone, as is
   std::optional<FileStamp> refused_;  // the last version found not valid
   std::jthread watcher_;
