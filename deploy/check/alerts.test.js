@@ -1,7 +1,7 @@
-// node --test deploy/check — Relay's alerting rules (deploy/helm/relay/files/relay-alerts.yaml) as
-// the chart renders them: embedded whole in the PrometheusRule, valid for promtool, and each alert
-// firing, and staying quiet, where alerts.test.yaml says (promtool test rules, Debian's
-// prometheus package).
+// node --test deploy/check — what the chart ships for monitoring, as it renders it: Relay's
+// alerting rules (files/relay-alerts.yaml) embedded whole in the PrometheusRule, valid for
+// promtool, each alert firing, and staying quiet, where alerts.test.yaml says (promtool test
+// rules, Debian's prometheus package); and the Grafana dashboard's ConfigMap.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -53,4 +53,14 @@ test('promtool: the rendered rules are valid and fire where the tests say', () =
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('the Grafana dashboard ConfigMap carries the dashboard whole, labelled for the sidecar', () => {
+  const docs = render([path.join(examplesDir, 'two-gpu-models.yaml')]);
+  const cm = docs.find((d) => d.kind === 'ConfigMap' && d.metadata.name.endsWith('-grafana-dashboard'));
+  assert.ok(cm, 'the example turns the dashboard on');
+  assert.equal(cm.metadata.labels.grafana_dashboard, '1');
+  const file = fs.readFileSync(path.join(chart, 'files/relay-dashboard.json'), 'utf8');
+  assert.deepEqual(JSON.parse(cm.data['relay-dashboard.json']), JSON.parse(file));
+  assert.equal(render([]).find((d) => d.kind === 'ConfigMap' && d.metadata.name.endsWith('-grafana-dashboard')), undefined);
 });

@@ -768,11 +768,13 @@ TEST_F(GatewayTest, MetricsExposeQueuesAndCounters) {
     EXPECT_GT(metric_value(m.body, name), 64 << 10) << name;
 }
 
-// The Grafana dashboard (deploy/grafana) queries only metrics the gateway exports.
+// The Grafana dashboard (the chart's files/relay-dashboard.json) queries only metrics the gateway
+// exports.
 TEST_F(GatewayTest, TheGrafanaDashboardUsesExportedMetrics) {
   start_gateway();
   const std::string metrics = http("GET", url("/metrics")).body;
-  std::ifstream f(std::string(RELAY_TEST_SOURCE_DIR) + "/deploy/grafana/relay-dashboard.json");
+  std::ifstream f(std::string(RELAY_TEST_SOURCE_DIR) +
+                  "/deploy/helm/relay/files/relay-dashboard.json");
   const std::string dashboard((std::istreambuf_iterator<char>(f)), {});
   ASSERT_FALSE(dashboard.empty());
   json::parse(dashboard);  // valid JSON
