@@ -104,11 +104,7 @@ Response Api::admin(const Request& req, Context& ctx, const std::vector<std::str
         o["held"] = q.held;
         o["retrying"] = q.retrying;
         o["paused"] = store.paused(model);
-        double age = 0;
-        if (q.oldest_pending)
-          if (auto rec = store.get(model, *q.oldest_pending); rec && rec->created_at)
-            age = std::chrono::duration<double>(wall_now() - *rec->created_at).count();
-        o["oldest_wait_seconds"] = age;
+        o["oldest_wait_seconds"] = q.oldest_wait_seconds(wall_now());
         // Throughput from the completion stream: its entry ids are times (ms).
         const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())

@@ -703,13 +703,7 @@ Response Api::metrics_text() {
       depth[{model, "deadletter"}] = static_cast<double>(q.deadletter);
       depth[{model, "held"}] = static_cast<double>(q.held);
       depth[{model, "retrying"}] = static_cast<double>(q.retrying);
-      double age = 0;
-      if (q.oldest_pending) {
-        if (auto rec = store.get(model, *q.oldest_pending))
-          if (auto created = rec->created_at)
-            age = std::chrono::duration<double>(wall_now() - *created).count();
-      }
-      oldest[{model}] = age;
+      oldest[{model}] = q.oldest_wait_seconds(wall_now());
     }
   } catch (const redis::IoError&) {
     conn->reset();

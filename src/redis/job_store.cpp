@@ -432,8 +432,17 @@ QueueDepth JobStore::queue_depth(const std::string& model) {
   d.deadletter = as_integer(conn_.command({"LLEN", keys_.deadletter(model)}).get());
   d.held = as_integer(conn_.command({"LLEN", keys_.held(model)}).get());
   d.retrying = as_integer(conn_.command({"ZCARD", keys_.retries(model)}).get());
-  d.oldest_pending =
-      as_optional_string(conn_.command({"LINDEX", keys_.pending(model), "-1"}).get());
+  const auto ids = as_strings(
+      conn_.command({"LRANGE", keys_.pending(model), "0", std::to_string(d.kOldestScan - 1)})
+          .get());
+  if (ids.empty()) return d;
+  std::vector<Connection::Call> reads;
+  for (const auto& id : ids)
+    reads.push_back({nullptr, {}, {"HGET", keys_.job(model, id), std::string(field::created_at)}});
+  for (const auto& reply : conn_.pipeline(reads))
+    if (auto text = as_optional_string(reply.get()))
+      if (auto created = parse_rfc3339(*text))
+        if (!d.oldest_created || *created < *d.oldest_created) d.oldest_created = created;
   return d;
 }
 

@@ -45,8 +45,16 @@ struct QueueDepth {
   long long pending = 0, processing = 0, deadletter = 0;
   long long held = 0;      // a paused model's queue
   long long retrying = 0;  // failed jobs waiting for their retry
-  // The oldest waiting job (the right end of pending: priority jobs jump in at the left).
-  std::optional<std::string> oldest_pending;
+  // When the oldest waiting job was submitted. Relays take from the left of pending, where the
+  // oldest normal job waits behind what jumped in there: priority jobs (newer) and jobs put
+  // back (a relay stopped, a retry due: older). So the first kOldestScan ids are read, the
+  // oldest of them counted; only more than that many jobs ahead of the oldest normal one would
+  // hide it.
+  static constexpr int kOldestScan = 16;
+  std::optional<std::chrono::system_clock::time_point> oldest_created;
+  double oldest_wait_seconds(std::chrono::system_clock::time_point now) const {
+    return oldest_created ? std::chrono::duration<double>(now - *oldest_created).count() : 0;
+  }
 };
 std::string_view to_string(FinishOutcome o);
 

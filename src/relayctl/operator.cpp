@@ -67,10 +67,7 @@ int queues(const Options& o) {
   boost::json::array out;
   for (const auto& m : redis::JobStore::known_models(db.rc.endpoint(), db.keys)) {
     auto q = db.store.queue_depth(m);
-    double age = 0;
-    if (q.oldest_pending)
-      if (auto rec = db.store.get(m, *q.oldest_pending))
-        if (auto t = rec->created_at) age = std::chrono::duration<double>(wall_now() - *t).count();
+    const double age = q.oldest_wait_seconds(wall_now());
     out.push_back(boost::json::object{{"model", m},
                                       {"pending", q.pending},
                                       {"processing", q.processing},

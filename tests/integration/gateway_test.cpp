@@ -750,6 +750,30 @@ TEST_F(GatewayTest, OpenApiDocumentsEveryRoute) {
   EXPECT_EQ(paths.size(), 9u) << "every documented path is served";
 }
 
+// relay_queue_oldest_age_seconds is the wait of the job waiting longest — the one at the left of
+// pending, where relays take, behind priority jobs that jumped in there — not of the newest (it
+// read the right end: ~0 s under steady submissions, so an alert on it never fired).
+TEST_F(GatewayTest, TheOldestWaitIsTheLongestWaitingJobs) {
+  start_gateway({{"RELAY_SERVER_PRIORITY_HEADER", "X-Priority"}});
+  auto oldest = [&] {
+    const auto m = http("GET", url("/metrics")).body;
+    const std::string name = "relay_queue_oldest_age_seconds{model=\"m1\"} ";
+    const auto at = m.find(name);
+    return at == std::string::npos ? -1.0 : std::atof(m.c_str() + at + name.size());
+  };
+  EXPECT_EQ(oldest(), 0) << "nothing waiting";
+  const std::string first = submit_id("first");
+  submit_id("second");
+  // The first job came ten minutes ago (its record says so: no waiting in a test).
+  conn_.command({"HSET", keys_.job("m1", first), "created_at",
+                 format_rfc3339(wall_now() - std::chrono::minutes(10))});
+  submit_id("third");
+  ASSERT_EQ(submit("urgent", {"X-Priority: 1"}).status, 202);
+  const double age = oldest();
+  EXPECT_GE(age, 600) << "the first job's wait";
+  EXPECT_LT(age, 660);
+}
+
 TEST_F(GatewayTest, MetricsExposeQueuesAndCounters) {
   start_gateway();
   submit_id("counted");
