@@ -6,17 +6,12 @@
 
 #include "common/log.hpp"
 #include "common/periodic.hpp"
+#include "common/text.hpp"
 #include "config/shared.hpp"
 
 namespace relay::gateway {
 
 namespace {
-
-std::string_view trimmed(std::string_view s) {
-  const auto first = s.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos) return {};
-  return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
-}
 
 bool is_sha256_hex(std::string_view s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
@@ -29,21 +24,19 @@ std::variant<ApiKeyTable, std::string> parse_api_keys_file(std::string_view text
   int number = 0;
   while (!text.empty()) {
     const auto end = text.find('\n');
-    const std::string_view line = trimmed(text.substr(0, end));
+    std::string_view line = text.substr(0, end);
     text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
     ++number;
+    if (line.ends_with('\r')) line.remove_suffix(1);
+    line = trim_ows(line);
     if (line.empty() || line.front() == '#') continue;
     const std::string where = "line " + std::to_string(number) + ": ";
     // Entries are separated by commas too: the same Secret serves as RELAY_AUTH_API_KEYS.
-    for (std::string_view rest = line; !rest.empty();) {
-      const auto comma = rest.find(',');
-      const std::string_view entry = trimmed(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-      if (entry.empty()) continue;
+    for (const std::string_view entry : comma_items(line)) {
       const auto eq = entry.find('=');
       if (eq == std::string_view::npos) return where + "expected <sha256 hex>=<tenant>";
-      const std::string hash(trimmed(entry.substr(0, eq)));
-      const std::string tenant(trimmed(entry.substr(eq + 1)));
+      const std::string hash(trim_ows(entry.substr(0, eq)));
+      const std::string tenant(trim_ows(entry.substr(eq + 1)));
       if (!is_sha256_hex(hash)) return where + "keys are the lowercase hex SHA-256 of the API key";
       if (!keys.emplace(hash, tenant).second) return where + "a key listed twice";
     }
@@ -69,7 +62,7 @@ ApiKeys::ApiKeys(ApiKeyTable fixed, std::string file, std::set<std::string> oper
       file_(std::move(file)),
       operator_hashes_(std::move(operator_hashes)) {
   loaded_ = stamp_of(file_);
-  auto keys = read();
+  auto keys = load_api_keys(fixed_, file_, operator_hashes_);
   if (auto* problem = std::get_if<std::string>(&keys))
     throw std::runtime_error("auth.api_keys_file: " + *problem);
   table_ = std::make_shared<const ApiKeyTable>(std::move(std::get<ApiKeyTable>(keys)));
@@ -96,12 +89,14 @@ std::optional<std::string> ApiKeys::tenant(std::string_view key_hash) const {
   return it->second;
 }
 
-std::variant<ApiKeyTable, std::string> ApiKeys::read() const {
-  ApiKeyTable keys = fixed_;
-  if (file_.empty()) return keys;
-  std::ifstream in(file_, std::ios::binary);
+std::variant<ApiKeyTable, std::string> load_api_keys(const ApiKeyTable& fixed,
+                                                     const std::string& file,
+                                                     const std::set<std::string>& operator_hashes) {
+  ApiKeyTable keys = fixed;
+  if (file.empty()) return keys;
+  std::ifstream in(file, std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(in)), {});
-  if (!in.is_open() || in.bad()) return "cannot read " + file_;
+  if (!in.is_open() || in.bad()) return "cannot read " + file;
   auto parsed = parse_api_keys_file(text);
   if (auto* problem = std::get_if<std::string>(&parsed)) return *problem;
   for (auto& [hash, tenant] : std::get<ApiKeyTable>(parsed)) {
@@ -109,14 +104,14 @@ std::variant<ApiKeyTable, std::string> ApiKeys::read() const {
     if (!added && it->second != tenant)
       return "the key " + hash.substr(0, 8) + "... names another tenant in auth.api_keys";
   }
-  if (auto problem = api_keys_problem(keys, operator_hashes_)) return *problem;
+  if (auto problem = api_keys_problem(keys, operator_hashes)) return *problem;
   return keys;
 }
 
 bool ApiKeys::reload() {
   const FileStamp now = stamp_of(file_);
   if (now == loaded_ || now == refused_) return false;  // (refused_: logged already)
-  auto keys = read();
+  auto keys = load_api_keys(fixed_, file_, operator_hashes_);
   if (auto* problem = std::get_if<std::string>(&keys)) {
     log::warn("API keys file changed but is not valid; the keys before it stay in use",
               {{"file", file_}, {"error", *problem}});

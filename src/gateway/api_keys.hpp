@@ -34,14 +34,20 @@ std::variant<ApiKeyTable, std::string> parse_api_keys_file(std::string_view text
 std::optional<std::string> api_keys_problem(const ApiKeyTable& keys,
                                             const std::set<std::string>& operator_hashes);
 
+// The configuration's keys (fixed) and the file's, checked as a whole, or what is wrong with
+// them. The configuration's check and each version the gateway reads go through it.
+std::variant<ApiKeyTable, std::string> load_api_keys(const ApiKeyTable& fixed,
+                                                     const std::string& file,
+                                                     const std::set<std::string>& operator_hashes);
+
 class ApiKeys {
  public:
   static constexpr std::chrono::milliseconds kCheckEvery{2000};
 
   enum class Watch { yes, no };
-  // Throws std::runtime_error when the file cannot be read or is not valid (the configuration
-  // has checked it already: this is a file that changed in between). With a file and
-  // Watch::yes, a thread checks it every kCheckEvery until destruction.
+  // Throws std::runtime_error when the keys are not valid (load_api_keys; the configuration has
+  // checked them already: this is a file that changed in between). With a file and Watch::yes,
+  // a thread checks it every kCheckEvery until destruction.
   ApiKeys(ApiKeyTable fixed, std::string file, std::set<std::string> operator_hashes,
           Watch watch = Watch::yes);
   ~ApiKeys();
@@ -54,9 +60,6 @@ class ApiKeys {
   bool reload();
 
  private:
-  // The configuration's keys and the file's, or what is wrong with them.
-  std::variant<ApiKeyTable, std::string> read() const;
-
   const ApiKeyTable fixed_;
   const std::string file_;
   const std::set<std::string> operator_hashes_;

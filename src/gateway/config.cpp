@@ -377,12 +377,9 @@ void validate(const Config& c) {
     bad("auth.api_keys", *problem);
   if (!c.api_keys_file.empty()) {
     // Read as the gateway will: the file's keys beside the configuration's.
-    try {
-      ApiKeys({c.api_keys.begin(), c.api_keys.end()}, c.api_keys_file, c.operator_hashes(),
-              ApiKeys::Watch::no);
-    } catch (const std::runtime_error& e) {
-      bad("auth.api_keys_file", std::string(e.what()).substr(sizeof "auth.api_keys_file: " - 1));
-    }
+    auto keys =
+        load_api_keys({c.api_keys.begin(), c.api_keys.end()}, c.api_keys_file, c.operator_hashes());
+    if (auto* problem = std::get_if<std::string>(&keys)) bad("auth.api_keys_file", *problem);
   }
   if (!c.webhook_secret.empty() && !decode_webhook_secret(c.webhook_secret))
     bad("webhooks.secret", "expected whsec_<base64 of the key>");
