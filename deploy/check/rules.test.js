@@ -194,21 +194,46 @@ test('a model taking jobs ahead gets relays told so, and only in deployment mode
     /values don't meet the specifications|schema/);
 });
 
+// The gateway reads <variable>_FILE from the Secret mounted whole (not <variable> from the
+// environment): the kubelet updates such a file in place. Returns the mount.
+function assertSecretFile(pod, variable, secretName) {
+  const gw = pod.containers[0];
+  const file = env(gw, `${variable}_FILE`).value;
+  assert.equal(env(gw, variable), undefined);
+  const mount = gw.volumeMounts.find((m) => file.startsWith(`${m.mountPath}/`));
+  assert.ok(mount, `${file} is on a mounted volume`);
+  const volume = pod.volumes.find((v) => v.name === mount.name);
+  assert.equal(volume.secret.secretName, secretName);
+  assert.equal(`${mount.mountPath}/${volume.secret.items[0].path}`, file);
+  assert.equal(mount.subPath, undefined, 'a subPath mount is never updated by the kubelet');
+  return mount;
+}
+
 test('the API keys Secret is a file the gateways read again, or an environment variable when asked', async () => {
   const docs = render([path.join(examplesDir, 'two-gpu-models.yaml')]);
   const pod = gatewayDeployment(docs).spec.template.spec;
   const gw = pod.containers[0];
-  const file = env(gw, 'RELAY_AUTH_API_KEYS_FILE').value;
-  assert.equal(env(gw, 'RELAY_AUTH_API_KEYS'), undefined);
-  const mount = gw.volumeMounts.find((m) => file.startsWith(`${m.mountPath}/`));
-  assert.ok(mount, `${file} is on a mounted volume`);
-  const volume = pod.volumes.find((v) => v.name === mount.name);
-  assert.equal(volume.secret.secretName, 'relay-api-keys');
-  assert.equal(`${mount.mountPath}/${volume.secret.items[0].path}`, file);
-  assert.equal(mount.subPath, undefined, 'a subPath mount is never updated by the kubelet');
+  assertSecretFile(pod, 'RELAY_AUTH_API_KEYS', 'relay-api-keys');
   assert.deepEqual(await allErrors(docs), []);
   const fixed = gatewayDeployment(render([path.join(examplesDir, 'two-gpu-models.yaml')], ['--set', 'auth.reloadKeys=false']));
   const c = fixed.spec.template.spec.containers[0];
   assert.equal(env(c, 'RELAY_AUTH_API_KEYS').valueFrom.secretKeyRef.name, 'relay-api-keys');
   assert.equal(env(c, 'RELAY_AUTH_API_KEYS_FILE'), undefined);
+});
+
+test('the dashboard\'s Secret is a file the gateways read again, or an environment variable when asked', async () => {
+  const docs = render([path.join(examplesDir, 'two-gpu-models.yaml')], ['--set', 'dashboard.existingSecret=ops-keys']);
+  const pod = gatewayDeployment(docs).spec.template.spec;
+  const gw = pod.containers[0];
+  const mount = assertSecretFile(pod, 'RELAY_ADMIN_API_KEYS', 'ops-keys');
+  assert.notEqual(mount.mountPath, gw.volumeMounts.find((m) => m.name === 'api-keys').mountPath,
+    'each Secret its own folder');
+  assert.deepEqual(await allErrors(docs), []);
+  const fixed = gatewayDeployment(render([path.join(examplesDir, 'two-gpu-models.yaml')],
+    ['--set', 'dashboard.existingSecret=ops-keys', '--set', 'dashboard.reloadKeys=false']));
+  const c = fixed.spec.template.spec.containers[0];
+  assert.equal(env(c, 'RELAY_ADMIN_API_KEYS').valueFrom.secretKeyRef.name, 'ops-keys');
+  assert.equal(env(c, 'RELAY_ADMIN_API_KEYS_FILE'), undefined);
+  const none = gatewayDeployment(render([path.join(examplesDir, 'two-gpu-models.yaml')])).spec.template.spec;
+  assert.equal(env(none.containers[0], 'RELAY_ADMIN_API_KEYS_FILE'), undefined, 'no Secret, no dashboard');
 });

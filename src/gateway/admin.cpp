@@ -50,13 +50,11 @@ std::optional<std::string> Api::admin_role(const Request& req) const {
     key = auth.substr(7);
   if (key.empty()) key = req.header("x-api-key");
   if (key.empty()) return std::nullopt;
-  auto it = cfg_.admin_keys.find(sha256_hex(key));
-  if (it == cfg_.admin_keys.end()) return std::nullopt;
-  return it->second;
+  return api_keys_.operator_role(sha256_hex(key));
 }
 
 Response Api::dashboard_page() {
-  if (cfg_.admin_keys.empty())
+  if (!api_keys_.has_operators())
     return error_response(404, "not_found", "no dashboard: admin.api_keys is not configured");
   Response r;
   r.content_type = "text/html; charset=utf-8";
@@ -70,7 +68,7 @@ Response Api::dashboard_page() {
 }
 
 Response Api::admin(const Request& req, Context& ctx, const std::vector<std::string>& seg) {
-  if (cfg_.admin_keys.empty())
+  if (!api_keys_.has_operators())
     return error_response(404, "not_found", "no dashboard: admin.api_keys is not configured");
   const auto role = admin_role(req);
   if (!role) {

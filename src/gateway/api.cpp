@@ -110,8 +110,7 @@ Api::Api(const Config& config, storage::Storage& storage, const crypto::Encrypti
       resolver_(resolver),
       redis_(config.redis.endpoint()),
       keys_(config.redis.keys()),
-      api_keys_({config.api_keys.begin(), config.api_keys.end()}, config.api_keys_file,
-                config.operator_hashes()),
+      api_keys_(config.tenant_keys(), config.operator_keys()),
       cors_(config.cors_origins) {
   if (config.redis.endpoint().cluster_seeds.empty() || config.redis.wait_replicas == 0)
     submits_ =

@@ -17,9 +17,47 @@ bool is_sha256_hex(std::string_view s) {
   return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
+std::string_view value_name(KeyKind kind) {
+  return kind == KeyKind::tenant ? "tenant" : "role";
+}
+
+// A source's keys: its configuration's, then its file's beside them.
+std::variant<ApiKeyTable, KeyProblem> gather(const KeySource& src) {
+  for (const auto& [hash, value] : src.fixed)
+    if (auto problem = key_entry_problem(hash, value, src.kind))
+      return KeyProblem{src.config_key, *problem};
+  ApiKeyTable keys = src.fixed;
+  if (src.file.empty()) return keys;
+  const std::string file_key = src.config_key + "_file";
+  std::ifstream in(src.file, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (!in.is_open() || in.bad()) return KeyProblem{file_key, "cannot read " + src.file};
+  auto parsed = parse_api_keys_file(text, src.kind);
+  if (auto* problem = std::get_if<std::string>(&parsed)) return KeyProblem{file_key, *problem};
+  for (auto& [hash, value] : std::get<ApiKeyTable>(parsed)) {
+    auto [it, added] = keys.emplace(hash, value);
+    if (!added && it->second != value)
+      return KeyProblem{file_key, "the key " + hash.substr(0, 8) + "... has another " +
+                                      std::string(value_name(src.kind)) + " in " + src.config_key};
+  }
+  return keys;
+}
+
 }  // namespace
 
-std::variant<ApiKeyTable, std::string> parse_api_keys_file(std::string_view text) {
+std::optional<std::string> key_entry_problem(std::string_view hash, std::string_view value,
+                                             KeyKind kind) {
+  if (!is_sha256_hex(hash)) return "keys are the lowercase hex SHA-256 of the key";
+  const std::string which = "the key " + std::string(hash.substr(0, 8)) + "...: ";
+  if (kind == KeyKind::role) {
+    if (value != "admin" && value != "read") return which + "the role is admin or read";
+  } else if (!config::is_safe_name(std::string(value))) {
+    return which + "tenant names may use letters, digits, '-', '_' and '.'";
+  }
+  return std::nullopt;
+}
+
+std::variant<ApiKeyTable, std::string> parse_api_keys_file(std::string_view text, KeyKind kind) {
   ApiKeyTable keys;
   int number = 0;
   while (!text.empty()) {
@@ -34,39 +72,42 @@ std::variant<ApiKeyTable, std::string> parse_api_keys_file(std::string_view text
     // Entries are separated by commas too: the same Secret serves as RELAY_AUTH_API_KEYS.
     for (const std::string_view entry : comma_items(line)) {
       const auto eq = entry.find('=');
-      if (eq == std::string_view::npos) return where + "expected <sha256 hex>=<tenant>";
+      if (eq == std::string_view::npos)
+        return where + "expected <sha256 hex>=<" + std::string(value_name(kind)) + ">";
       const std::string hash(trim_ows(entry.substr(0, eq)));
-      const std::string tenant(trim_ows(entry.substr(eq + 1)));
-      if (!is_sha256_hex(hash)) return where + "keys are the lowercase hex SHA-256 of the API key";
-      if (!keys.emplace(hash, tenant).second) return where + "a key listed twice";
+      const std::string value(trim_ows(entry.substr(eq + 1)));
+      if (auto problem = key_entry_problem(hash, value, kind)) return where + *problem;
+      if (!keys.emplace(hash, value).second) return where + "a key listed twice";
     }
   }
   return keys;
 }
 
-std::optional<std::string> api_keys_problem(const ApiKeyTable& keys,
-                                            const std::set<std::string>& operator_hashes) {
-  for (const auto& [hash, tenant] : keys) {
-    const std::string which = "the key " + hash.substr(0, 8) + "...: ";
-    if (!is_sha256_hex(hash)) return "keys are the lowercase hex SHA-256 of the API key";
-    if (!config::is_safe_name(tenant))
-      return which + "tenant names may use letters, digits, '-', '_' and '.'";
-    if (operator_hashes.count(hash)) return which + "an operator key may not be a tenant's";
+std::variant<KeyTables, KeyProblem> load_keys(const KeySource& tenants,
+                                              const KeySource& operators) {
+  KeyTables out;
+  for (auto [src, into] : {std::pair{&tenants, &out.tenants}, {&operators, &out.operators}}) {
+    auto keys = gather(*src);
+    if (auto* problem = std::get_if<KeyProblem>(&keys)) return std::move(*problem);
+    *into = std::move(std::get<ApiKeyTable>(keys));
   }
-  return std::nullopt;
+  for (const auto& [hash, role] : out.operators)
+    if (out.tenants.count(hash))
+      return KeyProblem{
+          operators.fixed.count(hash) ? operators.config_key : operators.config_key + "_file",
+          "the key " + hash.substr(0, 8) + "...: an operator key may not be a tenant's"};
+  return out;
 }
 
-ApiKeys::ApiKeys(ApiKeyTable fixed, std::string file, std::set<std::string> operator_hashes,
-                 Watch watch)
-    : fixed_(std::move(fixed)),
-      file_(std::move(file)),
-      operator_hashes_(std::move(operator_hashes)) {
-  loaded_ = stamp_of(file_);
-  auto keys = load_api_keys(fixed_, file_, operator_hashes_);
-  if (auto* problem = std::get_if<std::string>(&keys))
-    throw std::runtime_error("auth.api_keys_file: " + *problem);
-  table_ = std::make_shared<const ApiKeyTable>(std::move(std::get<ApiKeyTable>(keys)));
-  if (!file_.empty() && watch == Watch::yes)
+ApiKeys::ApiKeys(KeySource tenants, KeySource operators, Watch watch)
+    : tenants_(std::move(tenants)), operators_(std::move(operators)) {
+  loaded_ = stamps();
+  auto tables = load_keys(tenants_, operators_);
+  if (auto* problem = std::get_if<KeyProblem>(&tables))
+    throw std::runtime_error(problem->config_key + ": " + problem->message);
+  tables_ = std::make_shared<const KeyTables>(std::move(std::get<KeyTables>(tables)));
+  const bool files = !tenants_.file.empty() || !operators_.file.empty();
+  if (files && watch == Watch::yes)
     watcher_ = std::jthread([this](std::stop_token stop) {
       run_periodically({"api keys file check", kCheckEvery,
                         [this] {
@@ -79,54 +120,48 @@ ApiKeys::ApiKeys(ApiKeyTable fixed, std::string file, std::set<std::string> oper
 
 ApiKeys::~ApiKeys() = default;  // (the watcher stops and joins first: declared last)
 
+ApiKeys::Stamps ApiKeys::stamps() const {
+  return {stamp_of(tenants_.file), stamp_of(operators_.file)};
+}
+
+std::shared_ptr<const KeyTables> ApiKeys::tables() const {
+  std::lock_guard lock(mu_);
+  return tables_;
+}
+
 std::optional<std::string> ApiKeys::tenant(std::string_view key_hash) const {
-  const auto keys = [this] {
-    std::lock_guard lock(mu_);
-    return table_;
-  }();
-  const auto it = keys->find(key_hash);
-  if (it == keys->end()) return std::nullopt;
+  const auto t = tables();
+  const auto it = t->tenants.find(key_hash);
+  if (it == t->tenants.end()) return std::nullopt;
   return it->second;
 }
 
-std::variant<ApiKeyTable, std::string> load_api_keys(const ApiKeyTable& fixed,
-                                                     const std::string& file,
-                                                     const std::set<std::string>& operator_hashes) {
-  ApiKeyTable keys = fixed;
-  if (file.empty()) return keys;
-  std::ifstream in(file, std::ios::binary);
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
-  if (!in.is_open() || in.bad()) return "cannot read " + file;
-  auto parsed = parse_api_keys_file(text);
-  if (auto* problem = std::get_if<std::string>(&parsed)) return *problem;
-  for (auto& [hash, tenant] : std::get<ApiKeyTable>(parsed)) {
-    auto [it, added] = keys.emplace(hash, tenant);
-    if (!added && it->second != tenant)
-      return "the key " + hash.substr(0, 8) + "... names another tenant in auth.api_keys";
-  }
-  if (auto problem = api_keys_problem(keys, operator_hashes)) return *problem;
-  return keys;
+std::optional<std::string> ApiKeys::operator_role(std::string_view key_hash) const {
+  const auto t = tables();
+  const auto it = t->operators.find(key_hash);
+  if (it == t->operators.end()) return std::nullopt;
+  return it->second;
 }
 
 bool ApiKeys::reload() {
-  const FileStamp now = stamp_of(file_);
+  const Stamps now = stamps();
   if (now == loaded_ || now == refused_) return false;  // (refused_: logged already)
-  auto keys = load_api_keys(fixed_, file_, operator_hashes_);
-  if (auto* problem = std::get_if<std::string>(&keys)) {
-    log::warn("API keys file changed but is not valid; the keys before it stay in use",
-              {{"file", file_}, {"error", *problem}});
+  auto loaded = load_keys(tenants_, operators_);
+  if (auto* problem = std::get_if<KeyProblem>(&loaded)) {
+    log::warn("a keys file changed but is not valid; the keys before it stay in use",
+              {{"key", problem->config_key}, {"error", problem->message}});
     refused_ = now;
     return false;
   }
-  const auto count = std::get<ApiKeyTable>(keys).size();
-  auto table = std::make_shared<const ApiKeyTable>(std::move(std::get<ApiKeyTable>(keys)));
+  auto tables = std::make_shared<const KeyTables>(std::move(std::get<KeyTables>(loaded)));
+  const auto tenants = tables->tenants.size(), operators = tables->operators.size();
   {
     std::lock_guard lock(mu_);
-    table_.swap(table);
-  }  // (the old table is freed here, outside the lock)
+    tables_.swap(tables);
+  }  // (the old tables are freed here, outside the lock)
   loaded_ = now;
   refused_ = {};
-  log::info("API keys file read again", {{"file", file_}, {"keys", count}});
+  log::info("keys files read again", {{"tenant_keys", tenants}, {"operator_keys", operators}});
   return true;
 }
 

@@ -233,7 +233,10 @@ config::Schema schema(Config& c) {
   s.string_map("admin.api_keys", &c.admin_keys, {},
                "SHA-256 (hex) of each operator key → its role on the dashboard (`/dashboard`, "
                "`/admin/api`): `admin` (may cancel, requeue, pause) or `read`. Separate from "
-               "tenants' keys; none: no dashboard.");
+               "tenants' keys; none (nor `admin.api_keys_file`): no dashboard.");
+  s.string("admin.api_keys_file", &c.admin_keys_file, "",
+           "A file of more operator keys, `<sha256 hex>=<role>` as in `auth.api_keys_file`: "
+           "read at start and again when it changes (checked every 2 s).");
   s.integer("quotas.max_pending", &c.quota.max_pending, 0, 0, 1'000'000'000,
             "Per tenant: jobs submitted and not yet ended, at most (0: no limit). Over it, a "
             "submission gets 429 `quota_exceeded` (`limit`: `max_pending`).");
@@ -367,20 +370,9 @@ void validate(const Config& c) {
     bad("auth.api_keys",
         "auth.enabled is true but no API keys are configured (auth.api_keys or "
         "auth.api_keys_file; or set auth.enabled: false)");
-  for (const auto& [hash, role] : c.admin_keys) {
-    if (hash.size() != 64 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
-      bad("admin.api_keys", "keys are the lowercase hex SHA-256 of the operator's key");
-    if (role != "admin" && role != "read")
-      bad("admin.api_keys." + hash.substr(0, 8) + "...", "the role is admin or read");
-  }
-  if (auto problem = api_keys_problem({c.api_keys.begin(), c.api_keys.end()}, c.operator_hashes()))
-    bad("auth.api_keys", *problem);
-  if (!c.api_keys_file.empty()) {
-    // Read as the gateway will: the file's keys beside the configuration's.
-    auto keys =
-        load_api_keys({c.api_keys.begin(), c.api_keys.end()}, c.api_keys_file, c.operator_hashes());
-    if (auto* problem = std::get_if<std::string>(&keys)) bad("auth.api_keys_file", *problem);
-  }
+  // Read as the gateway will: each kind's keys and file, checked together.
+  auto keys = load_keys(c.tenant_keys(), c.operator_keys());
+  if (auto* problem = std::get_if<KeyProblem>(&keys)) bad(problem->config_key, problem->message);
   if (!c.webhook_secret.empty() && !decode_webhook_secret(c.webhook_secret))
     bad("webhooks.secret", "expected whsec_<base64 of the key>");
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/shared.hpp"
+#include "gateway/api_keys.hpp"
 #include "redis/quota.hpp"
 
 namespace relay::gateway {
@@ -76,10 +77,13 @@ struct Config {
   std::string api_keys_file;  // more of them, read again when it changes (gateway/api_keys.hpp)
   // The operator dashboard's keys, apart from tenants': SHA-256 hex -> role, "admin" or "read".
   std::map<std::string, std::string> admin_keys;
-  std::set<std::string> operator_hashes() const {
-    std::set<std::string> out;
-    for (const auto& [hash, role] : admin_keys) out.insert(hash);
-    return out;
+  std::string admin_keys_file;  // more of them, read again when it changes
+  KeySource tenant_keys() const {
+    return {"auth.api_keys", KeyKind::tenant, {api_keys.begin(), api_keys.end()}, api_keys_file};
+  }
+  KeySource operator_keys() const {
+    return {
+        "admin.api_keys", KeyKind::role, {admin_keys.begin(), admin_keys.end()}, admin_keys_file};
   }
 
   std::chrono::milliseconds reap_interval{}, reap_grace{}, job_retention{}, gc_interval{};

@@ -2,6 +2,9 @@
 // tenants, and pausing a model's intake — a paused model's jobs wait in its held list, out of
 // pending (what the scaler counts), whatever puts them back in the queue, until it is resumed.
 
+#include <cstdio>
+#include <fstream>
+
 #include "common/sha256.hpp"
 #include "gateway_fixture.hpp"
 
@@ -51,6 +54,48 @@ TEST_F(AdminTest, OperatorKeysAndRoles) {
   EXPECT_NE(page.headers["content-security-policy"].find("default-src 'none'"), std::string::npos);
   EXPECT_EQ(page.body.find("http://"), std::string::npos) << "nothing loaded from elsewhere";
   EXPECT_EQ(page.body.find("https://"), std::string::npos);
+}
+
+// admin.api_keys_file, as the chart mounts the dashboard's Secret: operators' keys are added,
+// promoted and revoked without a restart, a file alone makes the dashboard, and a tenant's key
+// put in it is refused (the keys before stay).
+TEST_F(AdminTest, OperatorKeysInAFileChangeWithoutARestart) {
+  TempDir secret;
+  const std::string file = secret.path() + "/admin-api-keys";
+  auto publish = [&](const std::string& text) {  // a new file renamed over the old, as the kubelet
+    std::ofstream(file + ".tmp") << text;
+    ASSERT_EQ(std::rename((file + ".tmp").c_str(), file.c_str()), 0);
+  };
+  publish(sha256_hex("op-1") + "=read\n");
+  start_gateway({{"RELAY_AUTH_ENABLED", "true"},
+                 {"RELAY_AUTH_API_KEYS", sha256_hex("tenant-key") + "=acme"},
+                 {"RELAY_ADMIN_API_KEYS_FILE", file}});
+  EXPECT_EQ(http("GET", url("/dashboard")).status, 200);
+  EXPECT_EQ(admin("GET", "overview", "op-1").status, 200);
+  EXPECT_EQ(admin("POST", "models/m1/pause", "op-1").status, 403);
+  EXPECT_EQ(admin("GET", "overview", "op-2").status, 401);
+
+  publish(sha256_hex("op-1") + "=admin\n" + sha256_hex("op-2") + "=read\n");
+  ASSERT_TRUE(wait_until([&] { return admin("GET", "overview", "op-2").status == 200; }, 20s))
+      << gateway_->log();
+  EXPECT_EQ(admin("POST", "models/m1/pause", "op-1").status, 200) << "promoted";
+  EXPECT_EQ(admin("POST", "models/m1/resume", "op-1").status, 200);
+
+  publish(sha256_hex("op-2") + "=read\n" + sha256_hex("tenant-key") + "=admin\n");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return gateway_->log().find("an operator key may not be a tenant's") != std::string::npos;
+      },
+      20s))
+      << gateway_->log();
+  EXPECT_EQ(admin("GET", "overview", "tenant-key").status, 401) << "refused whole";
+  EXPECT_EQ(admin("GET", "overview", "op-1").status, 200) << "the keys before it stay";
+
+  publish(sha256_hex("op-2") + "=read\n");  // op-1 revoked
+  ASSERT_TRUE(wait_until([&] { return admin("GET", "overview", "op-1").status == 401; }, 20s))
+      << gateway_->log();
+  EXPECT_EQ(admin("GET", "overview", "op-2").status, 200);
+  EXPECT_EQ(submit_as_tenant("still a tenant").empty(), false);
 }
 
 TEST_F(GatewayTest, WithoutOperatorKeysThereIsNoDashboard) {

@@ -500,7 +500,7 @@ TEST_F(GatewayTest, KeysInAKeysFileAreAddedAndRevokedWithoutARestart) {
 
   publish("key-c=tenant-c\n");  // a key in clear: not valid
   EXPECT_TRUE(wait_until(
-      [&] { return gateway_->log().find("API keys file changed but is not valid") != npos; }, 20s))
+      [&] { return gateway_->log().find("a keys file changed but is not valid") != npos; }, 20s))
       << gateway_->log();
   EXPECT_EQ(status_with("key-b"), 202) << "the keys before it stay in use";
   EXPECT_EQ(gateway_->log().find("key-c"), npos) << "no key in the log";
