@@ -172,8 +172,9 @@ Response Api::failure(std::exception_ptr e, std::string_view target) {
     set_retry_after(r, "1");
     return r;
   } catch (const redis::ReplyError& e) {
-    // Redis refused a step for a reason that is not passing (out of memory, a misconfigured
-    // ACL, a bug): a server-side failure, never the client's 4xx.
+    // Redis refused a step for a reason that is not passing (a misconfigured ACL, a bug): a
+    // server-side failure, never the client's 4xx. (Out of memory passes: retried, then 503
+    // redis_unavailable as for an outage.)
     log::error("redis error", {{"error", e.what()}});
     auto r = error_response(503, "redis_error", "the job store refused the request; retry later");
     set_retry_after(r, "5");

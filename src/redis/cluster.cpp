@@ -239,8 +239,9 @@ Reply Connection::cluster_command(const std::vector<std::string>& argv) {
       node->read_reply();
       return node->read_reply();
     } catch (const TransientError& e) {
-      // CLUSTERDOWN, TRYAGAIN (a multi-key step mid-migration): the caller backs off.
-      cl.map->mark_stale();
+      // CLUSTERDOWN, TRYAGAIN (a multi-key step mid-migration): the caller backs off. (A node
+      // out of memory still serves its slots.)
+      if (!e.out_of_memory()) cl.map->mark_stale();
       throw;
     } catch (const IoError&) {
       cl.drop(node);  // a failed node: its slots are probably served elsewhere by now
@@ -327,8 +328,8 @@ void Connection::cluster_settle(const std::vector<Call>& calls, std::vector<Repl
     }
     try {
       throw_if_error(r);
-    } catch (const TransientError&) {
-      stale = true;  // CLUSTERDOWN, TRYAGAIN: as cluster_command does
+    } catch (const TransientError& e) {
+      stale = stale || !e.out_of_memory();  // CLUSTERDOWN, TRYAGAIN: as cluster_command does
     } catch (...) {
     }
   }

@@ -187,7 +187,8 @@ void throw_if_error(const redisReply* r) {
   if (r->type != REDIS_REPLY_ERROR) return;
   std::string message(r->str, r->len);
   if (is_transient_error(message))
-    throw TransientError("redis: " + message, needs_new_connection(message));
+    throw TransientError("redis: " + message, needs_new_connection(message),
+                         message.starts_with("OOM "));
   throw ReplyError("redis: " + message);
 }
 
@@ -202,7 +203,7 @@ bool is_transient_error(std::string_view message) {
   // command (BLMOVE) released because the server stopped being a master (failover).
   auto code = message.substr(0, message.find(' '));
   return code == "LOADING" || code == "BUSY" || code == "TRYAGAIN" || code == "CLUSTERDOWN" ||
-         code == "MASTERDOWN" || code == "READONLY" || code == "UNBLOCKED";
+         code == "MASTERDOWN" || code == "READONLY" || code == "UNBLOCKED" || code == "OOM";
 }
 
 bool needs_new_connection(std::string_view message) {

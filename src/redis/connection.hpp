@@ -3,9 +3,12 @@
 // reply reader. Failures become our exception types in exactly one place (connection.cpp):
 //   IoError       the connection failed; a command sent on it may or may not have run.
 //   TransientError  (an IoError) Redis refused the command for a passing state — LOADING, BUSY,
-//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, UNBLOCKED: it did not run; retry
-//                 it later (on a new connection when new_connection(): the server is no longer
-//                 the master).
+//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, UNBLOCKED, OOM: it did not run;
+//                 retry it later (on a new connection when new_connection(): the server is no
+//                 longer the master). OOM (maxmemory reached, with noeviction, as a queue's Redis
+//                 should be) passes when memory is freed: retention expires records, an operator
+//                 raises the limit. A script refused for it wrote nothing: Redis checks memory at
+//                 a script's first write only.
 //   ReplyError    Redis answered with any other error: a bug or a misconfiguration, not retried.
 // Retrying is the caller's decision, made once in redis/retry.hpp.
 
@@ -33,20 +36,23 @@ class IoError : public std::runtime_error {
 };
 class TransientError : public IoError {
  public:
-  TransientError(const std::string& what, bool new_connection)
-      : IoError(what), new_connection_(new_connection) {}
+  TransientError(const std::string& what, bool new_connection, bool out_of_memory = false)
+      : IoError(what), new_connection_(new_connection), out_of_memory_(out_of_memory) {}
   bool new_connection() const { return new_connection_; }
+  // OOM: Redis refuses writes that need memory; reads, and extending a lease, still work.
+  bool out_of_memory() const { return out_of_memory_; }
 
  private:
   bool new_connection_;
+  bool out_of_memory_;
 };
 class ReplyError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// True for the error replies of a Redis that is restarting, busy or failing over (the command
-// was not executed). Pure; exposed for tests.
+// True for the error replies of a Redis that is restarting, busy, failing over or out of
+// memory (the command was not executed). Pure; exposed for tests.
 bool is_transient_error(std::string_view message);
 // True for the transient errors after which this connection's server is no longer the master.
 bool needs_new_connection(std::string_view message);

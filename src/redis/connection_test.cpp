@@ -20,6 +20,10 @@ TEST(RedisErrors, TransientStatesAreRetryableOthersAreNot) {
       {"READONLY You can't write against a read only replica.", true},
       {"UNBLOCKED force unblock from blocking operation, instance state changed", true},
       {"LOADING", true},
+      // Out of memory: passes when memory is freed (retention, an operator); nothing was written.
+      {"OOM command not allowed when used memory > 'maxmemory'.", true},
+      {"OOM command not allowed when used memory > 'maxmemory'. script: 3a2d, on @user_script:26.",
+       true},
       // Real errors: a bug or a misconfiguration, never retried.
       {"BUSYGROUP Consumer Group name already exists", false},
       {"BUSYKEY Target key name already exists.", false},
@@ -27,7 +31,6 @@ TEST(RedisErrors, TransientStatesAreRetryableOthersAreNot) {
       {"NOSCRIPT No matching script. Please use EVAL.", false},
       {"WRONGPASS invalid username-password pair or user is disabled.", false},
       {"NOAUTH Authentication required.", false},
-      {"OOM command not allowed when used memory > 'maxmemory'.", false},
       {"MOVED 3999 127.0.0.1:6381", false},
       {"", false},
   };

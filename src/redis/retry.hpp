@@ -11,9 +11,14 @@
 // repetition is harmless by design (fenced by the lease token, refusing an existing job id,
 // no-ops on terminal jobs). `on_retry(attempt)` lets a caller note that an earlier attempt may
 // have run (the gateway's submit reads "id exists" then as its own success).
+// `patient(error)`, when given, is asked about each transient error: a duration retries it past
+// max_wait, waiting at most that long before the next try (a relay's outcome refused while
+// Redis is out of memory, its lease kept by each call meanwhile); nullopt: as any other. Those
+// retries are logged once a minute, not each time.
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <stop_token>
 
 #include "common/backoff.hpp"
@@ -24,11 +29,15 @@
 namespace relay::redis {
 
 template <typename F>
-auto with_retry(LazyConnection& conn, std::chrono::milliseconds max_wait, std::stop_token stop,
-                F&& step, const std::function<void(int attempt)>& on_retry = {}) {
+auto with_retry(
+    LazyConnection& conn, std::chrono::milliseconds max_wait, std::stop_token stop, F&& step,
+    const std::function<void(int attempt)>& on_retry = {},
+    const std::function<std::optional<std::chrono::milliseconds>(const TransientError&)>& patient =
+        {}) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + max_wait;
   Backoff backoff;
+  std::optional<clock::time_point> logged;
   for (int attempt = 1;; ++attempt) {
     try {
       if (attempt > 1 && on_retry) on_retry(attempt);
@@ -37,8 +46,14 @@ auto with_retry(LazyConnection& conn, std::chrono::milliseconds max_wait, std::s
       // A demoted master (READONLY...) stays a replica: reconnect (sentinel mode re-resolves).
       if (e.new_connection()) conn.reset();
       auto delay = backoff.next();
-      if (clock::now() + delay > deadline) throw;
-      log::warn("redis not ready, retrying", {{"error", e.what()}, {"retry_in_ms", delay.count()}});
+      const auto waits_on = patient ? patient(e) : std::nullopt;
+      if (waits_on) delay = std::min(delay, *waits_on);
+      if (!waits_on && clock::now() + delay > deadline) throw;
+      if (!waits_on || !logged || clock::now() - *logged >= std::chrono::minutes(1)) {
+        log::warn("redis not ready, retrying",
+                  {{"error", e.what()}, {"retry_in_ms", delay.count()}});
+        logged = clock::now();
+      }
       if (!sleep_unless_stopped(delay, stop)) throw Aborted();
     } catch (const IoError& e) {
       conn.reset();

@@ -737,9 +737,12 @@ Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& j
     // webhook: those come with the final outcome).
     const auto due = wall_now() + *delay;
     const std::string failures = failures_with(job, result, wall_now());
-    auto fin = redis::with_retry(conn, retry_for, {}, [&](redis::Connection& c) {
-      return redis::JobStore(c, keys).retry(cfg_.model, job_id, token, due, failures);
-    });
+    auto fin = redis::with_retry(
+        conn, retry_for, {},
+        [&](redis::Connection& c) {
+          return redis::JobStore(c, keys).retry(cfg_.model, job_id, token, due, failures);
+        },
+        {}, outcome_patience(conn, job_id, token));
     outcome = fin == redis::FinishOutcome::ok ? "retrying" : std::string(redis::to_string(fin));
   } else {
     // Submission to now, for the gateway's end-to-end histogram (and the job's timings).
@@ -783,6 +786,23 @@ Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& j
   return result.disposition == Disposition::given_back ? Step::stop : Step::next;
 }
 
+std::function<std::optional<std::chrono::milliseconds>(const redis::TransientError&)>
+Relay::outcome_patience(redis::LazyConnection& conn, const std::string& job_id,
+                        const std::string& token) {
+  using Wait = std::optional<std::chrono::milliseconds>;
+  return [this, &conn, job_id, token](const redis::TransientError& e) -> Wait {
+    if (!e.out_of_memory() || shutdown_.stop_requested()) return std::nullopt;
+    // (The heartbeat let go of the job when it ended.) A lease found lost is the finish's to
+    // say, on its next try: it checks it before writing anything.
+    try {
+      redis::JobStore(conn.get(), cfg_.keys()).heartbeat(cfg_.model, job_id, token, cfg_.lease_ttl);
+    } catch (const redis::IoError&) {
+      conn.reset();  // (the step's next try says what is wrong)
+    }
+    return cfg_.lease_ttl / 3;
+  };
+}
+
 std::string Relay::write_outcome(redis::LazyConnection& conn, redis::TakeCandidates& candidates,
                                  const redis::Completion& completion, const std::string& token,
                                  std::optional<redis::Taken>* next, bool again) {
@@ -813,7 +833,7 @@ std::string Relay::write_outcome(redis::LazyConnection& conn, redis::TakeCandida
           store.require_replicas(cfg_.redis.wait_replicas);
         return f;
       },
-      [&](int) { retried = true; });
+      [&](int) { retried = true; }, outcome_patience(conn, completion.job_id, token));
   if (take_next && !*next) unclaim();  // no job waited
   if (retried && fin == redis::FinishOutcome::terminal) fin = redis::FinishOutcome::ok;
   return outcome_name(fin, completion);

@@ -87,10 +87,17 @@ class Relay {
   // (stopped if a cancel for it was heard) and watched by the heartbeat from its take.
   std::unique_ptr<JobControl> held_control(const redis::Taken& job, Heartbeat& heartbeat,
                                            std::chrono::steady_clock::time_point taken_at);
+  // While Redis is out of memory, an outcome's write (the model's finished work) waits for it
+  // past the usual retry window: the lease, which Redis still extends then, is kept on conn
+  // before each try, at most lease_ttl/3 apart, until the write goes through, the finish finds
+  // the lease lost, or the relay is stopped. For redis::with_retry's patient.
+  std::function<std::optional<std::chrono::milliseconds>(const redis::TransientError&)>
+  outcome_patience(redis::LazyConnection& conn, const std::string& job_id,
+                   const std::string& token);
   // A finished job's outcome written (completed, failed, cancelled: lua/finish.lua), retried
-  // while Redis is away; with next, the take of the slot's next job rides in the same round
-  // trip (when max_jobs leaves room and one waits). again: an earlier try may have run (its
-  // reply was lost). The outcome, for the job's log line.
+  // while Redis is away (or out of memory: outcome_patience); with next, the take of the slot's
+  // next job rides in the same round trip (when max_jobs leaves room and one waits). again: an
+  // earlier try may have run (its reply was lost). The outcome, for the job's log line.
   std::string write_outcome(redis::LazyConnection& conn, redis::TakeCandidates& candidates,
                             const redis::Completion& completion, const std::string& token,
                             std::optional<redis::Taken>* next, bool again = false);

@@ -172,6 +172,50 @@ TEST_F(RedisTroubleTest, BusyRedisIsWaitedOutMidJobAndAtSubmit) {
   EXPECT_EQ(str(job(id), "status"), "completed") << "the lease outlived the busy spell";
 }
 
+// Redis at maxmemory (noeviction, as a queue's Redis should be) refuses writes that need memory,
+// not reads nor a lease's extension. A submission then is refused with a 503 once
+// redis.retry_timeout passed, its input removed; a relay whose job ends meanwhile keeps its lease
+// and the outcome (the model's work) until memory is freed, then writes it: not reaped, not run
+// twice. (Until 2026-12-06 the relay exited 1 at the refusal and the job ran again after a reap.)
+TEST_F(RedisTroubleTest, OutOfMemoryHoldsAFinishedJobsOutcomeUntilMemoryIsFreed) {
+  start_gateway({{"RELAY_REDIS_RETRY_TIMEOUT", "1s"}, {"RELAY_GC_REAP_INTERVAL", "300ms"}});
+  InferenceServer inference({.delay_ms = 4000});  // (ends once Redis is full)
+  constexpr auto kLease = 1500ms;
+  auto relay = start_relay(inference, {{"RELAY_LEASE_TTL", "1500ms"}});
+  auto id = submit_id("a job that ends while Redis is full");
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "processing"; }, 20s));
+  const auto long_poll = [&] { return http("GET", url("/jobs/echo/" + id + "?wait=1")); };
+  EXPECT_EQ(long_poll().status, 200);                  // (flags the record: watched)
+  conn_.command({"CONFIG", "SET", "maxmemory", "1"});  // below what it holds: full
+  const auto again = long_poll();
+  EXPECT_EQ(again.status, 200) << "a long-poll again writes nothing: " << again.body;
+  auto refused = submit("refused while Redis is full");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(error_code(refused), "redis_unavailable");
+  EXPECT_FALSE(refused.headers["retry-after"].empty());
+  EXPECT_EQ(stored_files(), 1u) << "the refused submission's input is removed";
+  ASSERT_TRUE(wait_until([&] { return relay->log().find("OOM") != std::string::npos; }, 20s))
+      << "the finish was never refused";
+  // Three leases' time with the outcome refused: the lease is there throughout.
+  const auto until = std::chrono::steady_clock::now() + 3 * kLease;
+  const std::string lease = keys_.lease("m1", id);
+  bool held = true;
+  wait_until(
+      [&] {
+        held = held && redis::as_integer(conn_.command({"EXISTS", lease}).get()) == 1;
+        return !held || std::chrono::steady_clock::now() >= until;
+      },
+      10s);
+  EXPECT_TRUE(held) << "the lease lapsed while the outcome waited\n" << relay->log();
+  EXPECT_TRUE(relay->running());
+  conn_.command({"CONFIG", "SET", "maxmemory", "0"});
+  EXPECT_EQ(relay->wait_exit(30s), 0) << relay->log();
+  auto done = job(id);
+  EXPECT_EQ(str(done, "status"), "completed");
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 1u) << inference.events();
+  EXPECT_EQ(submit("after memory was freed").status, 202);
+}
+
 TEST_F(RedisTroubleTest, LostSubmitReplyIsAnsweredByWhatHappened) {
   // The gateway reaches Redis through a proxy that loses the reply of the first submit step:
   // the job was created, the gateway saw a broken connection.

@@ -12,10 +12,12 @@
 -- created). An ended job, or one of another tenant or service type, is not flagged. (The record
 -- comes with the step, not from a read pipelined after it: a script missing from Redis's cache
 -- is sent again after the calls behind it, which would read the record before the flag.)
-local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'service_type')
+local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'service_type', 'watched')
 local st = rec[1]
 if not st then return {} end
 local ended = st == 'completed' or st == 'failed' or st == 'cancelled'
 local other = ARGV[1] and ((rec[2] or '') ~= ARGV[1] or (rec[3] or '') ~= ARGV[2])
-if not ended and not other then redis.call('HSET', KEYS[1], 'watched', '1') end
+-- (Flagged already — a client long-polling again — no write: nothing for a replica, and it
+-- works while Redis is out of memory.)
+if not ended and not other and not rec[4] then redis.call('HSET', KEYS[1], 'watched', '1') end
 return redis.call('HGETALL', KEYS[1])
