@@ -202,8 +202,12 @@ bool is_transient_error(std::string_view message) {
   // The error code is the first word. BUSYGROUP, BUSYKEY are not BUSY. UNBLOCKED: a blocked
   // command (BLMOVE) released because the server stopped being a master (failover).
   auto code = message.substr(0, message.find(' '));
+  // OOM, MISCONF (a failed snapshot stops writes), NOREPLICAS (min-replicas-to-write unmet):
+  // writes refused until an operator or the server clears the state; a script refused them at
+  // its first write, so it wrote nothing.
   return code == "LOADING" || code == "BUSY" || code == "TRYAGAIN" || code == "CLUSTERDOWN" ||
-         code == "MASTERDOWN" || code == "READONLY" || code == "UNBLOCKED" || code == "OOM";
+         code == "MASTERDOWN" || code == "READONLY" || code == "UNBLOCKED" || code == "OOM" ||
+         code == "MISCONF" || code == "NOREPLICAS";
 }
 
 bool needs_new_connection(std::string_view message) {

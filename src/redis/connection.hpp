@@ -3,12 +3,11 @@
 // reply reader. Failures become our exception types in exactly one place (connection.cpp):
 //   IoError       the connection failed; a command sent on it may or may not have run.
 //   TransientError  (an IoError) Redis refused the command for a passing state — LOADING, BUSY,
-//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, UNBLOCKED, OOM: it did not run;
-//                 retry it later (on a new connection when new_connection(): the server is no
-//                 longer the master). OOM (maxmemory reached, with noeviction, as a queue's Redis
-//                 should be) passes when memory is freed: retention expires records, an operator
-//                 raises the limit. A script refused for it wrote nothing: Redis checks memory at
-//                 a script's first write only.
+//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, UNBLOCKED, and the refusals of
+//                 writes OOM (maxmemory reached, with noeviction, as a queue's Redis should be:
+//                 passes when memory is freed), MISCONF, NOREPLICAS: it did not run (a script
+//                 refused a write wrote nothing: Redis checks at its first write); retry it later
+//                 (on a new connection when new_connection(): the server is no longer the master).
 //   ReplyError    Redis answered with any other error: a bug or a misconfiguration, not retried.
 // Retrying is the caller's decision, made once in redis/retry.hpp.
 

@@ -24,6 +24,10 @@ TEST(RedisErrors, TransientStatesAreRetryableOthersAreNot) {
       {"OOM command not allowed when used memory > 'maxmemory'.", true},
       {"OOM command not allowed when used memory > 'maxmemory'. script: 3a2d, on @user_script:26.",
        true},
+      {"MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist "
+       "to disk.",
+       true},
+      {"NOREPLICAS Not enough good replicas to write.", true},
       // Real errors: a bug or a misconfiguration, never retried.
       {"BUSYGROUP Consumer Group name already exists", false},
       {"BUSYKEY Target key name already exists.", false},
