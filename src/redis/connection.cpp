@@ -198,6 +198,16 @@ Reply Connection::checked(redisReply* r) {
   return reply;
 }
 
+namespace {
+
+// A new connection over maxclients: Redis answers its first command so and closes it (a fleet of
+// relays scaled up at once, or a gateway's pool filling, meets it until others disconnect).
+bool is_max_clients(std::string_view message) {
+  return message.starts_with("ERR max number of clients reached");
+}
+
+}  // namespace
+
 bool is_transient_error(std::string_view message) {
   // The error code is the first word. BUSYGROUP, BUSYKEY are not BUSY. UNBLOCKED: a blocked
   // command (BLMOVE) released because the server stopped being a master (failover).
@@ -207,12 +217,13 @@ bool is_transient_error(std::string_view message) {
   // its first write, so it wrote nothing.
   return code == "LOADING" || code == "BUSY" || code == "TRYAGAIN" || code == "CLUSTERDOWN" ||
          code == "MASTERDOWN" || code == "READONLY" || code == "UNBLOCKED" || code == "OOM" ||
-         code == "MISCONF" || code == "NOREPLICAS";
+         code == "MISCONF" || code == "NOREPLICAS" || is_max_clients(message);
 }
 
 bool needs_new_connection(std::string_view message) {
   auto code = message.substr(0, message.find(' '));
-  return code == "READONLY" || code == "MASTERDOWN" || code == "UNBLOCKED";
+  return code == "READONLY" || code == "MASTERDOWN" || code == "UNBLOCKED" ||
+         is_max_clients(message);
 }
 
 bool Connection::stale() const noexcept {

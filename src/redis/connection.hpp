@@ -3,7 +3,8 @@
 // reply reader. Failures become our exception types in exactly one place (connection.cpp):
 //   IoError       the connection failed; a command sent on it may or may not have run.
 //   TransientError  (an IoError) Redis refused the command for a passing state — LOADING, BUSY,
-//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, UNBLOCKED, and the refusals of
+//                 TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, UNBLOCKED, maxclients reached
+//                 (on a new connection, which the server closes), and the refusals of
 //                 writes OOM (maxmemory reached, with noeviction, as a queue's Redis should be:
 //                 passes when memory is freed), MISCONF, NOREPLICAS: it did not run (a script
 //                 refused a write wrote nothing: Redis checks at its first write); retry it later

@@ -28,6 +28,7 @@ TEST(RedisErrors, TransientStatesAreRetryableOthersAreNot) {
        "to disk.",
        true},
       {"NOREPLICAS Not enough good replicas to write.", true},
+      {"ERR max number of clients reached", true},
       // Real errors: a bug or a misconfiguration, never retried.
       {"BUSYGROUP Consumer Group name already exists", false},
       {"BUSYKEY Target key name already exists.", false},
@@ -43,7 +44,8 @@ TEST(RedisErrors, TransientStatesAreRetryableOthersAreNot) {
 
 TEST(RedisErrors, ADemotedMasterNeedsANewConnectionABusyOneDoesNot) {
   for (const char* r : {"READONLY You can't write against a read only replica.",
-                        "MASTERDOWN Link with MASTER is down", "UNBLOCKED force unblock"})
+                        "MASTERDOWN Link with MASTER is down", "UNBLOCKED force unblock",
+                        "ERR max number of clients reached"})
     EXPECT_TRUE(needs_new_connection(r)) << r;
   for (const char* r : {"LOADING Redis is loading", "BUSY Redis is busy", "TRYAGAIN slot"})
     EXPECT_FALSE(needs_new_connection(r)) << r;

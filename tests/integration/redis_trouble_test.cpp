@@ -216,6 +216,29 @@ TEST_F(RedisTroubleTest, OutOfMemoryHoldsAFinishedJobsOutcomeUntilMemoryIsFreed)
   EXPECT_EQ(submit("after memory was freed").status, 202);
 }
 
+// A fleet of relays scaled up at once can meet Redis's maxclients: each new connection is
+// answered "ERR max number of clients reached" and closed. A relay starting then waits for a
+// connection as for a Redis that is away, and runs its job once one frees (it exited 1).
+TEST_F(RedisTroubleTest, ARelayMeetingMaxclientsWaitsForAConnection) {
+  start_gateway();
+  InferenceServer inference;
+  auto id = submit_id("a job for a relay that cannot connect yet");
+  const auto clients = [&] {
+    auto info = redis::as_string(conn_.command({"INFO", "clients"}).get());
+    auto at = info.find("connected_clients:");
+    return std::stol(info.substr(at + 18));
+  };
+  conn_.command({"CONFIG", "SET", "maxclients", std::to_string(clients())});
+  auto relay = start_relay(inference);
+  ASSERT_TRUE(wait_until(
+      [&] { return relay->log().find("max number of clients") != std::string::npos; }, 20s))
+      << relay->log();
+  EXPECT_TRUE(relay->running());
+  conn_.command({"CONFIG", "SET", "maxclients", "10000"});
+  EXPECT_EQ(relay->wait_exit(30s), 0) << relay->log();
+  EXPECT_EQ(str(job(id), "status"), "completed");
+}
+
 TEST_F(RedisTroubleTest, LostSubmitReplyIsAnsweredByWhatHappened) {
   // The gateway reaches Redis through a proxy that loses the reply of the first submit step:
   // the job was created, the gateway saw a broken connection.
