@@ -237,3 +237,25 @@ test('the dashboard\'s Secret is a file the gateways read again, or an environme
   const none = gatewayDeployment(render([path.join(examplesDir, 'two-gpu-models.yaml')])).spec.template.spec;
   assert.equal(env(none.containers[0], 'RELAY_ADMIN_API_KEYS_FILE'), undefined, 'no Secret, no dashboard');
 });
+
+test('the gateways and the relays may each have a Redis user of their own; KEDA keeps the shared one', async () => {
+  const own = ['--set', 'redis.existingSecret=redis-users', '--set', 'redis.username=keda',
+    '--set', 'redis.gateway.username=relay-gateway', '--set', 'redis.gateway.passwordKey=gateway-password',
+    '--set', 'redis.relays.username=relay', '--set', 'redis.relays.passwordKey=relay-password'];
+  const docs = render([path.join(examplesDir, 'two-gpu-models.yaml')], own);
+  const userOf = (c) => [env(c, 'RELAY_REDIS_USERNAME').value,
+    env(c, 'RELAY_REDIS_PASSWORD').valueFrom.secretKeyRef.name, env(c, 'RELAY_REDIS_PASSWORD').valueFrom.secretKeyRef.key];
+  assert.deepEqual(userOf(gatewayDeployment(docs).spec.template.spec.containers[0]),
+    ['relay-gateway', 'redis-users', 'gateway-password']);
+  const relays = docs.filter((d) => d.kind === 'ScaledJob').map((d) => relayOf(d.spec.jobTargetRef.template.spec));
+  assert.ok(relays.length >= 2);
+  for (const c of relays) assert.deepEqual(userOf(c), ['relay', 'redis-users', 'relay-password']);
+  const auth = find(docs, 'TriggerAuthentication');
+  assert.deepEqual(auth.spec.secretTargetRef.map((r) => r.key).sort(), ['redis-password', 'redis-username']);
+  assert.deepEqual(await allErrors(docs), []);
+  // Not set: one user for all, as before.
+  const shared = render([path.join(examplesDir, 'two-gpu-models.yaml')],
+    ['--set', 'redis.existingSecret=redis-users', '--set', 'redis.username=relay']);
+  for (const c of [gatewayDeployment(shared).spec.template.spec.containers[0], relayOf(jobPod(shared))])
+    assert.deepEqual(userOf(c), ['relay', 'redis-users', 'redis-password']);
+});

@@ -72,6 +72,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "0" (trimPrefix "/" $p.path) -}}
 {{- end -}}
 
+{{/* A component's Redis user (who: gateway or relays): its own (redis.<who>.username, its
+password under redis.<who>.passwordKey; least privilege: deploy/redis/*.acl), else the shared
+one. */}}
+{{- define "relay.redisUserEnv" -}}
+{{- $r := .root.Values.redis -}}
+{{- $own := index $r .who | default dict -}}
+{{- with default $r.username $own.username }}
+- name: RELAY_REDIS_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- if $r.existingSecret }}
+- name: RELAY_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $r.existingSecret }}
+      key: {{ default $r.passwordKey $own.passwordKey }}
+{{- end }}
+{{- end -}}
+
 {{/* Environment shared by the gateway and every relay: Redis, storage, encryption, logs. */}}
 {{- define "relay.commonEnv" -}}
 - name: RELAY_REDIS_URL
@@ -83,17 +102,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- with .Values.redis.sentinelMaster }}
 - name: RELAY_REDIS_SENTINEL_MASTER
   value: {{ . | quote }}
-{{- end }}
-{{- with .Values.redis.username }}
-- name: RELAY_REDIS_USERNAME
-  value: {{ . | quote }}
-{{- end }}
-{{- if .Values.redis.existingSecret }}
-- name: RELAY_REDIS_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ .Values.redis.existingSecret }}
-      key: {{ .Values.redis.passwordKey }}
 {{- end }}
 {{- with .Values.redis.keyPrefix }}
 - name: RELAY_REDIS_KEY_PREFIX

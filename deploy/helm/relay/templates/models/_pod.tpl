@@ -80,6 +80,7 @@ spec:
       imagePullPolicy: {{ $v.image.pullPolicy }}
       env:
         {{- include "relay.commonEnv" $root | nindent 8 }}
+        {{- include "relay.redisUserEnv" (dict "root" $root "who" "relays") | nindent 8 }}
         - name: RELAY_MODEL
           value: {{ $m.name | quote }}
         - name: RELAY_INFERENCE_URL
