@@ -711,6 +711,14 @@ Response Api::metrics_text() {
   } catch (const redis::ReplyError&) {  // refused (auth, a busy script): the connection is fine
     redis_up = 0;
   }
+  std::map<std::vector<std::string>, std::uint64_t> refusals;
+  for (const auto& [reason, n] : redis::refusal_counts()) refusals[{reason}] = n;
+  w.counter("relay_redis_refusals_total",
+            "Commands Redis refused for a passing state, each retried, by reason: the error "
+            "code in lower case (oom: maxmemory reached; misconf: a failed snapshot stops "
+            "writes; loading, busy, readonly, masterdown: a restart, a slow script, a "
+            "failover...) or maxclients.",
+            {"reason"}, refusals);
   w.gauge("relay_redis_up",
           "1 if this scrape read the queues from Redis, 0 if Redis could not be reached.", {},
           {{{}, redis_up}});

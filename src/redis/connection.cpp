@@ -4,7 +4,11 @@
 
 #include <poll.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <boost/url/parse.hpp>
+#include <cctype>
 #include <charconv>
 #include <set>
 
@@ -182,13 +186,39 @@ Connection::~Connection() = default;
 Connection::Connection(Connection&&) noexcept = default;
 Connection& Connection::operator=(Connection&&) noexcept = default;
 
+namespace {
+
+constexpr std::array<std::string_view, 11> kRefusals = {
+    "loading",   "busy", "tryagain", "clusterdown", "masterdown", "readonly",
+    "unblocked", "oom",  "misconf",  "noreplicas",  "maxclients"};
+std::array<std::atomic<std::uint64_t>, kRefusals.size()> refused{};
+
+void count_refusal(std::string_view message) {
+  std::string code(message.substr(0, message.find(' ')));
+  std::ranges::transform(code, code.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (code == "err") code = "maxclients";  // (the one ERR among them)
+  for (std::size_t i = 0; i < kRefusals.size(); ++i)
+    if (kRefusals[i] == code) refused[i].fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::uint64_t>> refusal_counts() {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  for (std::size_t i = 0; i < kRefusals.size(); ++i)
+    out.emplace_back(kRefusals[i], refused[i].load(std::memory_order_relaxed));
+  return out;
+}
+
 // The one place where a reply becomes a value or an exception.
 void throw_if_error(const redisReply* r) {
   if (r->type != REDIS_REPLY_ERROR) return;
   std::string message(r->str, r->len);
-  if (is_transient_error(message))
+  if (is_transient_error(message)) {
+    count_refusal(message);
     throw TransientError("redis: " + message, needs_new_connection(message),
                          message.starts_with("OOM "));
+  }
   throw ReplyError("redis: " + message);
 }
 

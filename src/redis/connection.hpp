@@ -57,6 +57,12 @@ bool is_transient_error(std::string_view message);
 // True for the transient errors after which this connection's server is no longer the master.
 bool needs_new_connection(std::string_view message);
 
+// Redis's refusals for a passing state, counted in this process since it started, by reason:
+// the error code in lower case (loading, busy, tryagain, clusterdown, masterdown, readonly,
+// unblocked, oom, misconf, noreplicas) or maxclients. Every reason is listed, counted or not
+// (metrics: relay_redis_refusals_total).
+std::vector<std::pair<std::string, std::uint64_t>> refusal_counts();
+
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
 };

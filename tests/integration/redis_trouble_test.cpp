@@ -194,6 +194,8 @@ TEST_F(RedisTroubleTest, OutOfMemoryHoldsAFinishedJobsOutcomeUntilMemoryIsFreed)
   EXPECT_EQ(error_code(refused), "redis_unavailable");
   EXPECT_FALSE(refused.headers["retry-after"].empty());
   EXPECT_EQ(stored_files(), 1u) << "the refused submission's input is removed";
+  const auto metrics = http("GET", url("/metrics")).body;
+  EXPECT_GT(metric_value(metrics, "relay_redis_refusals_total{reason=\"oom\"}"), 0) << metrics;
   ASSERT_TRUE(wait_until([&] { return relay->log().find("OOM") != std::string::npos; }, 20s))
       << "the finish was never refused";
   // Three leases' time with the outcome refused: the lease is there throughout.
