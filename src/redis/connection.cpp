@@ -4,11 +4,9 @@
 
 #include <poll.h>
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/url/parse.hpp>
-#include <cctype>
 #include <charconv>
 #include <set>
 
@@ -188,17 +186,41 @@ Connection& Connection::operator=(Connection&&) noexcept = default;
 
 namespace {
 
-constexpr std::array<std::string_view, 11> kRefusals = {
-    "loading",   "busy", "tryagain", "clusterdown", "masterdown", "readonly",
-    "unblocked", "oom",  "misconf",  "noreplicas",  "maxclients"};
+// Redis's refusals for a passing state, in one table: how the error reply starts (its code, the
+// first word; for maxclients, the text of that ERR), the reason metrics name it by, and whether
+// the connection must be replaced. BUSYGROUP, BUSYKEY are not BUSY.
+struct Refusal {
+  std::string_view starts, reason;
+  bool new_connection = false;
+};
+constexpr std::array<Refusal, 11> kRefusals = {{
+    {"LOADING", "loading"},
+    {"BUSY", "busy"},
+    {"TRYAGAIN", "tryagain"},
+    {"CLUSTERDOWN", "clusterdown"},
+    // No longer the master: a new connection finds the new one. UNBLOCKED: a blocked command
+    // (BLMOVE) released because the server stopped being a master (failover).
+    {"MASTERDOWN", "masterdown", true},
+    {"READONLY", "readonly", true},
+    {"UNBLOCKED", "unblocked", true},
+    // Writes refused until memory is freed, an operator or the server clears the state: a
+    // failed snapshot (MISCONF), min-replicas-to-write unmet (NOREPLICAS). A script refused
+    // them at its first write, so it wrote nothing.
+    {"OOM", "oom"},
+    {"MISCONF", "misconf"},
+    {"NOREPLICAS", "noreplicas"},
+    // A new connection over maxclients: Redis answers its first command so and closes it (a
+    // fleet of relays scaled up at once meets it until others disconnect).
+    {"ERR max number of clients reached", "maxclients", true},
+}};
 std::array<std::atomic<std::uint64_t>, kRefusals.size()> refused{};
 
-void count_refusal(std::string_view message) {
-  std::string code(message.substr(0, message.find(' ')));
-  std::ranges::transform(code, code.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (code == "err") code = "maxclients";  // (the one ERR among them)
-  for (std::size_t i = 0; i < kRefusals.size(); ++i)
-    if (kRefusals[i] == code) refused[i].fetch_add(1, std::memory_order_relaxed);
+const Refusal* refusal_of(std::string_view message) {
+  for (const auto& r : kRefusals)
+    if (message.starts_with(r.starts) &&
+        (message.size() == r.starts.size() || message[r.starts.size()] == ' '))
+      return &r;
+  return nullptr;
 }
 
 }  // namespace
@@ -206,7 +228,7 @@ void count_refusal(std::string_view message) {
 std::vector<std::pair<std::string, std::uint64_t>> refusal_counts() {
   std::vector<std::pair<std::string, std::uint64_t>> out;
   for (std::size_t i = 0; i < kRefusals.size(); ++i)
-    out.emplace_back(kRefusals[i], refused[i].load(std::memory_order_relaxed));
+    out.emplace_back(kRefusals[i].reason, refused[i].load(std::memory_order_relaxed));
   return out;
 }
 
@@ -214,10 +236,9 @@ std::vector<std::pair<std::string, std::uint64_t>> refusal_counts() {
 void throw_if_error(const redisReply* r) {
   if (r->type != REDIS_REPLY_ERROR) return;
   std::string message(r->str, r->len);
-  if (is_transient_error(message)) {
-    count_refusal(message);
-    throw TransientError("redis: " + message, needs_new_connection(message),
-                         message.starts_with("OOM "));
+  if (const Refusal* refusal = refusal_of(message)) {
+    refused[refusal - kRefusals.data()].fetch_add(1, std::memory_order_relaxed);
+    throw TransientError("redis: " + message, refusal->new_connection, refusal->reason == "oom");
   }
   throw ReplyError("redis: " + message);
 }
@@ -228,32 +249,13 @@ Reply Connection::checked(redisReply* r) {
   return reply;
 }
 
-namespace {
-
-// A new connection over maxclients: Redis answers its first command so and closes it (a fleet of
-// relays scaled up at once, or a gateway's pool filling, meets it until others disconnect).
-bool is_max_clients(std::string_view message) {
-  return message.starts_with("ERR max number of clients reached");
-}
-
-}  // namespace
-
 bool is_transient_error(std::string_view message) {
-  // The error code is the first word. BUSYGROUP, BUSYKEY are not BUSY. UNBLOCKED: a blocked
-  // command (BLMOVE) released because the server stopped being a master (failover).
-  auto code = message.substr(0, message.find(' '));
-  // OOM, MISCONF (a failed snapshot stops writes), NOREPLICAS (min-replicas-to-write unmet):
-  // writes refused until an operator or the server clears the state; a script refused them at
-  // its first write, so it wrote nothing.
-  return code == "LOADING" || code == "BUSY" || code == "TRYAGAIN" || code == "CLUSTERDOWN" ||
-         code == "MASTERDOWN" || code == "READONLY" || code == "UNBLOCKED" || code == "OOM" ||
-         code == "MISCONF" || code == "NOREPLICAS" || is_max_clients(message);
+  return refusal_of(message) != nullptr;
 }
 
 bool needs_new_connection(std::string_view message) {
-  auto code = message.substr(0, message.find(' '));
-  return code == "READONLY" || code == "MASTERDOWN" || code == "UNBLOCKED" ||
-         is_max_clients(message);
+  const Refusal* refusal = refusal_of(message);
+  return refusal && refusal->new_connection;
 }
 
 bool Connection::stale() const noexcept {
