@@ -790,8 +790,16 @@ std::function<std::optional<std::chrono::milliseconds>(const redis::TransientErr
 Relay::outcome_patience(redis::LazyConnection& conn, const std::string& job_id,
                         const std::string& token) {
   using Wait = std::optional<std::chrono::milliseconds>;
-  return [this, &conn, job_id, token](const redis::TransientError& e) -> Wait {
-    if (!e.out_of_memory() || shutdown_.stop_requested()) return std::nullopt;
+  // SIGTERM does not end the wait: the model's work is in hand, and giving up would leave the
+  // job to be reaped and run again. The pod's grace period (its SIGKILL) bounds it instead.
+  return [this, &conn, job_id, token,
+          told = false](const redis::TransientError& e) mutable -> Wait {
+    if (!e.out_of_memory()) return std::nullopt;
+    if (shutdown_.stop_requested() && !told) {
+      log::info("stopping once the job's outcome is written (Redis is out of memory)",
+                {{"job_id", job_id}});
+      told = true;
+    }
     // (The heartbeat let go of the job when it ended.) A lease found lost is the finish's to
     // say, on its next try: it checks it before writing anything.
     try {

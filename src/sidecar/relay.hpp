@@ -89,8 +89,9 @@ class Relay {
                                            std::chrono::steady_clock::time_point taken_at);
   // While Redis is out of memory, an outcome's write (the model's finished work) waits for it
   // past the usual retry window: the lease, which Redis still extends then, is kept on conn
-  // before each try, at most lease_ttl/3 apart, until the write goes through, the finish finds
-  // the lease lost, or the relay is stopped. For redis::with_retry's patient.
+  // before each try, at most lease_ttl/3 apart, until the write goes through or the finish finds
+  // the lease lost. A SIGTERM meanwhile does not end it (the pod's grace period does).
+  // For redis::with_retry's patient.
   std::function<std::optional<std::chrono::milliseconds>(const redis::TransientError&)>
   outcome_patience(redis::LazyConnection& conn, const std::string& job_id,
                    const std::string& token);

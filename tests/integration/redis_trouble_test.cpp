@@ -176,7 +176,8 @@ TEST_F(RedisTroubleTest, BusyRedisIsWaitedOutMidJobAndAtSubmit) {
 // not reads nor a lease's extension. A submission then is refused with a 503 once
 // redis.retry_timeout passed, its input removed; a relay whose job ends meanwhile keeps its lease
 // and the outcome (the model's work) until memory is freed, then writes it: not reaped, not run
-// twice. (Until 2026-12-06 the relay exited 1 at the refusal and the job ran again after a reap.)
+// twice, even if the relay is told to stop meanwhile. (Until 2026-12-06 the relay exited 1 at the
+// refusal and the job ran again after a reap.)
 TEST_F(RedisTroubleTest, OutOfMemoryHoldsAFinishedJobsOutcomeUntilMemoryIsFreed) {
   start_gateway({{"RELAY_REDIS_RETRY_TIMEOUT", "1s"}, {"RELAY_GC_REAP_INTERVAL", "300ms"}});
   InferenceServer inference({.delay_ms = 4000});  // (ends once Redis is full)
@@ -209,6 +210,16 @@ TEST_F(RedisTroubleTest, OutOfMemoryHoldsAFinishedJobsOutcomeUntilMemoryIsFreed)
       },
       10s);
   EXPECT_TRUE(held) << "the lease lapsed while the outcome waited\n" << relay->log();
+  EXPECT_TRUE(relay->running());
+  // A SIGTERM meanwhile (the pod stopped) does not throw the outcome away either: the relay
+  // goes on trying until the pod's grace period ends it. (It exited 1 until 2026-12-06.)
+  relay->signal(SIGTERM);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return relay->log().find("stopping once the job's outcome is written") != std::string::npos;
+      },
+      10s))
+      << relay->log();
   EXPECT_TRUE(relay->running());
   conn_.command({"CONFIG", "SET", "maxmemory", "0"});
   EXPECT_EQ(relay->wait_exit(30s), 0) << relay->log();

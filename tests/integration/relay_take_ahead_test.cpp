@@ -352,5 +352,36 @@ TEST_F(RelayTakeAheadTest, SigtermWhileAResultIsStoredFinishesThatJob) {
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
 }
 
+// Redis refusing the steps a slot sent ahead — out of memory here; loading, busy or failing over
+// the same — ran neither. A job that failed has its outcome sent with the next take while the
+// model runs the job taken ahead; refused, the outcome is written again the usual way (patiently
+// while memory is short: the model's work is in hand) and the take is no job taken.
+TEST_F(RelayTakeAheadTest, StepsSentAheadThatRedisRefusesAreWrittenOnceItTakesThem) {
+  InferenceServer inference({.status = 500, .delay_ms = 900});
+  auto relay = start_with_one_ahead(inference);
+  ASSERT_FALSE(HasFailure());
+  const auto& ids = ids_;
+  const auto set_maxmemory = [&](const std::string& bytes) {
+    for (int i = 0; i < std::max(redis_.nodes(), 1); ++i) {
+      auto c =
+          redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(i)) : redis_.connect();
+      c.command({"CONFIG", "SET", "maxmemory", bytes});
+    }
+  };
+  // Full while the model runs the second job: when it fails, its outcome and the take of the
+  // fourth are sent, and read while the model runs the third.
+  set_maxmemory("1");
+  ASSERT_TRUE(wait_until([&] { return relay->log().find("OOM") != std::string::npos; }, 20s))
+      << relay->log();
+  EXPECT_TRUE(relay->running()) << relay->log();
+  set_maxmemory("0");
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  for (const auto& id : ids) EXPECT_EQ(status(id), "failed") << id;
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), ids.size()) << inference.events();
+  EXPECT_EQ(events_count(), static_cast<long long>(ids.size()));
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_TRUE(list(keys_.pending(model_)).empty());
+}
+
 }  // namespace
 }  // namespace relay::testing
