@@ -42,7 +42,8 @@ std::map<std::string, std::string> parse_pairs(const std::string& key, const std
     if (!item.empty()) {
       auto eq = item.find('=');
       if (eq == std::string::npos || eq == 0) bad(key, text, "expected name=value[,name=value...]");
-      out[item.substr(0, eq)] = item.substr(eq + 1);
+      if (!out.emplace(item.substr(0, eq), item.substr(eq + 1)).second)
+        bad(key, text, "'" + item.substr(0, eq) + "' is given twice");
     }
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -50,14 +51,17 @@ std::map<std::string, std::string> parse_pairs(const std::string& key, const std
   return out;
 }
 
-// Flattens nested maps into dotted keys; sequences are not used by any key.
+// Flattens nested maps into dotted keys; sequences are not used by any key. A key given twice
+// is refused: YAML requires keys to be unique, yet yaml-cpp keeps both, and the second would
+// silently replace the first.
 void flatten(const YAML::Node& node, const std::string& prefix,
              std::map<std::string, YAML::Node>& out) {
   if (node.IsMap()) {
     for (const auto& kv : node) {
       std::string k =
           prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
-      out[k] = kv.second;
+      if (!out.emplace(k, kv.second).second)
+        throw ConfigError("config key '" + k + "': given twice");
       flatten(kv.second, k, out);
     }
   }
@@ -180,7 +184,9 @@ void Schema::load(const YAML::Node& root, const EnvLookup& env) const {
           if (!kv.second.IsScalar())
             throw ConfigError("config key '" + e.key + "." + kv.first.as<std::string>() +
                               "': expected a string");
-          m[kv.first.as<std::string>()] = kv.second.as<std::string>();
+          if (!m.emplace(kv.first.as<std::string>(), kv.second.as<std::string>()).second)
+            throw ConfigError("config key '" + e.key + "." + kv.first.as<std::string>() +
+                              "': given twice");
         }
         e.set_map(m);
       } else {

@@ -307,5 +307,49 @@ TEST(GatewayConfig, CorsOriginsAreListedAndChecked) {
   }
 }
 
+// What loading the gateway's config says against yaml and env (with a service type and auth
+// off unless they are given): "" when it is taken.
+std::string gateway_refusal(const std::string& yaml, std::map<std::string, std::string> env) {
+  env.emplace("RELAY_AUTH_ENABLED", "false");
+  if (yaml.find("service_types") == std::string::npos)
+    env.emplace("RELAY_SERVICE_TYPES", "asr=whisper");
+  try {
+    gateway::Config c;
+    gateway::schema(c).load_string(yaml, env_of(env));
+    return "";
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+}
+
+// A service type named twice is refused: whichever came second would otherwise replace the
+// first without a word (its model, limits and retries).
+TEST(GatewayConfig, AServiceTypeNamedTwiceIsRefused) {
+  EXPECT_NE(gateway_refusal("", {{"RELAY_SERVICE_TYPES", "asr=whisper,asr=other"}})
+                .find("'service_types.asr'"),
+            std::string::npos);
+  EXPECT_NE(gateway_refusal("service_types:\n  asr: {model: whisper}\n  asr: {model: other}\n", {})
+                .find("'service_types.asr'"),
+            std::string::npos);
+  EXPECT_EQ(gateway_refusal("", {{"RELAY_SERVICE_TYPES", "asr=whisper,ocr=whisper"}}), "");
+}
+
+// The same for every key and every map: a file or a variable that says one thing twice is a
+// mistake to point at, not one to resolve by order.
+TEST(GatewayConfig, AKeyGivenTwiceIsRefusedNamingIt) {
+  EXPECT_NE(gateway_refusal("log:\n  level: debug\nlog:\n  level: info\n", {}).find("'log'"),
+            std::string::npos);
+  EXPECT_NE(gateway_refusal("log:\n  level: debug\n  level: info\n", {}).find("'log.level'"),
+            std::string::npos);
+  const std::string hash(64, 'a');
+  EXPECT_NE(gateway_refusal("auth:\n  api_keys:\n    " + hash + ": t1\n    " + hash + ": t2\n", {})
+                .find("given twice"),
+            std::string::npos);
+  EXPECT_NE(gateway_refusal("", {{"RELAY_AUTH_API_KEYS", hash + "=t1," + hash + "=t2"}})
+                .find("given twice"),
+            std::string::npos);
+  EXPECT_EQ(gateway_refusal("log:\n  level: debug\n", {}), "");
+}
+
 }  // namespace
 }  // namespace relay::config

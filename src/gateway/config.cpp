@@ -198,7 +198,9 @@ config::Schema schema(Config& c) {
             } else
               bad("service_types." + name + "." + field, "unknown key");
           }
-          c.service_types[name] = st;
+          // (yaml-cpp keeps both of a duplicated key: the second would silently win.)
+          if (!c.service_types.emplace(name, st).second)
+            bad("service_types." + name, "given twice");
         }
       },
       [&c](const std::string& text) {
@@ -213,7 +215,8 @@ config::Schema schema(Config& c) {
             bad("service_types", "expected name=model[,name=model...] in RELAY_SERVICE_TYPES");
           ServiceType st;
           st.model = item.substr(eq + 1);
-          c.service_types[item.substr(0, eq)] = st;
+          if (!c.service_types.emplace(item.substr(0, eq), st).second)
+            bad("service_types." + item.substr(0, eq), "given twice in RELAY_SERVICE_TYPES");
           if (comma == std::string::npos) break;
           start = comma + 1;
         }
