@@ -150,7 +150,7 @@ export const redisTriggers = {
 };
 
 // Environment variables that carry secrets: never a literal value in a manifest.
-const secretEnv = /^(RELAY_REDIS_PASSWORD|RELAY_WEBHOOKS_SECRET|RELAY_AUTH_API_KEYS|RELAY_ADMIN_API_KEYS|RELAY_ENCRYPTION_KEY_.+|AWS_SECRET_ACCESS_KEY|AWS_SESSION_TOKEN|AWS_ACCESS_KEY_ID)$/;
+const secretEnv = /^(RELAY_REDIS_PASSWORD|RELAY_REDIS_SENTINEL_PASSWORD|RELAY_WEBHOOKS_SECRET|RELAY_AUTH_API_KEYS|RELAY_ADMIN_API_KEYS|RELAY_ENCRYPTION_KEY_.+|AWS_SECRET_ACCESS_KEY|AWS_SESSION_TOKEN|AWS_ACCESS_KEY_ID)$/;
 // What a secret looks like inside a ConfigMap.
 const secretLooks = [
   [/whsec_[A-Za-z0-9+/=]{8,}/, 'a webhook signing secret (whsec_...)'],

@@ -259,3 +259,30 @@ test('the gateways and the relays may each have a Redis user of their own; KEDA 
   for (const c of [gatewayDeployment(shared).spec.template.spec.containers[0], relayOf(jobPod(shared))])
     assert.deepEqual(userOf(c), ['relay', 'redis-users', 'redis-password']);
 });
+
+test('sentinels with a password of their own get it from the Secret, the pods and KEDA alike', async () => {
+  const sentinel = ['--set', 'redis.mode=sentinel', '--set-string', 'redis.url=redis://s1:26379\\,s2:26379\\,s3:26379',
+    '--set', 'redis.sentinelMaster=mymaster', '--set', 'redis.existingSecret=redis-auth',
+    '--set', 'redis.sentinelPasswordKey=sentinel-password', '--set', 'redis.sentinelUsername=watcher'];
+  const docs = render([path.join(examplesDir, 'two-gpu-models.yaml')], sentinel);
+  for (const c of [gatewayDeployment(docs).spec.template.spec.containers[0], relayOf(jobPod(docs))]) {
+    assert.deepEqual(env(c, 'RELAY_REDIS_SENTINEL_PASSWORD').valueFrom.secretKeyRef,
+      { name: 'redis-auth', key: 'sentinel-password' }, c.name);
+    assert.equal(env(c, 'RELAY_REDIS_SENTINEL_USERNAME').value, 'watcher', c.name);
+  }
+  const auth = find(docs, 'TriggerAuthentication');
+  const refs = Object.fromEntries(auth.spec.secretTargetRef.map((r) => [r.parameter, r.key]));
+  assert.equal(refs.sentinelPassword, 'sentinel-password');
+  assert.equal(refs.sentinelUsername, 'redis-sentinel-username');
+  assert.equal(scaledJob(docs).spec.triggers[0].type, 'redis-sentinel');
+  assert.deepEqual(await allErrors(docs), []);
+  // Not set: no AUTH to the sentinels, and nothing in the manifests says otherwise.
+  const plain = render([path.join(examplesDir, 'two-gpu-models.yaml')], sentinel.slice(0, 8));
+  assert.equal(env(relayOf(jobPod(plain)), 'RELAY_REDIS_SENTINEL_PASSWORD'), undefined);
+  assert.ok(!find(plain, 'TriggerAuthentication').spec.secretTargetRef.some((r) => r.parameter.startsWith('sentinel')));
+  // A key without the Secret it would be in is refused at render time.
+  assert.throws(() => render([path.join(examplesDir, 'two-gpu-models.yaml')],
+    ['--set', 'redis.mode=sentinel', '--set', 'redis.sentinelMaster=m', '--set', 'redis.existingSecret=',
+      '--set', 'redis.sentinelPasswordKey=k']),
+    /redis.existingSecret holds the sentinels' password/);
+});

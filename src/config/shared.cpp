@@ -40,6 +40,12 @@ void bind_redis(Schema& s, RedisConfig& c) {
            "being the master's) and each connection asks them for the master.");
   s.string("redis.sentinel_master", &c.sentinel_master, "",
            "Sentinel mode: the name the sentinels monitor the master by.");
+  s.string("redis.sentinel_username", &c.sentinel_username, "",
+           "Sentinel mode: the ACL user the sentinels themselves require (not the master's).");
+  s.string("redis.sentinel_password", &c.sentinel_password, "",
+           "Sentinel mode: the password the sentinels themselves require (their `requirepass` or "
+           "ACL user; not the master's, which is `redis.password`). Empty: no AUTH to the "
+           "sentinels. Prefer the environment variable.");
   s.integer("redis.wait_replicas", &c.wait_replicas, 0, 0, 16,
             "The writes a client is told about — a submission (202), a job's outcome — count as "
             "done only once this many replicas have them (`WAIT`, up to 1 s per try, retried "
@@ -92,6 +98,8 @@ redis::Endpoint RedisConfig::endpoint() const {
                                            : redis::parse_url(url);
   if (!username.empty()) ep.username = username;
   if (!password.empty()) ep.password = password;
+  ep.sentinel_username = sentinel_username;
+  ep.sentinel_password = sentinel_password;
   ep.connect_timeout = connect_timeout;
   ep.tls_ca_file = tls_ca_file;
   ep.tls_cert_file = tls_cert_file;
@@ -112,8 +120,12 @@ void validate_redis(const RedisConfig& c) {
     bad("redis.mode", "expected standalone, cluster or sentinel");
   if (c.mode == "sentinel" && c.sentinel_master.empty())
     bad("redis.sentinel_master", "required in sentinel mode (the name the sentinels monitor)");
-  if (c.mode != "sentinel" && !c.sentinel_master.empty())
-    bad("redis.sentinel_master", "set, but redis.mode is not sentinel");
+  for (const auto& [key, value] : {std::pair{"redis.sentinel_master", &c.sentinel_master},
+                                   {"redis.sentinel_username", &c.sentinel_username},
+                                   {"redis.sentinel_password", &c.sentinel_password}})
+    if (c.mode != "sentinel" && !value->empty()) bad(key, "set, but redis.mode is not sentinel");
+  if (!c.sentinel_username.empty() && c.sentinel_password.empty())
+    bad("redis.sentinel_username", "set without redis.sentinel_password");
   redis::Endpoint ep;
   try {
     ep = c.endpoint();

@@ -23,9 +23,10 @@ struct RedisConfig {
   std::chrono::milliseconds connect_timeout{};
   std::string tls_ca_file, tls_cert_file, tls_key_file, tls_server_name;  // rediss:// only
   bool tls_verify = true;
-  std::string mode;                // standalone | cluster | sentinel
-  std::string sentinel_master;     // sentinel mode: the monitored master's name
-  std::int64_t wait_replicas = 0;  // WAIT after the writes that matter; 0 = off
+  std::string mode;                                  // standalone | cluster | sentinel
+  std::string sentinel_master;                       // sentinel mode: the monitored master's name
+  std::string sentinel_username, sentinel_password;  // the sentinels' AUTH, when they need it
+  std::int64_t wait_replicas = 0;                    // WAIT after the writes that matter; 0 = off
 
   redis::Endpoint endpoint() const;  // throws std::invalid_argument
   // Cluster mode tags keys whatever hash_tag says: its Lua steps need one slot per model.

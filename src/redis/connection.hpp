@@ -104,6 +104,9 @@ struct Endpoint {
   // reconnect after a failover finds the new master and never writes to a replica.
   std::string sentinel_master;
   std::vector<std::pair<std::string, int>> sentinels;
+  // The sentinels' own credentials, when they require AUTH (a sentinel's requirepass or ACL
+  // user; Bitnami's chart turns it on by default): not the master's. Empty: no AUTH.
+  std::string sentinel_username, sentinel_password;
   // Cluster mode: when cluster_seeds is set, host/port are not used; the slot map is asked from
   // these nodes (or any node learnt since) and each command goes to the master of its key's slot.
   std::vector<std::pair<std::string, int>> cluster_seeds;

@@ -27,9 +27,11 @@ void master_changed() {
 }
 
 Endpoint sentinel_endpoint(const Endpoint& ep, size_t i) {
-  Endpoint sentinel;  // sentinels: no database, no auth; the same TLS settings
+  Endpoint sentinel;  // sentinels: no database, their own credentials; the same TLS settings
   sentinel.host = ep.sentinels[i].first;
   sentinel.port = ep.sentinels[i].second;
+  sentinel.username = ep.sentinel_username;
+  sentinel.password = ep.sentinel_password;
   sentinel.connect_timeout = ep.connect_timeout;
   sentinel.tls = ep.tls;
   sentinel.tls_ca_file = ep.tls_ca_file;

@@ -124,7 +124,8 @@ class Process {
 class RedisServer {
  public:
   // persistent: AOF with fsync on every write, so that a SIGKILL loses nothing (as in production).
-  // extra_args: more redis-server options, e.g. {"--busy-reply-threshold", "100"}.
+  // extra_args: more redis-server options, e.g. {"--busy-reply-threshold", "100"}; with
+  // "--requirepass", the test's own connections (endpoint(), connect()) give that password.
   // tls: TLS only (no plain port), with a test CA made for this server (tls_dir(): ca.crt,
   // server.crt/key for localhost and 127.0.0.1, client.crt/key, other-ca.crt unrelated).
   // By default TLS is on when RELAY_TEST_REDIS_TLS=1: ctest runs the gateway and relay suites
@@ -178,6 +179,7 @@ class RedisServer {
   std::vector<int> ports_, bus_ports_;
   bool persistent_;
   std::vector<std::string> extra_args_;
+  std::string password_;  // its --requirepass, if any
   bool tls_;
   bool cluster_;
   std::vector<std::unique_ptr<Process>> procs_;
@@ -187,12 +189,17 @@ class RedisServer {
 };
 
 // Redis with Sentinel: a master, one replica and three sentinels (quorum 2) on free ports,
-// monitoring the master as "relaytest". Plain TCP.
+// monitoring the master as "relaytest". Plain TCP. With passwords, as a production one is set
+// up (Bitnami's chart by default): the master and replica require kMasterPassword, and the
+// sentinels one of their own, kSentinelPassword (from each other too).
 class SentinelRedis {
  public:
-  SentinelRedis();
+  static constexpr const char* kMasterPassword = "master-secret";
+  static constexpr const char* kSentinelPassword = "sentinel-secret";
+  explicit SentinelRedis(bool passwords = false);
   ~SentinelRedis();
-  // RELAY_REDIS_MODE=sentinel, RELAY_REDIS_SENTINEL_MASTER, RELAY_REDIS_URL listing the sentinels.
+  // RELAY_REDIS_MODE=sentinel, RELAY_REDIS_SENTINEL_MASTER, RELAY_REDIS_URL listing the sentinels
+  // (and RELAY_REDIS_PASSWORD, RELAY_REDIS_SENTINEL_PASSWORD with passwords).
   Env env() const;
   redis::Endpoint endpoint() const;  // resolves through the sentinels, like the binaries
   int master_port() const;           // as the sentinels see it now
@@ -205,10 +212,13 @@ class SentinelRedis {
 
  private:
   TempDir dir_;
+  bool passwords_;
   std::unique_ptr<RedisServer> nodes_[2];
   std::vector<int> sentinel_ports_;
   std::vector<std::unique_ptr<Process>> sentinels_;
   void wait_for_new_master(int before);
+  redis::Endpoint sentinel(int port) const;   // the test's own connection to a sentinel
+  redis::Endpoint data_node(int port) const;  // ... and to the master or the replica
 };
 
 class S3Server {

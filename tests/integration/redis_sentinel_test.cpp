@@ -18,26 +18,34 @@ namespace relay::testing {
 namespace {
 
 // "graceful": SENTINEL FAILOVER; "crash": the master is SIGKILLed and the sentinels promote the
-// replica once they agree it is down.
+// replica once they agree it is down; "graceful_passwords": the first, with the master and the
+// sentinels each requiring a password of their own (redis.password, redis.sentinel_password).
 class SentinelFailover : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
-  SentinelRedis redis;
-  TempDir files, logs;
-  InferenceServer inference;
+// The gateway's environment and a relay's, for a stack on these sentinels.
+std::pair<Env, Env> stack_env(const SentinelRedis& redis, const TempDir& files,
+                              const InferenceServer& inference) {
   Env env = redis.env();
   env["RELAY_STORAGE_URL"] = "file://" + files.path();
-  Env gw_env = env;
-  gw_env["RELAY_SERVICE_TYPES"] = "echo=m1";
-  gw_env["RELAY_AUTH_ENABLED"] = "false";
+  Env gateway = env, relay = env;
+  gateway["RELAY_SERVICE_TYPES"] = "echo=m1";
+  gateway["RELAY_AUTH_ENABLED"] = "false";
+  relay["RELAY_MODEL"] = "m1";
+  relay["RELAY_INFERENCE_URL"] = inference.url();
+  return {gateway, relay};
+}
+
+TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
+  const bool passwords = GetParam() == "graceful_passwords";
+  SentinelRedis redis(passwords);
+  TempDir files, logs;
+  InferenceServer inference;
+  auto [gw_env, relay_env] = stack_env(redis, files, inference);
   gw_env["RELAY_REDIS_WAIT_REPLICAS"] = "1";  // acknowledged = on the replica too
   gw_env["RELAY_REDIS_RETRY_TIMEOUT"] = "30s";
   GatewayServer gateway(gw_env);
   ASSERT_TRUE(wait_until([&] { return http("GET", gateway.url() + "/readyz").status == 200; }))
       << gateway.log();
-  Env relay_env = env;
-  relay_env["RELAY_MODEL"] = "m1";
-  relay_env["RELAY_INFERENCE_URL"] = inference.url();
   relay_env["RELAY_QUEUE_POP_TIMEOUT"] = "120s";
   relay_env["RELAY_LEASE_TTL"] = "5s";
   relay_env["RELAY_REDIS_WAIT_REPLICAS"] = "1";  // an outcome counts once the replica has it
@@ -71,7 +79,7 @@ TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
       std::atomic<bool>& flag;
       ~Done() { flag = true; }
     } done{failed_over};
-    if (GetParam() == "graceful")
+    if (GetParam() != "crash")
       redis.failover();
     else
       redis.kill_master();
@@ -122,11 +130,48 @@ TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
       << "one terminal event per job";
   EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size());
   EXPECT_TRUE(relay.running()) << "the relay exited because of the failover\n" << relay.log();
+  // Each process's watch on +switch-master stayed subscribed (with passwords: it authenticated).
+  EXPECT_EQ(relay.log().find("sentinel watch lost"), std::string::npos) << relay.log();
+  EXPECT_EQ(gateway.log().find("sentinel watch lost"), std::string::npos) << gateway.log();
   relay.signal(SIGTERM);
   EXPECT_EQ(relay.wait_exit(10s), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sentinel, SentinelFailover, ::testing::Values("graceful", "crash"));
+INSTANTIATE_TEST_SUITE_P(Sentinel, SentinelFailover,
+                         ::testing::Values("graceful", "crash", "graceful_passwords"));
+
+// Sentinels that require a password (their requirepass; Bitnami's chart sets one by default)
+// answer NOAUTH to a client that does not give it, the master's password being another: without
+// redis.sentinel_password the relay finds no master (and says why); with it, the job runs.
+TEST(RedisSentinel, SentinelsWithAPasswordOfTheirOwnAreGivenIt) {
+  SentinelRedis redis(/*passwords=*/true);
+  TempDir files, logs;
+  InferenceServer inference;
+  auto [gw_env, relay_env] = stack_env(redis, files, inference);
+  GatewayServer gateway(gw_env);
+  auto r = http("POST", gateway.url() + "/jobs/echo", {}, {},
+                {{"file", "through password-protected sentinels", "in.txt", "text/plain"}});
+  ASSERT_EQ(r.status, 202) << r.body << gateway.log();
+  const std::string id = field(r, "id");
+  relay_env["RELAY_QUEUE_POP_TIMEOUT"] = "1s";
+  Env without = relay_env;
+  without.erase("RELAY_REDIS_SENTINEL_PASSWORD");
+  Process blind({relay_binary(), "--max-jobs", "1"}, without, logs.path() + "/blind.log");
+  ASSERT_TRUE(wait_until([&] { return blind.log().find("NOAUTH") != std::string::npos; }, 20s))
+      << blind.log();
+  blind.signal(SIGTERM);
+  blind.wait_exit(10s);
+  EXPECT_EQ(field(http("GET", gateway.url() + "/jobs/echo/" + id), "status"), "pending");
+  Process relay({relay_binary(), "--max-jobs", "1"}, relay_env, logs.path() + "/relay.log");
+  EXPECT_EQ(relay.wait_exit(30s), 0) << relay.log();
+  EXPECT_EQ(field(http("GET", gateway.url() + "/jobs/echo/" + id), "status"), "completed");
+  // And the settings are checked: a sentinel password outside sentinel mode is a mistake.
+  Process misplaced({relay_binary()},
+                    {{"RELAY_MODEL", "m1"}, {"RELAY_REDIS_SENTINEL_PASSWORD", "x"}},
+                    logs.path() + "/misplaced.log");
+  EXPECT_EQ(misplaced.wait_exit(10s), 2);
+  EXPECT_NE(misplaced.log().find("redis.sentinel_password"), std::string::npos) << misplaced.log();
+}
 
 TEST(RedisSentinel, ConfigNamesTheMasterAndTheMode) {
   TempDir logs;

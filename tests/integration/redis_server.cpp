@@ -60,6 +60,8 @@ RedisServer::RedisServer(bool persistent, std::vector<std::string> extra_args, b
                          bool cluster)
     : persistent_(persistent), extra_args_(std::move(extra_args)), tls_(tls), cluster_(cluster) {
   if (tls_) make_test_pki(tls_dir());
+  for (size_t i = 0; i + 1 < extra_args_.size(); ++i)
+    if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
   const int n = cluster_ ? 3 : 1;
   for (int i = 0; i < n; ++i) {
     ports_.push_back(free_port());
@@ -222,12 +224,14 @@ Env RedisServer::env() const {
 redis::Endpoint RedisServer::endpoint() const {
   redis::Endpoint ep = cluster_ ? redis::parse_cluster_urls(url()) : redis::parse_url(url());
   if (tls_) ep.tls_ca_file = tls_dir() + "/ca.crt";
+  ep.password = password_;
   return ep;
 }
 
 redis::Endpoint RedisServer::node_endpoint(int i) const {
   redis::Endpoint ep;
   ep.port = ports_[static_cast<size_t>(i)];
+  ep.password = password_;
   ep.tls = tls_;
   if (tls_) {
     // With the client certificate: servers started with --tls-auth-clients yes accept it too.

@@ -26,9 +26,12 @@
 
 namespace relay::testing {
 
-SentinelRedis::SentinelRedis() {
+SentinelRedis::SentinelRedis(bool passwords) : passwords_(passwords) {
   // No 5 s wait before a diskless full sync (the default): the replica is in sync at once.
-  const std::vector<std::string> fast_sync{"--repl-diskless-sync-delay", "0"};
+  std::vector<std::string> fast_sync{"--repl-diskless-sync-delay", "0"};
+  if (passwords_)  // (each may become the other's replica)
+    fast_sync.insert(fast_sync.end(),
+                     {"--requirepass", kMasterPassword, "--masterauth", kMasterPassword});
   nodes_[0] = std::make_unique<RedisServer>(false, fast_sync, false);
   auto replica_args = fast_sync;
   replica_args.insert(replica_args.end(),
@@ -45,6 +48,10 @@ SentinelRedis::SentinelRedis() {
                         // 2 s: a loaded CI machine must not look like a dead master
                         << " 2\nsentinel down-after-milliseconds relaytest 2000\n"
                            "sentinel failover-timeout relaytest 10000\n";
+    if (passwords_)
+      std::ofstream(conf, std::ios::app)
+          << "sentinel auth-pass relaytest " << kMasterPassword << "\nrequirepass "
+          << kSentinelPassword << "\nsentinel sentinel-pass " << kSentinelPassword << "\n";
     sentinels_.push_back(std::make_unique<Process>(
         std::vector<std::string>{"/usr/bin/redis-server", conf, "--sentinel"}, Env{},
         dir_.path() + "/sentinel-" + std::to_string(i) + ".log"));
@@ -60,14 +67,14 @@ SentinelRedis::SentinelRedis() {
       [&] {
         seen.clear();
         try {
-          auto info = redis::as_string(nodes_[1]->connect().command({"INFO", "replication"}).get());
+          auto info = redis::as_string(redis::Connection::open(data_node(nodes_[1]->port()))
+                                           .command({"INFO", "replication"})
+                                           .get());
           const bool synced = info.find("master_link_status:up") != std::string::npos;
           seen = synced ? "replica in sync" : "replica not in sync";
           bool all = synced;
           for (int port : sentinel_ports_) {
-            redis::Endpoint ep;
-            ep.port = port;
-            auto c = redis::Connection::open(ep);
+            auto c = redis::Connection::open(sentinel(port));
             auto replicas = c.command({"SENTINEL", "replicas", "relaytest"});
             auto peers = c.command({"SENTINEL", "sentinels", "relaytest"});
             seen += "; sentinel :" + std::to_string(port) + " sees " +
@@ -100,22 +107,44 @@ Env SentinelRedis::env() const {
   std::string url = "redis://";
   for (size_t i = 0; i < sentinel_ports_.size(); ++i)
     url += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(sentinel_ports_[i]);
-  return {{"RELAY_REDIS_URL", url},
-          {"RELAY_REDIS_MODE", "sentinel"},
-          {"RELAY_REDIS_SENTINEL_MASTER", "relaytest"}};
+  Env e{{"RELAY_REDIS_URL", url},
+        {"RELAY_REDIS_MODE", "sentinel"},
+        {"RELAY_REDIS_SENTINEL_MASTER", "relaytest"}};
+  if (passwords_) {
+    e["RELAY_REDIS_PASSWORD"] = kMasterPassword;
+    e["RELAY_REDIS_SENTINEL_PASSWORD"] = kSentinelPassword;
+  }
+  return e;
 }
 
 redis::Endpoint SentinelRedis::endpoint() const {
-  return redis::parse_sentinel_urls(env().at("RELAY_REDIS_URL"), "relaytest");
+  auto ep = redis::parse_sentinel_urls(env().at("RELAY_REDIS_URL"), "relaytest");
+  if (passwords_) {
+    ep.password = kMasterPassword;
+    ep.sentinel_password = kSentinelPassword;
+  }
+  return ep;
+}
+
+redis::Endpoint SentinelRedis::sentinel(int port) const {
+  redis::Endpoint ep;
+  ep.port = port;
+  if (passwords_) ep.password = kSentinelPassword;
+  return ep;
+}
+
+redis::Endpoint SentinelRedis::data_node(int port) const {
+  redis::Endpoint ep;
+  ep.port = port;
+  if (passwords_) ep.password = kMasterPassword;
+  return ep;
 }
 
 int SentinelRedis::master_port() const {
   for (int port : sentinel_ports_) {
     try {
-      redis::Endpoint ep;
-      ep.port = port;
-      auto r =
-          redis::Connection::open(ep).command({"SENTINEL", "get-master-addr-by-name", "relaytest"});
+      auto r = redis::Connection::open(sentinel(port))
+                   .command({"SENTINEL", "get-master-addr-by-name", "relaytest"});
       if (r->elements == 2) return static_cast<int>(redis::as_integer(r->element[1]));
     } catch (const std::exception&) {
     }
@@ -125,9 +154,8 @@ int SentinelRedis::master_port() const {
 
 void SentinelRedis::failover() {
   int before = master_port();
-  redis::Endpoint ep;
-  ep.port = sentinel_ports_[0];
-  redis::Connection::open(ep).command({"SENTINEL", "FAILOVER", "relaytest"});
+  redis::Connection::open(sentinel(sentinel_ports_[0]))
+      .command({"SENTINEL", "FAILOVER", "relaytest"});
   wait_for_new_master(before);
 }
 
@@ -146,9 +174,7 @@ void SentinelRedis::kill_master() {
   const bool settled = wait_until(
       [&] {
         try {
-          redis::Endpoint e;
-          e.port = killed->port();
-          auto role = redis::Connection::open(e).command({"ROLE"});
+          auto role = redis::Connection::open(data_node(killed->port())).command({"ROLE"});
           return redis::as_string(role->element[0]) == "slave" && master_port() == promoted;
         } catch (const std::exception&) {
           return false;
@@ -164,9 +190,7 @@ void SentinelRedis::wait_for_new_master(int before) {
         int now = master_port();
         if (now == 0 || now == before) return false;
         try {
-          redis::Endpoint m;
-          m.port = now;
-          auto role = redis::Connection::open(m).command({"ROLE"});
+          auto role = redis::Connection::open(data_node(now)).command({"ROLE"});
           return redis::as_string(role->element[0]) == "master";
         } catch (const std::exception&) {
           return false;

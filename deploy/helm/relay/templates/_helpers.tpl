@@ -103,6 +103,17 @@ one. */}}
 - name: RELAY_REDIS_SENTINEL_MASTER
   value: {{ . | quote }}
 {{- end }}
+{{- with .Values.redis.sentinelPasswordKey }}
+- name: RELAY_REDIS_SENTINEL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "redis.existingSecret holds the sentinels' password (redis.sentinelPasswordKey)" $.Values.redis.existingSecret }}
+      key: {{ . }}
+{{- end }}
+{{- with .Values.redis.sentinelUsername }}
+- name: RELAY_REDIS_SENTINEL_USERNAME
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.redis.keyPrefix }}
 - name: RELAY_REDIS_KEY_PREFIX
   value: {{ . | quote }}
