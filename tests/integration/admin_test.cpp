@@ -135,6 +135,26 @@ TEST_F(AdminTest, ViewsAcrossTenantsAndSearch) {
   EXPECT_EQ(admin("POST", "jobs/m1/" + a + "/cancel").status, 409);
 }
 
+// A model's throughput on the overview: counted from its completion stream, exactly while few
+// jobs finish; past the sample the gateway reads (1,000 entries) extrapolated and marked so (it
+// read every entry of each window, up to 10,000, and stopped there).
+TEST_F(AdminTest, ThroughputIsExactWhenQuietAndSaysWhenItIsEstimated) {
+  start();
+  for (const auto& id : {submit_as_tenant("a"), submit_as_tenant("b")})
+    ASSERT_EQ(admin("POST", "jobs/m1/" + id + "/cancel").status, 200);
+  auto m1 = parse(admin("GET", "overview")).at("models").as_array()[0].as_object();
+  EXPECT_EQ(m1.at("finished_last_minute").as_int64(), 2);
+  EXPECT_EQ(m1.at("finished_last_15_minutes").as_int64(), 2);
+  EXPECT_FALSE(m1.at("finished_last_minute_estimated").as_bool());
+  EXPECT_FALSE(m1.at("finished_last_15_minutes_estimated").as_bool());
+  // A burst of 1,500 more entries (without a job id: the consumer passes over them).
+  for (int i = 0; i < 1500; ++i) conn_.command({"XADD", keys_.events("m1"), "*", "noise", "1"});
+  m1 = parse(admin("GET", "overview")).at("models").as_array()[0].as_object();
+  EXPECT_TRUE(m1.at("finished_last_minute_estimated").as_bool());
+  EXPECT_GE(m1.at("finished_last_minute").as_int64(), 1000);
+  EXPECT_TRUE(m1.at("finished_last_15_minutes_estimated").as_bool());
+}
+
 TEST_F(AdminTest, APausedModelHoldsItsJobsOutOfPendingUntilResumed) {
   start();
   const std::string before = submit_as_tenant("before");
