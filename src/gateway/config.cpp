@@ -198,9 +198,7 @@ config::Schema schema(Config& c) {
             } else
               bad("service_types." + name + "." + field, "unknown key");
           }
-          // (yaml-cpp keeps both of a duplicated key: the second would silently win.)
-          if (!c.service_types.emplace(name, st).second)
-            bad("service_types." + name, "given twice");
+          c.service_types[name] = st;  // (a name given twice is refused by the schema's load)
         }
       },
       [&c](const std::string& text) {
