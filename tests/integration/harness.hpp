@@ -133,8 +133,11 @@ class RedisServer {
   // cluster: a Redis Cluster of three masters sharing the slots evenly (RELAY_TEST_REDIS_CLUSTER=1
   // makes it the default: ctest runs the gateway and relay suites that way too). Everything
   // below then applies to every node; port() is the first node's.
+  // pki: with tls, the test PKI in that folder (made by the caller, shared by several servers,
+  // as a master and its replica share their CA) instead of one of its own.
   explicit RedisServer(bool persistent = false, std::vector<std::string> extra_args = {},
-                       bool tls = tls_by_default(), bool cluster = cluster_by_default());
+                       bool tls = tls_by_default(), bool cluster = cluster_by_default(),
+                       std::string pki = {});
   ~RedisServer();
   static bool tls_by_default();
   static bool cluster_by_default();
@@ -153,7 +156,7 @@ class RedisServer {
   void add_replicas();
   // CLUSTER FAILOVER on the replica of node i; returns once the replica serves node i's slots.
   void failover(int i);
-  std::string tls_dir() const { return dir_.path() + "/tls"; }
+  std::string tls_dir() const { return pki_.empty() ? dir_.path() + "/tls" : pki_; }
   // An endpoint for this server (TLS: trusting the test CA).
   redis::Endpoint endpoint() const;
   // RELAY_REDIS_URL, and RELAY_REDIS_TLS_CA_FILE under TLS: what a relay or gateway needs.
@@ -181,6 +184,7 @@ class RedisServer {
   std::vector<std::string> extra_args_;
   std::string password_;  // its --requirepass, if any
   bool tls_;
+  std::string pki_;
   bool cluster_;
   std::vector<std::unique_ptr<Process>> procs_;
   std::vector<int> replica_of_;  // per node: the node it replicates, or -1
@@ -189,17 +193,20 @@ class RedisServer {
 };
 
 // Redis with Sentinel: a master, one replica and three sentinels (quorum 2) on free ports,
-// monitoring the master as "relaytest". Plain TCP. With passwords, as a production one is set
-// up (Bitnami's chart by default): the master and replica require kMasterPassword, and the
-// sentinels one of their own, kSentinelPassword (from each other too).
+// monitoring the master as "relaytest". With passwords, as a production one is set up
+// (Bitnami's chart by default): the master and replica require kMasterPassword, and the
+// sentinels one of their own, kSentinelPassword (from each other too). With tls, every link is
+// TLS only — clients to sentinels and data nodes, sentinels to each other and to the data nodes,
+// replication — with one test CA (tls_dir()).
 class SentinelRedis {
  public:
   static constexpr const char* kMasterPassword = "master-secret";
   static constexpr const char* kSentinelPassword = "sentinel-secret";
-  explicit SentinelRedis(bool passwords = false);
+  explicit SentinelRedis(bool passwords = false, bool tls = false);
   ~SentinelRedis();
   // RELAY_REDIS_MODE=sentinel, RELAY_REDIS_SENTINEL_MASTER, RELAY_REDIS_URL listing the sentinels
-  // (and RELAY_REDIS_PASSWORD, RELAY_REDIS_SENTINEL_PASSWORD with passwords).
+  // (and RELAY_REDIS_PASSWORD, RELAY_REDIS_SENTINEL_PASSWORD with passwords; rediss:// and
+  // RELAY_REDIS_TLS_CA_FILE with tls).
   Env env() const;
   redis::Endpoint endpoint() const;  // resolves through the sentinels, like the binaries
   int master_port() const;           // as the sentinels see it now
@@ -209,10 +216,12 @@ class SentinelRedis {
   // the killed node again (the sentinels make it a replica of the new master).
   void kill_master();
   RedisServer& node(int i) { return *nodes_[i]; }
+  std::string tls_dir() const { return dir_.path() + "/tls"; }
 
  private:
   TempDir dir_;
   bool passwords_;
+  bool tls_;
   std::unique_ptr<RedisServer> nodes_[2];
   std::vector<int> sentinel_ports_;
   std::vector<std::unique_ptr<Process>> sentinels_;

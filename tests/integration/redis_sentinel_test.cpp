@@ -19,7 +19,9 @@ namespace {
 
 // "graceful": SENTINEL FAILOVER; "crash": the master is SIGKILLed and the sentinels promote the
 // replica once they agree it is down; "graceful_passwords": the first, with the master and the
-// sentinels each requiring a password of their own (redis.password, redis.sentinel_password).
+// sentinels each requiring a password of their own (redis.password, redis.sentinel_password);
+// "graceful_tls_passwords": that again with every link TLS only (rediss://, one CA), as a
+// production Sentinel with TLS is set up (Bitnami's chart with tls.enabled).
 class SentinelFailover : public ::testing::TestWithParam<std::string> {};
 
 // The gateway's environment and a relay's, for a stack on these sentinels.
@@ -36,8 +38,8 @@ std::pair<Env, Env> stack_env(const SentinelRedis& redis, const TempDir& files,
 }
 
 TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
-  const bool passwords = GetParam() == "graceful_passwords";
-  SentinelRedis redis(passwords);
+  const bool passwords = GetParam().ends_with("passwords");
+  SentinelRedis redis(passwords, GetParam().find("tls") != std::string::npos);
   TempDir files, logs;
   InferenceServer inference;
   auto [gw_env, relay_env] = stack_env(redis, files, inference);
@@ -79,7 +81,7 @@ TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
       std::atomic<bool>& flag;
       ~Done() { flag = true; }
     } done{failed_over};
-    if (GetParam() != "crash")
+    if (!GetParam().starts_with("crash"))
       redis.failover();
     else
       redis.kill_master();
@@ -138,7 +140,8 @@ TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sentinel, SentinelFailover,
-                         ::testing::Values("graceful", "crash", "graceful_passwords"));
+                         ::testing::Values("graceful", "crash", "graceful_passwords",
+                                           "graceful_tls_passwords"));
 
 // Sentinels that require a password (their requirepass; Bitnami's chart sets one by default)
 // answer NOAUTH to a client that does not give it, the master's password being another: without

@@ -57,9 +57,13 @@ chmod 644 *.key)";
 }
 
 RedisServer::RedisServer(bool persistent, std::vector<std::string> extra_args, bool tls,
-                         bool cluster)
-    : persistent_(persistent), extra_args_(std::move(extra_args)), tls_(tls), cluster_(cluster) {
-  if (tls_) make_test_pki(tls_dir());
+                         bool cluster, std::string pki)
+    : persistent_(persistent),
+      extra_args_(std::move(extra_args)),
+      tls_(tls),
+      pki_(std::move(pki)),
+      cluster_(cluster) {
+  if (tls_ && pki_.empty()) make_test_pki(tls_dir());
   for (size_t i = 0; i + 1 < extra_args_.size(); ++i)
     if (extra_args_[i] == "--requirepass") password_ = extra_args_[i + 1];
   const int n = cluster_ ? 3 : 1;

@@ -26,23 +26,28 @@
 
 namespace relay::testing {
 
-SentinelRedis::SentinelRedis(bool passwords) : passwords_(passwords) {
+SentinelRedis::SentinelRedis(bool passwords, bool tls) : passwords_(passwords), tls_(tls) {
+  if (tls_) make_test_pki(tls_dir());
   // No 5 s wait before a diskless full sync (the default): the replica is in sync at once.
   std::vector<std::string> fast_sync{"--repl-diskless-sync-delay", "0"};
-  if (passwords_)  // (each may become the other's replica)
+  // (each node may become the other's replica)
+  if (passwords_)
     fast_sync.insert(fast_sync.end(),
                      {"--requirepass", kMasterPassword, "--masterauth", kMasterPassword});
-  nodes_[0] = std::make_unique<RedisServer>(false, fast_sync, false);
+  if (tls_) fast_sync.insert(fast_sync.end(), {"--tls-replication", "yes"});
+  const std::string pki = tls_ ? tls_dir() : std::string();
+  nodes_[0] = std::make_unique<RedisServer>(false, fast_sync, tls_, false, pki);
   auto replica_args = fast_sync;
   replica_args.insert(replica_args.end(),
                       {"--replicaof", "127.0.0.1", std::to_string(nodes_[0]->port())});
-  nodes_[1] = std::make_unique<RedisServer>(false, replica_args, false);
+  nodes_[1] = std::make_unique<RedisServer>(false, replica_args, tls_, false, pki);
   for (int i = 0; i < 3; ++i) {
     int port = free_port();
     sentinel_ports_.push_back(port);
     // Sentinels rewrite their config file: one each, writable.
     std::string conf = dir_.path() + "/sentinel-" + std::to_string(i) + ".conf";
-    std::ofstream(conf) << "port " << port << "\nbind 127.0.0.1\ndir " << dir_.path()
+    std::ofstream(conf) << (tls_ ? "port 0\ntls-port " : "port ") << port
+                        << "\nbind 127.0.0.1\ndir " << dir_.path()
                         << "\nsentinel monitor relaytest 127.0.0.1 "
                         << nodes_[0]->port()
                         // 2 s: a loaded CI machine must not look like a dead master
@@ -52,6 +57,11 @@ SentinelRedis::SentinelRedis(bool passwords) : passwords_(passwords) {
       std::ofstream(conf, std::ios::app)
           << "sentinel auth-pass relaytest " << kMasterPassword << "\nrequirepass "
           << kSentinelPassword << "\nsentinel sentinel-pass " << kSentinelPassword << "\n";
+    if (tls_)  // tls-replication: a sentinel's own links (to the nodes, to its peers) are TLS
+      std::ofstream(conf, std::ios::app)
+          << "tls-cert-file " << tls_dir() << "/server.crt\ntls-key-file " << tls_dir()
+          << "/server.key\ntls-ca-cert-file " << tls_dir()
+          << "/ca.crt\ntls-auth-clients optional\ntls-replication yes\n";
     sentinels_.push_back(std::make_unique<Process>(
         std::vector<std::string>{"/usr/bin/redis-server", conf, "--sentinel"}, Env{},
         dir_.path() + "/sentinel-" + std::to_string(i) + ".log"));
@@ -104,7 +114,7 @@ SentinelRedis::SentinelRedis(bool passwords) : passwords_(passwords) {
 SentinelRedis::~SentinelRedis() = default;
 
 Env SentinelRedis::env() const {
-  std::string url = "redis://";
+  std::string url = tls_ ? "rediss://" : "redis://";
   for (size_t i = 0; i < sentinel_ports_.size(); ++i)
     url += (i ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(sentinel_ports_[i]);
   Env e{{"RELAY_REDIS_URL", url},
@@ -114,6 +124,7 @@ Env SentinelRedis::env() const {
     e["RELAY_REDIS_PASSWORD"] = kMasterPassword;
     e["RELAY_REDIS_SENTINEL_PASSWORD"] = kSentinelPassword;
   }
+  if (tls_) e["RELAY_REDIS_TLS_CA_FILE"] = tls_dir() + "/ca.crt";
   return e;
 }
 
@@ -123,6 +134,7 @@ redis::Endpoint SentinelRedis::endpoint() const {
     ep.password = kMasterPassword;
     ep.sentinel_password = kSentinelPassword;
   }
+  if (tls_) ep.tls_ca_file = tls_dir() + "/ca.crt";
   return ep;
 }
 
@@ -130,6 +142,8 @@ redis::Endpoint SentinelRedis::sentinel(int port) const {
   redis::Endpoint ep;
   ep.port = port;
   if (passwords_) ep.password = kSentinelPassword;
+  ep.tls = tls_;
+  if (tls_) ep.tls_ca_file = tls_dir() + "/ca.crt";
   return ep;
 }
 
@@ -137,6 +151,8 @@ redis::Endpoint SentinelRedis::data_node(int port) const {
   redis::Endpoint ep;
   ep.port = port;
   if (passwords_) ep.password = kMasterPassword;
+  ep.tls = tls_;
+  if (tls_) ep.tls_ca_file = tls_dir() + "/ca.crt";
   return ep;
 }
 
