@@ -231,13 +231,13 @@ FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
   return parse_finish(r.get(), candidates);
 }
 
-std::pair<FinishOutcome, std::optional<Taken>> JobStore::finish_and_take(
-    const Completion& c, const std::string& token, const std::string& next_token,
-    std::chrono::milliseconds lease_ttl, TakeCandidates& candidates) {
-  if (candidates.ids.empty()) return {finish(c, token, &candidates), std::nullopt};
-  auto [outcome, taken] =
-      receive_steps(send_steps(c.model, &c, token, next_token, lease_ttl, candidates), candidates);
-  return {*outcome, std::move(taken)};
+FinishOutcome JobStore::finish_and_take(const Completion& c, const std::string& token,
+                                        const std::string& next_token,
+                                        std::chrono::milliseconds lease_ttl,
+                                        TakeCandidates& candidates, std::optional<Taken>& taken) {
+  if (candidates.ids.empty()) return finish(c, token, &candidates);
+  return *receive_steps(send_steps(c.model, &c, token, next_token, lease_ttl, candidates),
+                        candidates, taken);
 }
 
 JobStore::Sent JobStore::send_steps(const std::string& model, const Completion* c,
@@ -255,14 +255,22 @@ JobStore::Sent JobStore::send_steps(const std::string& model, const Completion* 
   return sent;
 }
 
-std::pair<std::optional<FinishOutcome>, std::optional<Taken>> JobStore::receive_steps(
-    Sent sent, TakeCandidates& candidates) {
-  if (!sent.finish && !sent.take) return {};
-  auto replies = conn_.receive();
+std::optional<FinishOutcome> JobStore::receive_steps(Sent sent, TakeCandidates& candidates,
+                                                     std::optional<Taken>& taken) {
+  if (!sent.finish && !sent.take) return std::nullopt;
+  // Unchecked: a refused finish must not hide a take that ran.
+  auto replies = conn_.receive(/*checked=*/false);
+  const redisReply* take = sent.take ? replies.back().get() : nullptr;
+  if (take && take->type != REDIS_REPLY_ERROR) taken = parse_take(take, candidates);
   std::optional<FinishOutcome> outcome;
-  if (sent.finish) outcome = parse_finish(replies[0].get(), sent.take ? nullptr : &candidates);
-  if (!sent.take) return {outcome, std::nullopt};
-  return {outcome, parse_take(replies.back().get(), candidates)};
+  if (sent.finish) {
+    throw_if_error(replies[0].get());
+    outcome = parse_finish(replies[0].get(), sent.take ? nullptr : &candidates);
+  }
+  // A refused take took nothing. Its error is still thrown (the finish's outcome with it: a
+  // retried finish finds its own write), as before.
+  if (take) throw_if_error(take);
+  return outcome;
 }
 
 bool JobStore::give_back(const std::string& model, const std::string& id,

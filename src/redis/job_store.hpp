@@ -165,9 +165,12 @@ class JobStore {
   // A relay's steady state: finish() and the take() of its next job in one round trip
   // (pipelined: independent steps, the take runs whatever the finish's outcome). The take is
   // made only with candidates; without, or when it misses, candidates are left for take().
-  std::pair<FinishOutcome, std::optional<Taken>> finish_and_take(
-      const Completion& c, const std::string& token, const std::string& next_token,
-      std::chrono::milliseconds lease_ttl, TakeCandidates& candidates);
+  // The job taken goes to `taken` before the finish's error, if its reply is one, is thrown:
+  // Redis may refuse the finish and run the take (a BUSY or LOADING spell ending between
+  // them), and that job is this relay's to run — its finish is retried alone.
+  FinishOutcome finish_and_take(const Completion& c, const std::string& token,
+                                const std::string& next_token, std::chrono::milliseconds lease_ttl,
+                                TakeCandidates& candidates, std::optional<Taken>& taken);
   // The same steps in two halves (Connection::send, then receive), for a relay taking ahead: a
   // job's finish (when c is given) and the take of the next (when next_token is not empty and
   // candidates are known; on `model`), sent now, their replies read later. What was sent goes
@@ -178,8 +181,10 @@ class JobStore {
   Sent send_steps(const std::string& model, const Completion* c, const std::string& token,
                   const std::string& next_token, std::chrono::milliseconds lease_ttl,
                   const TakeCandidates& candidates);
-  std::pair<std::optional<FinishOutcome>, std::optional<Taken>> receive_steps(
-      Sent sent, TakeCandidates& candidates);
+  // The finish's outcome, if one was sent; the job taken goes to `taken` as in
+  // finish_and_take(), before any error of the finish's is thrown.
+  std::optional<FinishOutcome> receive_steps(Sent sent, TakeCandidates& candidates,
+                                             std::optional<Taken>& taken);
   bool give_back(const std::string& model, const std::string& id, const std::string& token);
   // The relay's last step for a retryable failure with attempts left (lua/retry.lua): fenced
   // like finish; the job waits in the retries set until due. failures: all so far, this one

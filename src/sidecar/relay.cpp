@@ -472,12 +472,13 @@ void Relay::settle_sent(Slot& slot, Heartbeat& heartbeat, bool lost) {
   if (!lost) {
     try {
       redis::JobStore store(slot.conn.get(), cfg_.keys());
-      std::tie(fin, next) = store.receive_steps(in.sent, slot.candidates);
+      fin = store.receive_steps(in.sent, slot.candidates, next);
       if (fin == redis::FinishOutcome::ok) store.require_replicas(cfg_.redis.wait_replicas);
     } catch (const redis::IoError& e) {
+      // The outcome is written again below. A take whose reply was read is ours to run, even
+      // with the finish refused; one lost with the connection comes back by the reaper.
       slot.conn.reset();
       lost = true;
-      next.reset();  // (a take lost with its reply: the reaper brings its job back)
     }
   }
   if (in.sent.take && !next) unclaim();
@@ -820,8 +821,9 @@ std::string Relay::write_outcome(redis::LazyConnection& conn, redis::TakeCandida
   // or too few replicas acknowledged it in time): the lease was ours until then, so nobody
   // else could have ended it — that is this outcome, written.
   // The next job is taken in the same round trip, unless this relay stops after this one.
-  // A retry finishes only: the first try's take may have run (its job, if any, comes back
-  // by the reaper, like any job whose relay lost the reply of its take).
+  // A retry finishes only. The first try's take may have run: its job is in *next when its
+  // reply was read (Redis may refuse the finish and run the take), and comes back by the
+  // reaper when the reply was lost with the connection, like any take's.
   const bool take_next = next && !ending() && claim();
   bool retried = again;
   auto fin = redis::with_retry(
@@ -830,10 +832,9 @@ std::string Relay::write_outcome(redis::LazyConnection& conn, redis::TakeCandida
         redis::JobStore store(c, keys);
         redis::FinishOutcome f;
         if (take_next && !retried && !shutdown_.stop_requested()) {
-          auto [outcome, taken] = store.finish_and_take(completion, token, new_token(cfg_.pod_name),
-                                                        cfg_.lease_ttl, candidates);
-          f = outcome;
-          *next = std::move(taken);
+          // (*next is set even when the finish is refused: its retry below does not take.)
+          f = store.finish_and_take(completion, token, new_token(cfg_.pod_name), cfg_.lease_ttl,
+                                    candidates, *next);
         } else {
           f = store.finish(completion, token, &candidates);
         }

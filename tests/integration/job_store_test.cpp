@@ -151,8 +151,9 @@ TEST_F(JobStoreTest, HashTagKeysWorkForEveryStep) {
   auto taken = store.take(model_, "t2", 5s, candidates);
   ASSERT_TRUE(taken && taken->id == r2.id);
   EXPECT_TRUE(exists("pfx:relay:{m1}:lease:" + r2.id));
-  auto [outcome, next] =
-      store.finish_and_take(ending(r2, JobStatus::completed), "t2", "t3", 5s, candidates);
+  std::optional<redis::Taken> next;
+  auto outcome =
+      store.finish_and_take(ending(r2, JobStatus::completed), "t2", "t3", 5s, candidates, next);
   EXPECT_EQ(outcome, redis::FinishOutcome::ok);
   ASSERT_TRUE(next && next->id == r3.id);
 }
@@ -301,7 +302,8 @@ TEST_F(JobStoreTest, StepsSentNowAreReadLater) {
   EXPECT_FALSE(relay_conn.stale()) << "its replies are what it has to read";
   EXPECT_THROW(relay_conn.send({}), redis::IoError) << "one send at a time";
   // Whatever ran at once has run (the finish, or its NOSCRIPT refusal): the read settles it.
-  auto [outcome, next] = relay_store.receive_steps(sent, candidates);
+  std::optional<redis::Taken> next;
+  auto outcome = relay_store.receive_steps(sent, candidates, next);
   ASSERT_TRUE(outcome.has_value());
   EXPECT_EQ(*outcome, redis::FinishOutcome::ok);
   EXPECT_EQ(status(first.id), "completed");
@@ -320,7 +322,8 @@ TEST_F(JobStoreTest, StepsSentNowAreReadLater) {
       },
       5s))
       << "run before its reply is read";
-  auto [none, last] = relay_store.receive_steps(sent, candidates);
+  std::optional<redis::Taken> last;
+  auto none = relay_store.receive_steps(sent, candidates, last);
   EXPECT_FALSE(none.has_value());
   ASSERT_TRUE(last.has_value());
   EXPECT_EQ(last->id, third.id);
@@ -344,8 +347,9 @@ TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip
     return std::stoll(info.substr(at + 22));
   };
   const auto before = reads();
-  auto [outcome, next] =
-      store_.finish_and_take(ending(first, JobStatus::completed), "t1", "t2", 5s, candidates);
+  std::optional<redis::Taken> next;
+  auto outcome =
+      store_.finish_and_take(ending(first, JobStatus::completed), "t1", "t2", 5s, candidates, next);
   const auto after = reads();
   EXPECT_EQ(outcome, redis::FinishOutcome::ok);
   EXPECT_EQ(status(first.id), "completed");
@@ -357,15 +361,17 @@ TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip
   // write whole).
   EXPECT_EQ(after - before, 2);
   // The take runs whatever the finish's outcome: a lost lease loses nothing else.
-  auto [lost, after_lost] =
-      store_.finish_and_take(ending(second, JobStatus::completed), "wrong", "t3", 5s, candidates);
+  std::optional<redis::Taken> after_lost;
+  auto lost = store_.finish_and_take(ending(second, JobStatus::completed), "wrong", "t3", 5s,
+                                     candidates, after_lost);
   EXPECT_EQ(lost, redis::FinishOutcome::lease_lost);
   EXPECT_EQ(status(second.id), "processing");
   ASSERT_TRUE(after_lost.has_value());
   EXPECT_EQ(after_lost->id, third.id);
   // An empty queue: finished, nothing taken, no candidates.
-  auto [last, none] =
-      store_.finish_and_take(ending(third, JobStatus::failed), "t3", "t4", 5s, candidates);
+  std::optional<redis::Taken> none;
+  auto last =
+      store_.finish_and_take(ending(third, JobStatus::failed), "t3", "t4", 5s, candidates, none);
   EXPECT_EQ(last, redis::FinishOutcome::ok);
   EXPECT_FALSE(none.has_value());
   EXPECT_TRUE(candidates.ids.empty());
@@ -397,8 +403,9 @@ TEST_F(JobStoreTest, ConcurrentTakersTakeEachJobOnceInQueueOrder) {
         seen[t].push_back(job->id);
         JobRecord r = job->record;
         r.model = model_;
-        auto [outcome, taken] =
-            store.finish_and_take(ending(r, JobStatus::completed), token, token, 5s, candidates);
+        std::optional<redis::Taken> taken;
+        auto outcome = store.finish_and_take(ending(r, JobStatus::completed), token, token, 5s,
+                                             candidates, taken);
         EXPECT_EQ(outcome, redis::FinishOutcome::ok);
         next = std::move(taken);
       }
@@ -427,8 +434,9 @@ TEST_F(JobStoreTest, APipelineSurvivesAnEmptiedScriptCache) {
   auto taken = store_.take(model_, "t1", 5s, candidates);
   ASSERT_TRUE(taken.has_value());
   conn_.command({"SCRIPT", "FLUSH"});
-  auto [outcome, next] =
-      store_.finish_and_take(ending(a, JobStatus::completed), "t1", "t2", 5s, candidates);
+  std::optional<redis::Taken> next;
+  auto outcome =
+      store_.finish_and_take(ending(a, JobStatus::completed), "t1", "t2", 5s, candidates, next);
   EXPECT_EQ(outcome, redis::FinishOutcome::ok);
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->id, b.id);

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "common/sha256.hpp"
+#include "redis/lua_scripts.hpp"
 #include "relay_fixture.hpp"
 
 namespace relay::testing {
@@ -381,6 +382,47 @@ TEST_F(RelayTakeAheadTest, StepsSentAheadThatRedisRefusesAreWrittenOnceItTakesTh
   EXPECT_EQ(events_count(), static_cast<long long>(ids.size()));
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
   EXPECT_TRUE(list(keys_.pending(model_)).empty());
+}
+
+// Redis may refuse a job's finish and run the take sent with it: a busy spell (a long script)
+// or a load ending between the two. The job taken is the relay's: it runs once the finish,
+// retried alone, is written — not left in processing for the reaper (it was, until
+// 2026-12-06: the refusal was thrown before the take's reply was read). Both ways a finish
+// rides with a take: the next job's take (take-ahead off) and the one after (on). A proxy in
+// front of Redis refuses the first finish sent with a take, BUSY, and runs the take.
+TEST_F(RelayTakeAheadTest, AJobTakenWithARefusedFinishRunsAtOnce) {
+  if (redis_.cluster() || RedisServer::tls_by_default())
+    GTEST_SKIP() << "the proxy speaks to one plain-TCP Redis";
+  for (const std::string take_ahead : {"0s", "10s"}) {
+    SCOPED_TRACE("relay.take_ahead " + take_ahead);
+    InferenceServer inference({.delay_ms = 200});
+    auto env = env_for(inference);
+    env["RELAY_RELAY_TAKE_AHEAD"] = take_ahead;
+    env["RELAY_QUEUE_POP_TIMEOUT"] = "1s";
+    env["RELAY_LEASE_TTL"] = "60s";  // a job left holding it would stay in processing
+    const auto ids = submit_n(*storage_for(env), 4);
+    const int port = free_port();
+    TempDir dir;
+    Process proxy(
+        {"/usr/bin/python3", RELAY_TEST_REFUSE_STEP_PROXY, "--port", std::to_string(port),
+         "--upstream-port", std::to_string(redis_.port()), "--refuse",
+         std::string(redis::lua::finish.sha1), "--then", std::string(redis::lua::take.sha1)},
+        Env{}, dir.path() + "/proxy.log");
+    ASSERT_TRUE(wait_until([&] { return port_open(port); }, 10s));
+    env["RELAY_REDIS_URL"] = "redis://127.0.0.1:" + std::to_string(port);
+    auto relay = start_relay(env, {"--max-jobs", "0"});
+    ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+    EXPECT_NE(proxy.log().find("refused"), std::string::npos) << "the fault was not injected";
+    EXPECT_NE(relay->log().find("BUSY"), std::string::npos) << relay->log();
+    for (const auto& id : ids) {
+      EXPECT_EQ(status(id), "completed") << id;
+      EXPECT_EQ(record(id).attempts, 0) << id << ": reaped";
+    }
+    EXPECT_TRUE(list(keys_.processing(model_)).empty()) << "a job left to the reaper";
+    EXPECT_EQ(occurrences(inference.events(), "request /predict"), ids.size());
+    EXPECT_EQ(events_count(), static_cast<long long>(ids.size()));
+    conn_.command({"DEL", keys_.events(model_)});  // (counted anew by the next round)
+  }
 }
 
 }  // namespace
