@@ -227,10 +227,8 @@ Response Api::admin(const Request& req, Context& ctx, const std::vector<std::str
     if (s.size() == 4 && s[2] == "deadletter" && s[3] == "requeue") {
       const std::string only = param(req, "id");
       std::int64_t n = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-        std::int64_t moved = 0;
-        auto ids = only.empty() ? store.list(keys_.deadletter(model)) : std::vector{only};
-        for (const auto& id : ids) moved += store.requeue_deadletter(model, id) ? 1 : 0;
-        return moved;
+        return only.empty() ? store.requeue_deadletter_all(model)
+                            : std::int64_t{store.requeue_deadletter(model, only)};
       });
       if (!only.empty() && n == 0)
         return error_response(404, "job_not_found", "no job " + only + " in the dead letter");

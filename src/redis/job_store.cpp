@@ -481,12 +481,39 @@ std::vector<std::string> JobStore::known_models(const Endpoint& ep, const Keys& 
   return {models.begin(), models.end()};
 }
 
+Connection::Call JobStore::requeue_deadletter_call(const std::string& model,
+                                                   const std::string& id) const {
+  return {&lua::requeue_deadletter,
+          {keys_.deadletter(model), keys_.pending(model), keys_.job(model, id), keys_.paused(model),
+           keys_.held(model)},
+          {id}};
+}
+
 bool JobStore::requeue_deadletter(const std::string& model, const std::string& id) {
-  auto r = conn_.eval(lua::requeue_deadletter,
-                      {keys_.deadletter(model), keys_.pending(model), keys_.job(model, id),
-                       keys_.paused(model), keys_.held(model)},
-                      {id});
-  return as_integer(r.get()) == 1;
+  auto call = requeue_deadletter_call(model, id);
+  return as_integer(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get()) ==
+         1;
+}
+
+std::int64_t JobStore::requeue_deadletter_all(const std::string& model) {
+  // Bounded by the length at the start: a model dead-lettering as fast as this requeues must
+  // not keep it going. Each batch leaves the list whatever its steps say (one requeued by
+  // someone else meanwhile is gone from it too), so the next read starts after it.
+  constexpr long long kBatch = 500;
+  const std::string list = keys_.deadletter(model);
+  auto left = as_integer(conn_.command({"LLEN", list}).get());
+  std::int64_t moved = 0;
+  while (left > 0) {
+    auto ids = as_strings(
+        conn_.command({"LRANGE", list, "0", std::to_string(std::min(left, kBatch) - 1)}).get());
+    if (ids.empty()) break;
+    std::vector<Connection::Call> calls;
+    calls.reserve(ids.size());
+    for (const auto& id : ids) calls.push_back(requeue_deadletter_call(model, id));
+    for (const auto& r : conn_.pipeline(calls)) moved += as_integer(r.get()) == 1 ? 1 : 0;
+    left -= static_cast<long long>(ids.size());
+  }
+  return moved;
 }
 
 ReapOutcome JobStore::reap(const std::string& model, const std::string& id,

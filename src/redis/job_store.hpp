@@ -273,6 +273,10 @@ class JobStore {
 
   // Operators: a dead-lettered job back into pending; false when it is not dead-lettered.
   bool requeue_deadletter(const std::string& model, const std::string& id);
+  // Every job in the model's dead letter when called (not those dead-lettered meanwhile), in
+  // order, each by the same step: batches of ids read and their steps pipelined, a round trip
+  // per batch rather than per job. How many were requeued.
+  std::int64_t requeue_deadletter_all(const std::string& model);
 
   // Reaper (gateway): one id of the processing list; see lua/reap.lua.
   ReapOutcome reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
@@ -320,6 +324,7 @@ class JobStore {
                              const TakeCandidates& candidates) const;
   // next: how many ids at the head of pending the finish returns (0: none).
   Connection::Call finish_call(const Completion& c, const std::string& token, long long next) const;
+  Connection::Call requeue_deadletter_call(const std::string& model, const std::string& id) const;
 
   Connection& conn_;
   Keys keys_;

@@ -115,15 +115,14 @@ int deadletter_list(const Options& o) {
 int deadletter_requeue(const Options& o) {
   Redis db(o);
   if (o.id.empty() == !o.all) throw std::invalid_argument("give either an ID or --all");
-  std::vector<std::string> ids =
-      o.all ? db.store.list(db.keys.deadletter(o.model)) : std::vector<std::string>{o.id};
-  int n = 0;
-  for (auto& i : ids) n += db.store.requeue_deadletter(o.model, i) ? 1 : 0;
+  const std::int64_t n = o.all ? db.store.requeue_deadletter_all(o.model)
+                               : std::int64_t{db.store.requeue_deadletter(o.model, o.id)};
   if (o.as_json)
     std::cout << boost::json::serialize(boost::json::object{{"requeued", n}}) << "\n";
   else
     std::cout << "requeued " << n << " job(s)\n";
-  return n == static_cast<int>(ids.size()) ? 0 : 1;
+  // (--all: whatever was there; an ID not dead-lettered is an error.)
+  return o.all || n == 1 ? 0 : 1;
 }
 
 int enqueue(const Options& o) {

@@ -441,5 +441,47 @@ TEST_F(JobStoreTest, APipelineSurvivesAnEmptiedScriptCache) {
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->id, b.id);
 }
+// Requeueing a whole dead letter (the dashboard's "requeue all", relayctl deadletter requeue
+// --all) takes a round trip per batch of jobs, not per job (it was per job, on a request thread):
+// every job back in pending in its order, its record pending with its count cleared, the dead
+// letter empty, and a job taken from it meanwhile by someone else skipped.
+TEST_F(JobStoreTest, RequeueingAWholeDeadLetterIsOneRoundTripPerBatch) {
+  constexpr int kJobs = 1201;  // three batches
+  std::vector<std::string> ids;
+  for (int i = 0; i < kJobs; ++i) {
+    auto r = pending_job(model_);
+    ASSERT_TRUE(store_.submit(r, false));
+    ids.push_back(r.id);
+  }
+  // Dead-lettered as the reaper leaves them: out of the queue, failed, counted.
+  conn_.command({"RENAME", keys_.pending(model_), keys_.deadletter(model_)});
+  for (const auto& id : ids)
+    conn_.command({"HSET", keys_.job(model_, id), "status", "failed", "error_code", "dead_lettered",
+                   "attempts", "3"});
+  EXPECT_TRUE(store_.requeue_deadletter(model_, ids[7]));  // one alone, as an operator may
+  EXPECT_FALSE(store_.requeue_deadletter(model_, ids[7])) << "not in the dead letter any more";
+  conn_.command({"DEL", keys_.pending(model_)});  // (as if a relay had taken it)
+  auto node = redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(redis_.node_of_slot(
+                                     redis::key_slot(keys_.deadletter(model_)))))
+                               : redis_.connect();
+  auto reads = [&node] {
+    auto info = redis::as_string(node.command({"INFO", "stats"}).get());
+    return std::stoll(info.substr(info.find("total_reads_processed:") + 22));
+  };
+  const auto before = reads();
+  EXPECT_EQ(store_.requeue_deadletter_all(model_), kJobs - 1);
+  // (Redis reads a long pipeline in 16 KiB reads: a few per batch. One per job was 1,200.)
+  EXPECT_LT(reads() - before, 60) << "Redis reads for " << kJobs - 1 << " jobs";
+  ids.erase(ids.begin() + 7);
+  EXPECT_EQ(list(keys_.pending(model_)), ids) << "in their order";
+  EXPECT_TRUE(list(keys_.deadletter(model_)).empty());
+  for (const auto& id : {ids.front(), ids[600], ids.back()}) {
+    const auto r = record(id);
+    EXPECT_EQ(r.status, JobStatus::pending) << id;
+    EXPECT_EQ(r.attempts, 0) << id;
+    EXPECT_TRUE(r.error_code.empty()) << id;
+  }
+  EXPECT_EQ(store_.requeue_deadletter_all(model_), 0) << "nothing left";
+}
 }  // namespace
 }  // namespace relay::testing
