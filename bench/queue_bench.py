@@ -23,7 +23,8 @@ Throughput: N jobs with 1 KiB inputs end to end.
   commands and reads (round trips) per job from INFO commandstats and total_reads_processed.
 The 20 ms case: 2,000 jobs, 4 relays / a worker of concurrency 4, each job taking 20 ms (the
   no-op model's --delay-ms; a processor that sleeps): jobs/s beside the ideal 4 / 20 ms, and
-  beside the model's own pace, measured alone (its timer fires late: 20.6-20.8 ms here); Relay
+  beside the model's own pace, measured alone by wrk with W connections (its timer fires late:
+  20.3-20.5 ms here); Relay
   as configured by default (the next job taken while the model runs one), then with
   relay.take_ahead 0s (off). --delay-ms=D --workers=W run it with jobs of D ms on W workers
   (as many jobs as fill ~10 s at the ideal rate W / D).
@@ -53,6 +54,7 @@ usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import base64
 import json
+import math
 import os
 import re
 import shutil
@@ -536,26 +538,33 @@ def relay_latency(redis_port, work, mode="relay"):
     return json.loads(out)
 
 
-def model_pace(delay_ms, requests=100):
+def model_pace(delay_ms, workers):
     """The no-op model's own time per "delay_ms" request (its timer fires late by a fraction of a
-    millisecond, more on a busy VM), POSTed one after another on one kept-alive connection as a
-    relay does: what WORKERS workers could do at most, with nothing of Relay's in between. Mean ms."""
-    import http.client
+    millisecond, more on a busy VM) with `workers` requests at a time, each connection kept alive
+    as a relay's is: what that many workers could do at most, with nothing of Relay's in between.
+    Mean ms per request per worker. Measured by wrk (-t1 -c workers, for ~3 s and at least 100
+    requests a connection): a client in Python costs ~0.3 ms a request itself, which at 1 ms made
+    the "most" a third too low and Relay look faster than the model alone (120% of it)."""
     model, port = noop_model(delay_ms)
-    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="in.bin"\r\n'
-            b"Content-Type: application/octet-stream\r\n\r\n" + b"x" * 1024 + b"\r\n--b--\r\n")
-    conn = http.client.HTTPConnection("127.0.0.1", port)
-    t0 = time.monotonic()
-    for _ in range(requests):
-        conn.request("POST", "/predict", body, {"Content-Type": "multipart/form-data; boundary=b"})
-        resp = conn.getresponse()
-        resp.read()
-        assert resp.status == 200, resp.status
-    pace = (time.monotonic() - t0) * 1000 / requests
-    conn.close()
+    tmp = tempfile.TemporaryDirectory(prefix="relay-bench-pace-")
+    script = os.path.join(tmp.name, "pace.lua")
+    with open(script, "w") as f:
+        f.write('wrk.method = "POST"\nwrk.path = "/predict"\n'
+                'wrk.headers["Content-Type"] = "multipart/form-data; boundary=b"\n'
+                'wrk.body = "--b\\r\\nContent-Disposition: form-data; name=\\"file\\"; '
+                'filename=\\"in.bin\\"\\r\\nContent-Type: application/octet-stream\\r\\n\\r\\n" '
+                '.. string.rep("x", 1024) .. "\\r\\n--b--\\r\\n"\n')
+    seconds = max(3, math.ceil(100 * delay_ms / 1000))
+    out = subprocess.run(["wrk", "-t1", f"-c{workers}", f"-d{seconds}s", "-s", script,
+                          f"http://127.0.0.1:{port}/predict"],
+                         capture_output=True, text=True, check=True).stdout
     model.terminate()
     model.wait()
-    return pace
+    tmp.cleanup()
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError("the no-op model failed requests under wrk:\n" + out)
+    rps = float(re.search(r"Requests/sec:\s*([0-9.]+)", out).group(1))
+    return workers * 1000 / rps
 
 
 def relay_oneshot(redis_port, work):
@@ -761,7 +770,7 @@ def main():
             fresh()
             results["delay"]["relay_off"] = relay_side(port, redis.pid, work, DELAY_JOBS, DELAY_MS,
                                                          take_ahead=TAKE_AHEAD_OFF)
-            results["model_pace_ms"] = model_pace(DELAY_MS)
+            results["model_pace_ms"] = model_pace(DELAY_MS, WORKERS)
         if ONLY == "latency":
             # The latency runs alone: BullMQ, Relay long-polling, Relay's submission waiting.
             for side, mode in (("bullmq", None), ("relay", "relay"), ("relay_wait", "relay-wait")):
@@ -801,7 +810,7 @@ def main():
                 fresh()
                 results["delay"]["relay_off"] = relay_side(port, redis.pid, work, DELAY_JOBS,
                                                              DELAY_MS, take_ahead=TAKE_AHEAD_OFF)
-                results["model_pace_ms"] = model_pace(DELAY_MS)
+                results["model_pace_ms"] = model_pace(DELAY_MS, WORKERS)
             fresh()
             results["latency"][side] = (bullmq_latency if side == "bullmq" else relay_latency)(
                 port, work)
