@@ -483,5 +483,21 @@ TEST_F(JobStoreTest, RequeueingAWholeDeadLetterIsOneRoundTripPerBatch) {
   }
   EXPECT_EQ(store_.requeue_deadletter_all(model_), 0) << "nothing left";
 }
+// A quota admission retried after its reply was lost (the step is retried like any safe to
+// repeat) finds its own job admitted: admitted again, charging nothing. It counted itself
+// against max_pending before (2026-12-06): refused at the limit, its entry left behind.
+TEST_F(JobStoreTest, AnAdmissionRetriedFindsItsOwnJobAdmitted) {
+  // (A token a minute: none comes back within the test.)
+  const redis::Quota quota{.max_pending = 1, .submits_per_minute = 1, .submit_burst = 2};
+  using Outcome = redis::Admission::Outcome;
+  EXPECT_EQ(store_.admit("t1", model_, "job-a", quota).outcome, Outcome::ok);
+  EXPECT_EQ(store_.admit("t1", model_, "job-a", quota).outcome, Outcome::ok) << "a retry";
+  EXPECT_EQ(store_.admit("t1", model_, "job-b", quota).outcome, Outcome::max_pending);
+  // The retry took no token: with the first job gone, one of the burst's two is still there.
+  conn_.command({"DEL", keys_.quota_admitted("t1")});
+  EXPECT_EQ(store_.admit("t1", model_, "job-c", quota).outcome, Outcome::ok);
+  conn_.command({"DEL", keys_.quota_admitted("t1")});
+  EXPECT_EQ(store_.admit("t1", model_, "job-d", quota).outcome, Outcome::rate);
+}
 }  // namespace
 }  // namespace relay::testing

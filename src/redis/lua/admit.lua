@@ -8,9 +8,13 @@
 -- ARGV[1] max pending (0: none), ARGV[2] submits per minute (0: none), ARGV[3] burst,
 -- ARGV[4] member "<model>/<id>"
 -- Returns {'ok'}, {'max_pending', count}, or {'rate', retry_after_ms}.
+-- A retry (the reply of a first try lost) that finds its own job admitted took effect: 'ok'
+-- again, charging nothing — else it would count itself against max_pending, be refused, and
+-- leave its entry to the reaper's sweep.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max_pending, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if max_pending > 0 and redis.call('ZSCORE', KEYS[2], ARGV[4]) then return {'ok'} end
 if max_pending > 0 then
   local count = redis.call('ZCARD', KEYS[2])
   if count >= max_pending then return {'max_pending', count} end
