@@ -499,5 +499,22 @@ TEST_F(JobStoreTest, AnAdmissionRetriedFindsItsOwnJobAdmitted) {
   conn_.command({"DEL", keys_.quota_admitted("t1")});
   EXPECT_EQ(store_.admit("t1", model_, "job-d", quota).outcome, Outcome::rate);
 }
+// The relay's retry step (a failed job with attempts left) run again after its reply was lost
+// finds its own work and says ok — it said lease_lost (the first try had released the lease), and
+// the relay logged and counted the job so. Another relay's lease, or another due time, is still
+// lease_lost, writing nothing.
+TEST_F(JobStoreTest, ARetryStepRunAgainFindsItsOwnWork) {
+  auto r = pending_job(model_);
+  store_.submit(r, false);
+  ASSERT_EQ(store_.pop(model_, 1s), r.id);
+  ASSERT_EQ(store_.begin(model_, r.id, "tok-1", 5s).outcome, redis::BeginOutcome::ok);
+  const auto due = *parse_rfc3339("2026-11-30T00:01:00.000Z");
+  EXPECT_EQ(store_.retry(model_, r.id, "tok-1", due, "[]"), redis::FinishOutcome::ok);
+  EXPECT_EQ(store_.retry(model_, r.id, "tok-1", due, "[]"), redis::FinishOutcome::ok) << "again";
+  EXPECT_EQ(store_.retry(model_, r.id, "tok-2", due + 1s, "[1]"), redis::FinishOutcome::lease_lost);
+  EXPECT_EQ(status(r.id), "pending");
+  EXPECT_EQ(record(r.id).failures, "[]") << "a lost lease writes nothing";
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+}
 }  // namespace
 }  // namespace relay::testing

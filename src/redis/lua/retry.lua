@@ -9,10 +9,15 @@
 -- ARGV[5] the failures so far, this one included (JSON array), ARGV[6] the job's changed channel
 -- (announced on only when a live event stream watches the job)
 -- Returns 'ok', 'terminal', 'lease_lost' or 'missing' (nothing is written but for 'ok').
-local st = redis.call('HGET', KEYS[1], 'status')
+-- A retry of this step (the first try's reply lost) finds the first try's work — the job
+-- waiting with this very due time — and says 'ok': it took effect (the lease was ours until then).
+local st, retry_at = unpack(redis.call('HMGET', KEYS[1], 'status', 'retry_at'))
 if not st then return 'missing' end
 if st == 'completed' or st == 'failed' or st == 'cancelled' then return 'terminal' end
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 'lease_lost' end
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  if st == 'pending' and retry_at == ARGV[4] then return 'ok' end
+  return 'lease_lost'
+end
 redis.call('HSET', KEYS[1], 'status', 'pending', 'retry_at', ARGV[4], 'failures', ARGV[5])
 redis.call('HDEL', KEYS[1], 'started_at', 'holder')
 redis.call('LREM', KEYS[3], 1, ARGV[1])
