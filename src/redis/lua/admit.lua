@@ -14,8 +14,8 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max_pending, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if max_pending > 0 and redis.call('ZSCORE', KEYS[2], ARGV[4]) then return {'ok'} end
 if max_pending > 0 then
+  if redis.call('ZSCORE', KEYS[2], ARGV[4]) then return {'ok'} end
   local count = redis.call('ZCARD', KEYS[2])
   if count >= max_pending then return {'max_pending', count} end
 end
