@@ -92,10 +92,11 @@ Connection::Call JobStore::take_call(const std::string& model, const std::string
                         {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
                          std::to_string(candidates.want()), keys_.job(model, ""),
                          keys_.job_channel_prefix(), std::string(Keys::kChangedSuffix)}};
-  call.keys.reserve(2 + 2 * candidates.ids.size());
-  for (const auto& id : candidates.ids) {
-    call.keys.push_back(keys_.job(model, id));
-    call.keys.push_back(keys_.lease(model, id));
+  const std::size_t named = candidates.named();
+  call.keys.reserve(2 + 2 * named);
+  for (std::size_t i = 0; i < named; ++i) {
+    call.keys.push_back(keys_.job(model, candidates.ids[i]));
+    call.keys.push_back(keys_.lease(model, candidates.ids[i]));
   }
   return call;
 }
@@ -112,6 +113,19 @@ void TakeCandidates::missed() {
   reach_ = takes_ = 0;
 }
 
+void TakeCandidates::looked(std::vector<std::string> now) {
+  if (far() && !now.empty() && !ids.empty()) {
+    // ids: the head after the last take; now.front(): the head now.
+    auto at = std::find(ids.begin(), ids.end(), now.front());
+    if (at == ids.end())
+      missed();
+    else
+      found_at(at - ids.begin() + 1);
+  }
+  ids = std::move(now);
+  fresh = true;
+}
+
 namespace {
 
 // take.lua's reply: the job when taken; candidates become the ids it saw at the head of
@@ -122,14 +136,16 @@ std::optional<Taken> parse_take(const redisReply* r, TakeCandidates& candidates)
   if (tag != "ok") {
     if (tag == "raced") candidates.missed();
     candidates.ids = as_strings(r, 1);  // none when 'empty'
+    candidates.fresh = true;
     return std::nullopt;
   }
   if (r->elements < 4) throw ReplyError("take: unexpected reply");
-  candidates.found_at(as_integer(r->element[2]));
+  candidates.took_at(as_integer(r->element[2]));
   const auto n = static_cast<size_t>(as_integer(r->element[3]));
   if (r->elements != 5 + n || r->element[4 + n]->type != REDIS_REPLY_ARRAY)
     throw ReplyError("take: unexpected reply");
   candidates.ids.clear();
+  candidates.fresh = false;  // (the next take is a job away)
   for (size_t i = 0; i < n; ++i) candidates.ids.push_back(as_string(r->element[4 + i]));
   return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pair_views(r->element[4 + n]))};
 }
@@ -146,6 +162,7 @@ std::optional<Taken> JobStore::take(const std::string& model, const std::string&
           conn_
               .command({"LRANGE", keys_.pending(model), "0", std::to_string(candidates.want() - 1)})
               .get());
+      candidates.fresh = true;
       if (candidates.ids.empty()) return std::nullopt;
     }
     auto call = take_call(model, token, lease_ttl, candidates);
@@ -214,7 +231,7 @@ FinishOutcome parse_finish(const redisReply* r, TakeCandidates* candidates) {
     throw ReplyError("finish: unexpected reply");
   std::string s = as_string(r->element[0]);
   if (s == "ok") {
-    if (candidates) candidates->ids = as_strings(r, 1);
+    if (candidates) candidates->looked(as_strings(r, 1));
     return FinishOutcome::ok;
   }
   if (s == "terminal") return FinishOutcome::terminal;
@@ -244,13 +261,21 @@ JobStore::Sent JobStore::send_steps(const std::string& model, const Completion* 
                                     const std::string& token, const std::string& next_token,
                                     std::chrono::milliseconds lease_ttl,
                                     const TakeCandidates& candidates) {
-  Sent sent{c != nullptr, !next_token.empty() && !candidates.ids.empty()};
+  Sent sent{c != nullptr, !next_token.empty() && !candidates.ids.empty(), std::nullopt};
+  // Far (many relays): the take goes after the finish, naming the head the finish's look finds.
+  if (sent.finish && sent.take && candidates.far())
+    sent.after = Sent::After{model, next_token, lease_ttl};
+  const bool with_take = sent.take && !sent.after;
   // (Moved in, not a braced list: an initializer list's calls would be copied whole.)
   std::vector<Connection::Call> calls;
   calls.reserve(2);
   // (With a take, the take returns the next candidates: the finish returns none.)
-  if (sent.finish) calls.push_back(finish_call(*c, token, sent.take ? 0 : candidates.want()));
-  if (sent.take) calls.push_back(take_call(model, next_token, lease_ttl, candidates));
+  if (sent.finish)
+    calls.push_back(finish_call(*c, token,
+                                with_take    ? 0
+                                : sent.after ? TakeCandidates::kFresh
+                                             : candidates.want()));
+  if (with_take) calls.push_back(take_call(model, next_token, lease_ttl, candidates));
   if (!calls.empty()) conn_.send(std::move(calls));
   return sent;
 }
@@ -260,16 +285,21 @@ std::optional<FinishOutcome> JobStore::receive_steps(Sent sent, TakeCandidates& 
   if (!sent.finish && !sent.take) return std::nullopt;
   // Unchecked: a refused finish must not hide a take that ran.
   auto replies = conn_.receive(/*checked=*/false);
-  const redisReply* take = sent.take ? replies.back().get() : nullptr;
+  const redisReply* take = sent.take && !sent.after ? replies.back().get() : nullptr;
   if (take && take->type != REDIS_REPLY_ERROR) taken = parse_take(take, candidates);
   std::optional<FinishOutcome> outcome;
   if (sent.finish) {
     throw_if_error(replies[0].get());
-    outcome = parse_finish(replies[0].get(), sent.take ? nullptr : &candidates);
+    outcome = parse_finish(replies[0].get(), take ? nullptr : &candidates);
   }
   // A refused take took nothing. Its error is still thrown (the finish's outcome with it: a
   // retried finish finds its own write), as before.
   if (take) throw_if_error(take);
+  // A take after the finish (none when the finish was refused: its error is thrown above, or
+  // when its look found the queue empty). Its errors too lose the finish's outcome, written
+  // again by the caller.
+  if (sent.after && !candidates.ids.empty())
+    taken = this->take(sent.after->model, sent.after->token, sent.after->lease_ttl, candidates);
   return outcome;
 }
 

@@ -3,7 +3,9 @@
 // outcomes (queue empty, lease lost, job already terminal) are values; connection failures are
 // redis::IoError and are the caller's to retry.
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>
@@ -65,18 +67,39 @@ std::string_view to_string(FinishOutcome o);
 // (16 ids cost Redis ~4-6 µs per take, measured with the script alone; ~2 µs more when each
 // was also passed as its id and channel), so the count follows the relays at work: twice the
 // farthest position the head was found at over the last kWindow takes, doubled after a miss.
+// Many relays move the head far between one relay's steps: 32 or 64 relays of 50-100 ms jobs
+// keep the count at kMax (130 keys: a take costs Redis ~3x one naming 4), and 64 still miss at
+// times and go round again. There (kFar), the take goes after its finish instead of with it,
+// naming the first kFresh ids of the look the finish makes — a round trip more for the relay
+// (while the model works, when it takes ahead) for less Redis work per take: it paid at 32 and
+// 64 relays, not at 16 with the bar at 32 (README, *Decisions*). The distance is then measured
+// from that look: where its head stands in the last take's ids.
 class TakeCandidates {
  public:
-  static constexpr long long kMin = 2, kMax = 64, kWindow = 32;
+  static constexpr long long kMin = 2, kMax = 64, kWindow = 32, kFar = kMax, kFresh = 4;
 
   TakeCandidates() = default;
   explicit TakeCandidates(std::vector<std::string> seen) : ids(std::move(seen)) {}
 
   long long want() const { return want_; }
+  // The take follows a fresh look (its finish's) instead of naming the last one.
+  bool far() const { return want_ >= kFar; }
+  // How many of ids a take names: all of them, or the first kFresh of a fresh look when far.
+  std::size_t named() const {
+    return far() && fresh ? std::min(ids.size(), std::size_t{kFresh}) : ids.size();
+  }
   void found_at(long long position);  // the head was ids[position - 1]
   void missed();                      // the head was none of them
+  // A take's reply: the head was ids[position - 1] (counted unless far: the look was fresh).
+  void took_at(long long position) {
+    if (!far()) found_at(position);
+  }
+  // A finish's look at the head of pending: the ids now. When far, how far the head moved since
+  // the last look is measured from it.
+  void looked(std::vector<std::string> now);
 
   std::vector<std::string> ids;
+  bool fresh = false;  // ids were looked at just now (not at the last take, a job ago)
 
  private:
   long long want_ = 4, reach_ = 0, takes_ = 0;
@@ -175,8 +198,15 @@ class JobStore {
   // job's finish (when c is given) and the take of the next (when next_token is not empty and
   // candidates are known; on `model`), sent now, their replies read later. What was sent goes
   // to receive_steps().
+  // A take going after its finish (TakeCandidates::far()) is made by receive_steps(), with
+  // what it needs kept here.
   struct Sent {
     bool finish = false, take = false;
+    struct After {
+      std::string model, token;
+      std::chrono::milliseconds lease_ttl;
+    };
+    std::optional<After> after;
   };
   Sent send_steps(const std::string& model, const Completion* c, const std::string& token,
                   const std::string& next_token, std::chrono::milliseconds lease_ttl,

@@ -450,7 +450,9 @@ void Relay::send_ahead(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing
     // run), the take dropped (if it ran, its job comes back by the reaper).
     slot.conn.reset();
     if (take) unclaim();
-    if (finishing) slot.inflight = Inflight{{.finish = true}, std::move(finishing), Clock::now()};
+    if (finishing)
+      slot.inflight = Inflight{
+          {.finish = true, .take = false, .after = {}}, std::move(finishing), Clock::now()};
     settle_sent(slot, heartbeat, /*lost=*/true);
   }
 }

@@ -377,6 +377,69 @@ TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip
   EXPECT_TRUE(candidates.ids.empty());
 }
 
+// Many relays moving the head far between one relay's steps (TakeCandidates::far()): the take
+// goes after the finish, naming the head of the finish's look, not the relay's stale ids (with
+// those, a take naming them all costs Redis more than the round trip saved, or misses).
+TEST_F(JobStoreTest, AFarTakeGoesAfterItsFinishAndTakesTheHeadItsLookFound) {
+  std::vector<JobRecord> jobs;
+  for (int i = 0; i < 12; ++i) {
+    jobs.push_back(pending_job(model_));
+    store_.submit(jobs.back(), false);
+  }
+  redis::TakeCandidates candidates;
+  ASSERT_TRUE(store_.take(model_, "t1", 5s, candidates));
+  for (int i = 0; i < 5; ++i) candidates.missed();
+  ASSERT_TRUE(candidates.far());
+  // Other relays took the next six meanwhile: none of the ids this relay saw is the head now.
+  candidates.ids = {jobs[1].id, jobs[2].id, jobs[3].id};
+  conn_.command({"LPOP", keys_.pending(model_), "6"});
+  // (finish.lua into the script cache first: a NOSCRIPT defers the finish to the read.)
+  EXPECT_EQ(store_.finish(ending(pending_job(model_), JobStatus::completed), "t0"),
+            redis::FinishOutcome::missing);
+  auto relay_conn = redis_.connect();
+  redis::JobStore relay_store(relay_conn, keys_);
+  const auto done = ending(jobs[0], JobStatus::completed);
+  auto sent = relay_store.send_steps(model_, &done, "t1", "t2", 5s, candidates);
+  EXPECT_TRUE(sent.finish && sent.take && sent.after);
+  EXPECT_TRUE(wait_until([&] { return status(jobs[0].id) == "completed"; }, 5s));
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{})
+      << "the take is not sent with the finish";
+  std::optional<redis::Taken> next;
+  EXPECT_EQ(relay_store.receive_steps(sent, candidates, next), redis::FinishOutcome::ok);
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->id, jobs[7].id) << "strictly the head";
+  EXPECT_EQ(next->record.holder, "t2");
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{jobs[7].id});
+  EXPECT_EQ(candidates.ids.front(), jobs[8].id) << "the head after the take";
+  EXPECT_EQ(candidates.want(), redis::TakeCandidates::kMax)
+      << "a take of a fresh look says nothing of the distance";
+  // The same through finish_and_take: a round trip for each step, the take not missing.
+  auto reads = [&] {
+    auto info = redis::as_string(conn_.command({"INFO", "stats"}).get());
+    return std::stoll(info.substr(info.find("total_reads_processed:") + 22));
+  };
+  conn_.command({"LPOP", keys_.pending(model_), "2"});  // (jobs 8 and 9, by others)
+  const auto before = reads();
+  std::optional<redis::Taken> after;
+  EXPECT_EQ(store_.finish_and_take(ending(next->record, JobStatus::completed), "t2", "t3", 5s,
+                                   candidates, after),
+            redis::FinishOutcome::ok);
+  EXPECT_EQ(reads() - before, 3) << "the INFO, the finish, the take";
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->id, jobs[10].id);
+  EXPECT_EQ(status(jobs[7].id), "completed");
+  // An empty queue at the finish: no take at all.
+  std::optional<redis::Taken> none;
+  store_.take(model_, "t4", 5s, candidates);  // (jobs[11])
+  for (int i = 0; i < 5; ++i) candidates.missed();
+  candidates.ids = {jobs[11].id};
+  EXPECT_EQ(store_.finish_and_take(ending(after->record, JobStatus::completed), "t3", "t5", 5s,
+                                   candidates, none),
+            redis::FinishOutcome::ok);
+  EXPECT_FALSE(none.has_value());
+  EXPECT_TRUE(candidates.ids.empty());
+}
+
 // Many relays taking at once: each job is taken exactly once, none is lost, and each relay sees
 // the jobs in queue order.
 TEST_F(JobStoreTest, ConcurrentTakersTakeEachJobOnceInQueueOrder) {
