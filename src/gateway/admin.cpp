@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "common/job_id.hpp"
+#include "common/random.hpp"
 #include "common/sha256.hpp"
 #include "common/time.hpp"
 #include "gateway/api_steps.hpp"
@@ -226,9 +227,12 @@ Response Api::admin(const Request& req, Context& ctx, const std::vector<std::str
     const std::string& model = s[1];
     if (s.size() == 4 && s[2] == "deadletter" && s[3] == "requeue") {
       const std::string only = param(req, "id");
+      // One token for the request, whatever step() retries: a retry after a lost reply finds
+      // the job it requeued (lua/requeue_deadletter.lua) rather than answer 404.
+      const std::string token = random_hex(8);
       std::int64_t n = step(ctx, [&](redis::JobStore& store, redis::Connection&) {
-        return only.empty() ? store.requeue_deadletter_all(model)
-                            : std::int64_t{store.requeue_deadletter(model, only)};
+        return only.empty() ? store.requeue_deadletter_all(model, token)
+                            : std::int64_t{store.requeue_deadletter(model, only, token)};
       });
       if (!only.empty() && n == 0)
         return error_response(404, "job_not_found", "no job " + only + " in the dead letter");

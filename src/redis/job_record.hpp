@@ -79,6 +79,9 @@ inline constexpr std::string_view webhook_events = "webhook_events";
 inline constexpr std::string_view webhook_status = "webhook_status";
 inline constexpr std::string_view webhook_attempts = "webhook_attempts";
 inline constexpr std::string_view webhook_last = "webhook_last";
+// The token of the operator's request that last requeued the job from the dead letter
+// (lua/requeue_deadletter.lua: that request retried finds its own work done).
+inline constexpr std::string_view requeued_by = "requeued_by";
 }  // namespace field
 
 enum class JobStatus { pending, processing, completed, failed, cancelled };

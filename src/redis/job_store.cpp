@@ -511,21 +511,22 @@ std::vector<std::string> JobStore::known_models(const Endpoint& ep, const Keys& 
   return {models.begin(), models.end()};
 }
 
-Connection::Call JobStore::requeue_deadletter_call(const std::string& model,
-                                                   const std::string& id) const {
+Connection::Call JobStore::requeue_deadletter_call(const std::string& model, const std::string& id,
+                                                   const std::string& token) const {
   return {&lua::requeue_deadletter,
           {keys_.deadletter(model), keys_.pending(model), keys_.job(model, id), keys_.paused(model),
            keys_.held(model)},
-          {id}};
+          {id, token}};
 }
 
-bool JobStore::requeue_deadletter(const std::string& model, const std::string& id) {
-  auto call = requeue_deadletter_call(model, id);
+bool JobStore::requeue_deadletter(const std::string& model, const std::string& id,
+                                  const std::string& token) {
+  auto call = requeue_deadletter_call(model, id, token);
   return as_integer(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get()) ==
          1;
 }
 
-std::int64_t JobStore::requeue_deadletter_all(const std::string& model) {
+std::int64_t JobStore::requeue_deadletter_all(const std::string& model, const std::string& token) {
   // Bounded by the length at the start: a model dead-lettering as fast as this requeues must
   // not keep it going. Each batch leaves the list whatever its steps say (one requeued by
   // someone else meanwhile is gone from it too), so the next read starts after it.
@@ -539,7 +540,7 @@ std::int64_t JobStore::requeue_deadletter_all(const std::string& model) {
     if (ids.empty()) break;
     std::vector<Connection::Call> calls;
     calls.reserve(ids.size());
-    for (const auto& id : ids) calls.push_back(requeue_deadletter_call(model, id));
+    for (const auto& id : ids) calls.push_back(requeue_deadletter_call(model, id, token));
     for (const auto& r : conn_.pipeline(calls)) moved += as_integer(r.get()) == 1 ? 1 : 0;
     left -= static_cast<long long>(ids.size());
   }

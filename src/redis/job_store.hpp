@@ -301,12 +301,15 @@ class JobStore {
   QueueDepth queue_depth(const std::string& model);
   long long pending_count(const std::string& model);  // one LLEN: what the scaler needs
 
-  // Operators: a dead-lettered job back into pending; false when it is not dead-lettered.
-  bool requeue_deadletter(const std::string& model, const std::string& id);
+  // Operators: a dead-lettered job back into pending; false when it is not dead-lettered. The
+  // token names the operator's request (random_hex; the same on each retry of that request): a
+  // retry after a lost reply finds the job requeued by it and answers true again.
+  bool requeue_deadletter(const std::string& model, const std::string& id,
+                          const std::string& token);
   // Every job in the model's dead letter when called (not those dead-lettered meanwhile), in
   // order, each by the same step: batches of ids read and their steps pipelined, a round trip
   // per batch rather than per job. How many were requeued.
-  std::int64_t requeue_deadletter_all(const std::string& model);
+  std::int64_t requeue_deadletter_all(const std::string& model, const std::string& token);
 
   // Reaper (gateway): one id of the processing list; see lua/reap.lua.
   ReapOutcome reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
@@ -354,7 +357,8 @@ class JobStore {
                              const TakeCandidates& candidates) const;
   // next: how many ids at the head of pending the finish returns (0: none).
   Connection::Call finish_call(const Completion& c, const std::string& token, long long next) const;
-  Connection::Call requeue_deadletter_call(const std::string& model, const std::string& id) const;
+  Connection::Call requeue_deadletter_call(const std::string& model, const std::string& id,
+                                           const std::string& token) const;
 
   Connection& conn_;
   Keys keys_;

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "common/job_id.hpp"
+#include "common/random.hpp"
 #include "common/time.hpp"
 #include "config/schema.hpp"
 #include "config/shared.hpp"
@@ -115,8 +116,9 @@ int deadletter_list(const Options& o) {
 int deadletter_requeue(const Options& o) {
   Redis db(o);
   if (o.id.empty() == !o.all) throw std::invalid_argument("give either an ID or --all");
-  const std::int64_t n = o.all ? db.store.requeue_deadletter_all(o.model)
-                               : std::int64_t{db.store.requeue_deadletter(o.model, o.id)};
+  const std::string token = random_hex(8);
+  const std::int64_t n = o.all ? db.store.requeue_deadletter_all(o.model, token)
+                               : std::int64_t{db.store.requeue_deadletter(o.model, o.id, token)};
   if (o.as_json)
     std::cout << boost::json::serialize(boost::json::object{{"requeued", n}}) << "\n";
   else

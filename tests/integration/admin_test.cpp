@@ -13,12 +13,13 @@ namespace {
 
 class AdminTest : public GatewayTest {
  protected:
-  void start() {
-    start_gateway({{"RELAY_AUTH_ENABLED", "true"},
-                   {"RELAY_SERVER_PRIORITY_HEADER", "X-Priority"},
-                   {"RELAY_AUTH_API_KEYS", sha256_hex("tenant-key") + "=acme"},
-                   {"RELAY_ADMIN_API_KEYS",
-                    sha256_hex("op-admin") + "=admin," + sha256_hex("op-read") + "=read"}});
+  void start(Env extra = {}) {
+    extra.insert({{"RELAY_AUTH_ENABLED", "true"},
+                  {"RELAY_SERVER_PRIORITY_HEADER", "X-Priority"},
+                  {"RELAY_AUTH_API_KEYS", sha256_hex("tenant-key") + "=acme"},
+                  {"RELAY_ADMIN_API_KEYS",
+                   sha256_hex("op-admin") + "=admin," + sha256_hex("op-read") + "=read"}});
+    start_gateway(std::move(extra));
   }
   HttpResult admin(const std::string& method, const std::string& path,
                    const std::string& key = "op-admin") {
@@ -216,6 +217,35 @@ TEST_F(AdminTest, RequeuesWhilePausedAreHeldToo) {
   EXPECT_EQ(parse(requeued).at("requeued").as_int64(), 1) << requeued.body;
   EXPECT_EQ(llen(keys_.pending("m1")), 0);
   EXPECT_EQ(list(keys_.held("m1")), std::vector<std::string>{id});
+  EXPECT_EQ(admin("POST", "models/m1/deadletter/requeue?id=" + id).status, 404);
+}
+
+// A requeue whose reply was lost (the step ran, the gateway saw a broken connection) is retried
+// and answered by what happened: 200, the job requeued once. It answered 404 ("no job in the
+// dead letter": its own first attempt had taken it out) until 2026-12-06.
+TEST_F(AdminTest, ARequeueWhoseReplyWasLostIsAnsweredByWhatHappened) {
+  // Loaded, so the step is one EVALSHA (no NOSCRIPT round first) and the lost reply its own.
+  conn_.command({"SCRIPT", "LOAD", std::string(redis::lua::requeue_deadletter.source)});
+  const int port = free_port();
+  TempDir dir;
+  Process proxy({"/usr/bin/python3", RELAY_TEST_DROP_REPLY_PROXY, "--port", std::to_string(port),
+                 "--upstream-port", std::to_string(redis_.port()), "--match",
+                 std::string(redis::lua::requeue_deadletter.sha1)},
+                Env{}, dir.path() + "/proxy.log");
+  ASSERT_TRUE(wait_until([&] { return port_open(port); }, 10s));
+  start({{"RELAY_REDIS_URL", "redis://127.0.0.1:" + std::to_string(port)}});
+  const std::string id = submit_as_tenant("dead");
+  conn_.command({"LMOVE", keys_.pending("m1"), keys_.deadletter("m1"), "LEFT", "RIGHT"});
+  conn_.command({"HSET", keys_.job("m1", id), "status", "failed", "error_code", "dead_lettered",
+                 "attempts", "3"});
+  auto requeued = admin("POST", "models/m1/deadletter/requeue?id=" + id);
+  EXPECT_EQ(requeued.status, 200) << requeued.body;
+  EXPECT_NE(proxy.log().find("dropped"), std::string::npos) << "the fault was not injected";
+  EXPECT_EQ(parse(requeued).at("requeued").as_int64(), 1) << requeued.body;
+  EXPECT_EQ(list(keys_.pending("m1")), std::vector<std::string>{id}) << "queued once";
+  EXPECT_TRUE(list(keys_.deadletter("m1")).empty());
+  EXPECT_EQ(str(parse(admin("GET", "jobs/m1/" + id)), "status"), "pending");
+  // Another request is another operator's: the job is not in the dead letter for it.
   EXPECT_EQ(admin("POST", "models/m1/deadletter/requeue?id=" + id).status, 404);
 }
 

@@ -521,8 +521,11 @@ TEST_F(JobStoreTest, RequeueingAWholeDeadLetterIsOneRoundTripPerBatch) {
   for (const auto& id : ids)
     conn_.command({"HSET", keys_.job(model_, id), "status", "failed", "error_code", "dead_lettered",
                    "attempts", "3"});
-  EXPECT_TRUE(store_.requeue_deadletter(model_, ids[7]));  // one alone, as an operator may
-  EXPECT_FALSE(store_.requeue_deadletter(model_, ids[7])) << "not in the dead letter any more";
+  EXPECT_TRUE(store_.requeue_deadletter(model_, ids[7], "op-1"));  // one alone, as an operator may
+  EXPECT_TRUE(store_.requeue_deadletter(model_, ids[7], "op-1"))
+      << "the same request retried (its reply lost) finds its own work";
+  EXPECT_FALSE(store_.requeue_deadletter(model_, ids[7], "op-2"))
+      << "for another request it is not in the dead letter any more";
   conn_.command({"DEL", keys_.pending(model_)});  // (as if a relay had taken it)
   auto node = redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(redis_.node_of_slot(
                                      redis::key_slot(keys_.deadletter(model_)))))
@@ -532,7 +535,7 @@ TEST_F(JobStoreTest, RequeueingAWholeDeadLetterIsOneRoundTripPerBatch) {
     return std::stoll(info.substr(info.find("total_reads_processed:") + 22));
   };
   const auto before = reads();
-  EXPECT_EQ(store_.requeue_deadletter_all(model_), kJobs - 1);
+  EXPECT_EQ(store_.requeue_deadletter_all(model_, "op-3"), kJobs - 1);
   // (Redis reads a long pipeline in 16 KiB reads: a few per batch. One per job was 1,200.)
   EXPECT_LT(reads() - before, 60) << "Redis reads for " << kJobs - 1 << " jobs";
   ids.erase(ids.begin() + 7);
@@ -544,7 +547,7 @@ TEST_F(JobStoreTest, RequeueingAWholeDeadLetterIsOneRoundTripPerBatch) {
     EXPECT_EQ(r.attempts, 0) << id;
     EXPECT_TRUE(r.error_code.empty()) << id;
   }
-  EXPECT_EQ(store_.requeue_deadletter_all(model_), 0) << "nothing left";
+  EXPECT_EQ(store_.requeue_deadletter_all(model_, "op-4"), 0) << "nothing left";
 }
 // A quota admission retried after its reply was lost (the step is retried like any safe to
 // repeat) finds its own job admitted: admitted again, charging nothing. It counted itself
