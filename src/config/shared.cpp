@@ -64,8 +64,9 @@ void bind_storage(Schema& s, storage::Config& c) {
   s.boolean("storage.s3_path_style", &c.s3_path_style, false,
             "Path-style addressing (`endpoint/bucket/key`), for MinIO and most non-AWS stores.");
   s.integer("storage.s3_part_size", &c.s3_part_size, 8 << 20, 5 << 20, 1LL << 32,
-            "Multipart part size in bytes (for bodies of unknown length or over 5 GiB; known "
-            "lengths go in one streamed PUT).");
+            "Multipart part size in bytes: a larger result goes in parts of this size, each "
+            "retried alone (one in memory at a time); a gateway upload of unknown length or over "
+            "5 GiB too (a known length within 5 GiB is one streamed PUT).");
   s.duration("storage.s3_timeout", &c.s3_timeout, "30s",
              "Connect timeout, and how long a transfer may stall before it fails.",
              config::kPositive);

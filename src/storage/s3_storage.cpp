@@ -4,6 +4,7 @@
 // request set-up and error mapping below.
 #include "storage/s3_storage.hpp"
 
+#include <algorithm>
 #include <boost/url/parse.hpp>
 #include <cstring>
 #include <future>
@@ -327,16 +328,23 @@ class StreamedPut {
 };
 
 // Bytes pushed in go to S3 in one of three ways. Of a known size beyond one part (and within
-// S3's 5 GiB), one streamed PUT (StreamedPut) — as fast as a plain PUT, nothing buffered. An
-// object that ends within one part: one PUT from memory at commit. A longer one of unknown size
-// (a multipart form's file): a multipart upload whose parts are sent in the background while the
-// next fills, at most one part in flight and one filling (2 × storage.s3_part_size of memory).
+// S3's 5 GiB), one streamed PUT (StreamedPut) — as fast as a plain PUT, nothing buffered: the
+// gateway's uploads, whose client sends again what fails. An object that ends within one part:
+// one PUT from memory at commit. A longer one of unknown size (a multipart form's file), or any
+// under Parts::one_at_a_time: a multipart upload, each part from memory and tried again on its
+// own; in the background while the next fills (at most one part in flight and one filling, 2 ×
+// storage.s3_part_size of memory), or one at a time (one part of memory).
 class S3Writer final : public ObjectWriter {
  public:
+  enum class Parts { overlapped, one_at_a_time };
   S3Writer(const S3Storage& s3, std::string key, size_t part_size,
-           std::optional<std::uint64_t> size, std::stop_token stop)
-      : s3_(s3), key_(std::move(key)), part_size_(part_size), stop_(std::move(stop)) {
-    if (size && *size > part_size && *size <= kMaxSinglePut)
+           std::optional<std::uint64_t> size, std::stop_token stop, Parts parts = Parts::overlapped)
+      : s3_(s3),
+        key_(std::move(key)),
+        part_size_(part_size),
+        stop_(std::move(stop)),
+        overlapped_(parts == Parts::overlapped) {
+    if (overlapped_ && size && *size > part_size && *size <= kMaxSinglePut)
       stream_ = std::make_unique<StreamedPut>(s3, key_, *size, stop_);
   }
 
@@ -403,17 +411,24 @@ class S3Writer final : public ObjectWriter {
       id_query_ = "uploadId=" + uri_encode(upload_id, false);
     }
     collect();
-    sending_.swap(part_);
-    part_.clear();
     // Query parameters in sorted order: libcurl 7.88 signs them as written.
     std::string query = "partNumber=" + std::to_string(etags_.size() + 1) + "&" + id_query_;
-    inflight_ = std::async(std::launch::async, [this, query] {
-      std::string etag;
-      s3_.request("PUT", key_, query, sending_, &etag, stop_);
-      if (etag.empty())
-        throw StorageError(ErrorKind::other, "PUT " + key_ + " part: no ETag in the answer");
-      return etag;
-    });
+    if (!overlapped_) {
+      etags_.push_back(put_part(query, part_));
+      part_.clear();
+      return;
+    }
+    sending_.swap(part_);
+    part_.clear();
+    inflight_ = std::async(std::launch::async, [this, query] { return put_part(query, sending_); });
+  }
+  // One part, tried again by request() when S3 is unavailable; its ETag.
+  std::string put_part(const std::string& query, std::string_view bytes) const {
+    std::string etag;
+    s3_.request("PUT", key_, query, bytes, &etag, stop_);
+    if (etag.empty())
+      throw StorageError(ErrorKind::other, "PUT " + key_ + " part: no ETag in the answer");
+    return etag;
   }
   // Waits for the part in flight; its failure is this writer's.
   void collect() {
@@ -429,6 +444,7 @@ class S3Writer final : public ObjectWriter {
   std::vector<std::string> etags_;
   std::future<std::string> inflight_;
   std::unique_ptr<StreamedPut> stream_;
+  bool overlapped_;
   bool committed_ = false;
 };
 
@@ -436,6 +452,20 @@ std::unique_ptr<ObjectWriter> S3Storage::create(const std::string& key, std::sto
                                                 std::optional<std::uint64_t> size) {
   return std::make_unique<S3Writer>(*this, key, static_cast<size_t>(config_.s3_part_size), size,
                                     std::move(stop));
+}
+
+// S3 takes up to 10,000 parts in one upload.
+constexpr std::uint64_t kMaxParts = 10'000;
+
+void S3Storage::put(const std::string& key, ByteSource& body, std::stop_token stop) {
+  // Parts grow past storage.s3_part_size only for an object that would need more than S3 allows
+  // (over 78 GiB with the default 8 MiB).
+  auto part_size = static_cast<std::uint64_t>(config_.s3_part_size);
+  if (auto size = body.size()) part_size = std::max(part_size, (*size + kMaxParts - 1) / kMaxParts);
+  S3Writer writer(*this, key, static_cast<size_t>(part_size), body.size(), std::move(stop),
+                  S3Writer::Parts::one_at_a_time);
+  copy(body, writer);
+  writer.commit();
 }
 
 void S3Storage::remove(const std::string& key) {

@@ -1,8 +1,9 @@
 #pragma once
 // S3 backend on libcurl: SigV4 by CURLOPT_AWS_SIGV4, streaming GET, and one writer (S3Writer) for
-// every upload: a streamed PUT for a large object of known size, one PUT from memory for a small
-// one, a multipart upload with a part in flight while the next fills for a large one of unknown
-// size.
+// every upload: one PUT from memory for an object within one part; beyond it, pushed as it
+// arrives (create()), a streamed PUT when its size is known and a multipart upload with a part in
+// flight while the next fills when not; a whole source in hand (put()), a multipart upload whose
+// parts are sent one at a time, each tried again on its own.
 
 #include <memory>
 
@@ -23,6 +24,11 @@ class S3Storage final : public Storage {
   std::uint64_t size_of(const std::string& key, std::stop_token stop) override;
   std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop,
                                        std::optional<std::uint64_t> size) override;
+  // A source in hand (the relay's result, read from its spool): larger than one part, it goes
+  // in parts sent one after another, each tried again on its own (request()) — a blip costs
+  // that part, where one streamed PUT is sent again from its start. One part of memory, as an
+  // object within one part takes.
+  void put(const std::string& key, ByteSource& body, std::stop_token stop) override;
   void remove(const std::string& key) override;
   void check() override;
 

@@ -69,14 +69,12 @@ class Storage {
   // written (S3 then streams one PUT instead of buffering parts).
   virtual std::unique_ptr<ObjectWriter> create(const std::string& key, std::stop_token stop,
                                                std::optional<std::uint64_t> size) = 0;
-  // Stores the whole source under key; the object appears whole or not at all.
+  // Stores the whole source under key; the object appears whole or not at all. S3 sends an
+  // object larger than a part in parts, each tried again on its own (see S3Storage::put).
   // (Inline like the rest of this class: relay-s3.so, loaded at run time, needs its vtable.)
-  void put(const std::string& key, ByteSource& body, std::stop_token stop) {
+  virtual void put(const std::string& key, ByteSource& body, std::stop_token stop) {
     auto writer = create(key, stop, body.size());
-    size_t cap = 0;
-    auto buf = transfer_buffer(body.size(), cap);
-    while (size_t n = body.read(std::span<char>(buf.get(), cap)))
-      writer->write(std::span<const char>(buf.get(), n));
+    copy(body, *writer);
     writer->commit();
   }
   // Deleting a missing key is not an error.
@@ -88,6 +86,15 @@ class Storage {
   // many it removed. Object stores need nothing here: an unfinished upload is no object (their
   // incomplete multipart uploads are for a lifecycle rule, see README).
   virtual std::size_t sweep(std::chrono::seconds /*older_than*/) { return 0; }
+
+ protected:
+  // All of body into writer (not committed).
+  static void copy(ByteSource& body, ObjectWriter& writer) {
+    size_t cap = 0;
+    auto buf = transfer_buffer(body.size(), cap);
+    while (size_t n = body.read(std::span<char>(buf.get(), cap)))
+      writer.write(std::span<const char>(buf.get(), n));
+  }
 };
 
 // Throws std::invalid_argument (message fit for a config error) for a bad URL or missing

@@ -118,6 +118,28 @@ TEST_F(RelayTest, StorageBlipsAreRiddenOut) {
   EXPECT_EQ(occurrences(relay->log(), "result upload failed; retrying"), 1u) << relay->log();
 }
 
+// A result larger than an S3 part is stored in parts, one at a time: a part S3 refuses is sent
+// again alone, by the S3 client, and the relay never sends the result again from its start
+// (it did, from its spool, when the result was one streamed PUT).
+TEST_F(RelayTest, ALargeResultRefusedMidWayIsSentAgainAPartNotWhole) {
+  S3Server s3({}, {"--log-puts", "--fail-puts", "1", "--fail-match", "partNumber=2&"});
+  InferenceServer inference({.result_bytes = 11 << 20});
+  auto env = base_env(inference, s3);
+  env["RELAY_STORAGE_S3_PART_SIZE"] = std::to_string(5 << 20);
+  auto st = storage_for(env);
+  auto id = submit(*st, "input");
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  auto rec = record(id);
+  ASSERT_EQ(rec.status, JobStatus::completed) << rec.error_message << "\n" << s3.log();
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: 503 for PUT"), 1u) << s3.log();
+  EXPECT_EQ(occurrences(relay->log(), "result upload failed; retrying"), 0u) << relay->log();
+  EXPECT_EQ(occurrences(s3.log(), "partNumber=1&"), 1u) << "part 1 went once: " << s3.log();
+  auto stored = st->open(rec.result_key, {});
+  ASSERT_TRUE(stored->size());
+  EXPECT_GT(*stored->size(), std::uint64_t{11} << 20);
+}
+
 TEST_F(RelayTest, PriorityJobIsTakenFirst) {
   InferenceServer inference;
   auto env = base_env(inference);

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "common/errors.hpp"
 #include "harness.hpp"
@@ -298,6 +300,35 @@ TEST(S3Storage, APutRefusedFor503IsTriedAgain) {
       EXPECT_EQ(occurrences(s3.log(), "s3 fault: 503 for PUT"), std::stoul(fails)) << what;
     }
   }
+}
+
+// put() of a source larger than a part (the relay's result from its spool: its size known) goes
+// in parts sent one at a time, and a part S3 refuses is sent again alone. It was one streamed PUT
+// until 2026-12-06: a 503 at its end sent the whole object again, from the relay's retry.
+TEST(S3Storage, APutLargerThanAPartSendsAgainOnlyThePartRefused) {
+  S3Server s3({}, {"--log-puts", "--fail-puts", "2", "--fail-match", "partNumber=2&"});
+  constexpr size_t kPart = 5 << 20;
+  auto st = s3_storage(s3, kPart);
+  std::string data(2 * kPart + 12345, 'd');
+  for (size_t i = 0; i < data.size(); i += 4093) data[i] = static_cast<char>(i);
+  MemorySource body(data);
+  ASSERT_TRUE(body.size());
+  st->put("svc/j/result.json", body, {});
+  EXPECT_TRUE(read_all(*st, "svc/j/result.json") == data);
+  // What went out, from the server's log: each part's PUTs and the bytes of all of them.
+  std::map<std::string, int> puts;  // part number -> PUTs
+  std::uint64_t sent = 0;
+  std::istringstream log(s3.log());
+  for (std::string line; std::getline(log, line);) {
+    if (!line.starts_with("s3 put: ")) continue;
+    const auto at = line.find("partNumber=");
+    ASSERT_NE(at, std::string::npos) << "a PUT of the object whole: " << line;
+    ++puts[line.substr(at + 11, line.find('&', at) - at - 11)];
+    sent += std::stoull(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_EQ(occurrences(s3.log(), "s3 fault: 503 for PUT"), 2u) << s3.log();
+  EXPECT_EQ(puts, (std::map<std::string, int>{{"1", 1}, {"2", 3}, {"3", 1}})) << s3.log();
+  EXPECT_EQ(sent, data.size() + 2 * kPart) << "the object once, and the refused part twice more";
 }
 
 // File storage rooted at `root`.

@@ -16,6 +16,8 @@
 //       requests (of method M, if given) held MS ms before they are served: a slow store. The
 //       first K that match are served at once, the next N held.
 // --log-connections: a line on stderr for every TCP connection accepted.
+// --log-puts: a line on stderr for every PUT verified ("s3 put: <url> <content-length>"): what an
+// upload sent, part by part.
 // Prints "ready <port>" on stdout once it listens.
 'use strict';
 const http = require('http');
@@ -41,6 +43,7 @@ const secretAccessKey = arg('secret-key', 'relaytestsecret');
 const sessionToken = arg('session-token', undefined);
 const region = arg('region', 'us-east-1');
 const credentialsFile = arg('credentials-file', undefined);
+const logPuts = process.argv.includes('--log-puts');
 const faults = {
   failPuts: Number(arg('fail-puts', '0')), failMatch: arg('fail-match', ''),
   cutGets: Number(arg('cut-gets', '0')), cutMatch: arg('cut-match', ''),
@@ -163,6 +166,9 @@ async function main() {
       process.stderr.write(`s3 proxy: rejected ${req.method} ${req.url}: ${problem[0]}: ${problem[1]}\n`);
       req.resume();
       return fail(res, problem[2] || 403, problem[0], problem[1]);
+    }
+    if (logPuts && req.method === 'PUT') {
+      process.stderr.write(`s3 put: ${req.url} ${req.headers['content-length'] ?? '-'}\n`);
     }
     // S3 refuses an object PUT of unknown length (no chunked uploads without aws-chunked signing).
     if (req.method === 'PUT' && !req.url.includes('?') && !req.headers['x-amz-copy-source'] &&
