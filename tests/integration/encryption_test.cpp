@@ -115,6 +115,31 @@ TEST_F(EncryptionTest, AnEncryptedResultIsServedInByteRanges) {
   expect_ranges_served(id);
 }
 
+// A sealed result larger than an S3 part goes in parts (the relay's put, one part at a time):
+// whole, it decrypts to the model's answer; in byte ranges, across the parts' seams too.
+TEST_F(EncryptionTest, AnEncryptedResultOverAPartIsStoredInPartsAndServedWhole) {
+  S3Server s3({}, {"--log-puts"});
+  Env env = keys("k1");
+  for (auto& [k, v] : s3.env()) env[k] = v;
+  env["RELAY_STORAGE_S3_PART_SIZE"] = std::to_string(5 << 20);
+  start_gateway(env);
+  InferenceServer inference({.result_bytes = 11 << 20});
+  auto id = submit_id("a large result");
+  ASSERT_EQ(start_relay(inference, env)->wait_exit(60s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  EXPECT_NE(s3.log().find("partNumber=3&"), std::string::npos) << "in parts: " << s3.log();
+  expect_ranges_served(id);
+  auto whole = http("GET", url("/jobs/echo/" + id + "/result"));
+  EXPECT_GT(whole.body.size(), std::size_t{11} << 20);
+  EXPECT_TRUE(boost::json::parse(whole.body).is_object()) << "the model's answer, decrypted";
+  const size_t seam = 5 << 20;  // where the ciphertext's first part ends, near enough
+  auto across =
+      http("GET", url("/jobs/echo/" + id + "/result"),
+           {"Range: bytes=" + std::to_string(seam - 100000) + "-" + std::to_string(seam + 99999)});
+  EXPECT_EQ(across.status, 206);
+  EXPECT_TRUE(across.body == whole.body.substr(seam - 100000, 200000));
+}
+
 TEST_F(EncryptionTest, KeyRotationNeedsNoDowntime) {
   start_gateway(keys("k1"));
   auto old_job = submit_id("under key 1");
