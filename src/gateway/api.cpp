@@ -132,6 +132,12 @@ std::optional<std::string> Api::tenant_of(const Request& req) const {
   return api_keys_.tenant(sha256_hex(key));
 }
 
+bool Api::is_probe_or_scrape(const Request& req) {
+  if ((req.method != "GET" && req.method != "HEAD") || req.has_body) return false;
+  const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
+  return path == "/readyz" || path == "/metrics";
+}
+
 std::optional<Response> Api::answer_at_once(const Request& req) const {
   if (req.method == "OPTIONS" && !req.has_body) return options(req);
   if (req.method != "GET" || req.has_body) return std::nullopt;

@@ -65,6 +65,8 @@ using Clock = std::chrono::steady_clock;
 using namespace boost::asio::experimental::awaitable_operators;
 
 constexpr auto kHeaderTimeout = std::chrono::seconds(60);  // idle keep-alive and slow headers
+// Readiness and metrics: a probe and a scrape at a time, each quick (one attempt at Redis).
+constexpr std::size_t kProbeThreads = 2;
 // Read before the handler runs: a body this small costs one trip to the request pool.
 constexpr std::size_t kPrefetch = 64 * 1024;
 // What an upload hands the upload pool at a time, at most (each hand-off costs two thread
@@ -427,8 +429,9 @@ struct HttpServer::Impl {
   std::set<int> sockets;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
-  WorkPool pool;             // request handlers (server.blocking_threads)
-  WorkPool uploads;          // received upload bytes -> storage (server.upload_threads)
+  WorkPool pool;     // request handlers (server.blocking_threads)
+  WorkPool uploads;  // received upload bytes -> storage (server.upload_threads)
+  WorkPool probes;   // readiness and metrics (Api::is_probe_or_scrape): never behind requests
   PieceBudget piece_budget;  // server.upload_buffer_memory
   std::atomic<long> connections{0};
   // Submits in the group commit: io must outlive their hand-backs (~HttpServer waits for them).
@@ -449,13 +452,14 @@ struct HttpServer::Impl {
         notifier(n),
         pool(static_cast<std::size_t>(c.blocking_threads), cores()),
         uploads(static_cast<std::size_t>(c.upload_threads), cores()),
+        probes(kProbeThreads, 1),
         piece_budget(static_cast<std::size_t>(c.upload_buffer_memory)) {
     const auto memory = c.connection_memory > 0 ? static_cast<std::uint64_t>(c.connection_memory)
                                                 : memory_limit() / 2;
     budget = gateway::connection_budget(
         {.configured = c.max_connections,
          .open_files = raise_open_file_limit(),
-         .pool_threads = c.blocking_threads + c.upload_threads,
+         .pool_threads = c.blocking_threads + c.upload_threads + static_cast<long>(kProbeThreads),
          .memory = memory,
          .per_connection = connection_cost(static_cast<std::uint64_t>(c.max_header_size))});
     if (c.max_connections > budget.max_connections)
@@ -644,7 +648,8 @@ struct HttpServer::Impl {
         if (auto at_once = api.answer_at_once(r)) {
           resp = std::move(*at_once);
         } else {
-          Handled h = co_await handle_and_commit(pool, [&] { return api.handle(r); });
+          Handled h = co_await handle_and_commit(Api::is_probe_or_scrape(r) ? probes : pool,
+                                                 [&] { return api.handle(r); });
           if (h.resp.answer) {
             resp = co_await answered(r, std::move(h));
           } else {
@@ -1178,6 +1183,7 @@ HttpServer::HttpServer(const Config& config, Api& api, Notifier& notifier)
 HttpServer::~HttpServer() {
   impl_->pool.join();
   impl_->uploads.join();
+  impl_->probes.join();
   std::unique_lock lock(impl_->commits_mu);
   impl_->commits_cv.wait(lock, [this] { return impl_->commits == 0; });
 }
@@ -1218,7 +1224,8 @@ bool HttpServer::run() {
     // deadline): dropped, so that the pools' join waits only for what runs now. (A stop of
     // waits on Redis, at the deadline, keeps that short; main.cpp bounds it all the same.)
     impl_->api.stop_waiting();
-    const auto dropped = impl_->pool.discard_queued() + impl_->uploads.discard_queued();
+    const auto dropped = impl_->pool.discard_queued() + impl_->uploads.discard_queued() +
+                         impl_->probes.discard_queued();
     if (dropped > 0)
       log::warn("shutdown: requests queued for the pools dropped",
                 {{"requests", static_cast<std::int64_t>(dropped)}});

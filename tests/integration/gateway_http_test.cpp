@@ -389,8 +389,8 @@ TEST_F(GatewayTest, ALowOpenFileLimitIsSurvived) {
   // Submissions work too (storage, Redis: the reserve kept descriptors for them).
   auto r = http("POST", base + "/jobs/echo?filename=a.txt", {"Content-Type: text/plain"}, "x");
   EXPECT_EQ(r.status, 202) << r.body;
-  EXPECT_NE(gw.log().find("\"max_connections\":32"), std::string::npos)
-      << "128 files less the reserve (64 + 8 per pool thread)\n"
+  EXPECT_NE(gw.log().find("\"max_connections\":16"), std::string::npos)
+      << "128 files less the reserve (64 + 8 per pool thread: 2 request, 2 upload, 2 probe)\n"
       << gw.log();
   gw.signal(SIGTERM);
   EXPECT_EQ(gw.wait_exit(20s), 0) << gw.log();

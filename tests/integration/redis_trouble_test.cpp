@@ -31,6 +31,36 @@ TEST_F(GatewayTest, RedisOutageIs503ThenRecovery) {
   EXPECT_EQ(metric_value(http("GET", url("/metrics")).body, "relay_redis_up"), 1);
 }
 
+// Readiness and metrics through an outage, with every request thread held by status reads that
+// wait out redis.retry_timeout: answered at once, on a pool of their own, not behind those reads.
+// Found by trying (2026-12-06): 40 clients polling a job's status through an outage kept /readyz
+// and /metrics waiting 11-15 s, past a readiness probe's timeout and a scrape's.
+TEST_F(GatewayTest, ReadinessAndMetricsDoNotWaitBehindReadsHeldByAnOutage) {
+  start_gateway({{"RELAY_REDIS_RETRY_TIMEOUT", "30s"}, {"RELAY_SERVER_BLOCKING_THREADS", "2"}});
+  const std::string id = submit_id("polled");
+  redis_.stop();
+  std::atomic<int> answered{0};
+  std::vector<std::future<void>> polls;
+  for (int i = 0; i < 6; ++i)
+    polls.push_back(std::async(std::launch::async, [&] {
+      http("GET", url("/jobs/echo/" + id));
+      ++answered;
+    }));
+  // Both request threads wait on Redis (each logs its retries); the other reads queue.
+  ASSERT_TRUE(wait_until(
+      [&] { return occurrences(gateway_->log(), "redis unavailable, retrying") >= 4; }, 20s))
+      << gateway_->log();
+  auto ready = http("GET", url("/readyz"));
+  auto metrics = http("GET", url("/metrics"));
+  EXPECT_EQ(answered.load(), 0) << "readiness and metrics were answered behind the held reads";
+  EXPECT_EQ(ready.status, 503) << ready.body;
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_EQ(metric_value(metrics.body, "relay_redis_up"), 0) << metrics.body;
+  redis_.start();  // the held reads end once Redis is back
+  for (auto& p : polls) p.wait();
+  EXPECT_EQ(answered.load(), 6);
+}
+
 // A large upload holds its input for deletion once past 1 MiB (see
 // AGatewayKilledBetweenStoringAnInputAndCreatingItsJobLeavesNothing); with Redis away at that
 // moment the upload goes on without the hold, and its job is created once Redis is back.
