@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 #include <charconv>
@@ -132,10 +133,15 @@ std::optional<std::string> Api::tenant_of(const Request& req) const {
   return api_keys_.tenant(sha256_hex(key));
 }
 
-bool Api::is_probe_or_scrape(const Request& req) {
-  if ((req.method != "GET" && req.method != "HEAD") || req.has_body) return false;
+Api::Pool Api::pool_for(const Request& req) {
+  if (req.method != "GET" || req.has_body) return Pool::requests;
   const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
-  return path == "/readyz" || path == "/metrics";
+  if (path == "/readyz" || path == "/metrics") return Pool::probes;
+  // /jobs/{service_type}/{id}/result (what the route checks of the parts is checked there).
+  if (path.starts_with("/jobs/") && path.ends_with("/result") &&
+      std::count(path.begin(), path.end(), '/') == 4)
+    return Pool::storage;
+  return Pool::requests;
 }
 
 std::optional<Response> Api::answer_at_once(const Request& req) const {

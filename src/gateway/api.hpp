@@ -147,12 +147,17 @@ class Api {
   // at once on the I/O thread: they never queue behind uploads on the blocking pool. nullopt
   // otherwise.
   std::optional<Response> answer_at_once(const Request& req) const;
-  // Readiness and metrics (GET /readyz, /metrics): the server answers them on a pool of their
-  // own, so that requests holding every request thread — status reads waiting out
-  // redis.retry_timeout while Redis is down — do not keep Kubernetes' readiness probe or
-  // Prometheus' scrape waiting behind them (both took 11–15 s with 40 clients polling a job's
-  // status through an outage, 2026-12-06). Each makes one attempt at Redis, without retries.
-  static bool is_probe_or_scrape(const Request& req);
+  // The pool the server runs a request's handler on, by what the request waits for, so that a
+  // dependency in trouble holds only the requests that need it. Redis: the request pool (status
+  // reads, listings, cancels). Storage: a result's download (GET .../result), on the storage
+  // pool with uploads' writes — with S3 holding its GETs, 16 downloads had held every request
+  // thread and a status read waited 23 s behind them. Neither for long: readiness and metrics
+  // (GET /readyz, /metrics), on a pool of their own — through a Redis outage, status reads
+  // waiting out redis.retry_timeout held every request thread, and with 40 clients polling a
+  // job /readyz and /metrics waited 11–15 s, past a readiness probe's timeout and a scrape's
+  // (2026-12-06); each makes one attempt at Redis, without retries.
+  enum class Pool { requests, storage, probes };
+  static Pool pool_for(const Request& req);
   // A long-poll woken by a notice that carries its job's ended record (Notifier): the answer
   // made from it, as handle() would make it from a read — when the notice is such a record, of
   // the job req asks about, and req still passes as its tenant. nullopt otherwise: read it.

@@ -103,14 +103,15 @@ config::Schema schema(Config& c) {
             "with the chart's 1 GiB, 16,384 connections. Beyond the limit connections are "
             "refused, rather than a flood of slow headers growing the gateway until it is killed.");
   s.integer("server.blocking_threads", &c.blocking_threads, 16, 1, 1024,
-            "Threads that answer requests (Redis, storage reads), at most: one per core runs "
-            "quick work, the rest join in while requests wait a millisecond for those (slow "
-            "storage, Redis failing over). Uploads hold none while the client sends: bodies are "
-            "read on the I/O thread.");
+            "Threads that answer requests that wait on Redis (status, listings, cancels), at "
+            "most: one per core runs quick work, the rest join in while requests wait a "
+            "millisecond for those (Redis failing over). Uploads hold none while the client "
+            "sends: bodies are read on the I/O thread. Readiness and metrics have two threads "
+            "of their own.");
   s.integer("server.upload_threads", &c.upload_threads, 8, 1, 1024,
-            "Threads that write received upload bytes to storage (encrypting them on the way), "
-            "apart from `blocking_threads`, so that status, readiness and metrics never wait "
-            "behind uploads.");
+            "Threads that work on storage: write received upload bytes (encrypting them on the "
+            "way) and read results for downloads, apart from `blocking_threads`, so that status, "
+            "readiness and metrics never wait behind uploads, downloads or a slow store.");
   s.integer("server.upload_buffer_memory", &c.upload_buffer_memory, 64LL << 20, 0, 1LL << 40,
             "Bytes of received upload data the gateway holds, over all uploads at once, beyond "
             "16 KiB per upload piece (an upload holds two pieces: one being stored while the "

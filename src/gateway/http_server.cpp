@@ -15,9 +15,11 @@
 //   answer  ◀──────────────────────────  (its reply)
 //
 // A slow client only ever holds a coroutine and its unread bytes; pool threads only ever work on
-// bytes already received, and never wait for a submission's round trip to Redis; health,
-// readiness, metrics and status never queue behind uploads. (A small body goes with the header
-// to Api::handle, which finishes its Intake at once: one trip to the request pool.)
+// bytes already received, and never wait for a submission's round trip to Redis. Handlers run
+// on the pool of what they wait for (Api::pool_for): Redis (requests), storage (uploads' writes,
+// results' reads) or neither (readiness, metrics), so health, readiness, metrics and status
+// never queue behind uploads, downloads or each other. (A small body goes with the header to
+// Api::handle, which finishes its Intake at once: one trip to the request pool.)
 #include "gateway/http_server.hpp"
 
 #include <linux/sockios.h>
@@ -429,9 +431,9 @@ struct HttpServer::Impl {
   std::set<int> sockets;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
-  WorkPool pool;     // request handlers (server.blocking_threads)
-  WorkPool uploads;  // received upload bytes -> storage (server.upload_threads)
-  WorkPool probes;   // readiness and metrics (Api::is_probe_or_scrape): never behind requests
+  WorkPool pool;             // request handlers (server.blocking_threads)
+  WorkPool storing;          // uploads' bytes -> storage, results' <- it (server.upload_threads)
+  WorkPool probes;           // readiness and metrics: never behind requests (Api::pool_for)
   PieceBudget piece_budget;  // server.upload_buffer_memory
   std::atomic<long> connections{0};
   // Submits in the group commit: io must outlive their hand-backs (~HttpServer waits for them).
@@ -451,7 +453,7 @@ struct HttpServer::Impl {
         api(a),
         notifier(n),
         pool(static_cast<std::size_t>(c.blocking_threads), cores()),
-        uploads(static_cast<std::size_t>(c.upload_threads), cores()),
+        storing(static_cast<std::size_t>(c.upload_threads), cores()),
         probes(kProbeThreads, 1),
         piece_budget(static_cast<std::size_t>(c.upload_buffer_memory)) {
     const auto memory = c.connection_memory > 0 ? static_cast<std::uint64_t>(c.connection_memory)
@@ -527,6 +529,19 @@ struct HttpServer::Impl {
       });
       ++connections;
     }
+  }
+
+  // The pool a request's handler runs on: that of what it waits for.
+  WorkPool& pool_for(const Request& r) {
+    switch (Api::pool_for(r)) {
+      case Api::Pool::storage:
+        return storing;
+      case Api::Pool::probes:
+        return probes;
+      case Api::Pool::requests:
+        break;
+    }
+    return pool;
   }
 
   asio::awaitable<void> session(tcp::socket socket) {
@@ -648,8 +663,7 @@ struct HttpServer::Impl {
         if (auto at_once = api.answer_at_once(r)) {
           resp = std::move(*at_once);
         } else {
-          Handled h = co_await handle_and_commit(Api::is_probe_or_scrape(r) ? probes : pool,
-                                                 [&] { return api.handle(r); });
+          Handled h = co_await handle_and_commit(pool_for(r), [&] { return api.handle(r); });
           if (h.resp.answer) {
             resp = co_await answered(r, std::move(h));
           } else {
@@ -688,7 +702,7 @@ struct HttpServer::Impl {
       } else if (intake) {
         // Unfinished (the client went away, or a refusal), its undo blocks on storage and
         // Redis: it goes on the upload pool.
-        co_await run_blocking(uploads, [&] { intake.reset(); });
+        co_await run_blocking(storing, [&] { intake.reset(); });
       }
       if (failed) {
         if (r.has_body && !body.done()) {
@@ -775,7 +789,7 @@ struct HttpServer::Impl {
     std::optional<Response> refused;
     auto store = [&]() -> asio::awaitable<void> {
       if (piece.empty() && early.empty()) co_return;
-      refused = co_await run_blocking(uploads, feed);
+      refused = co_await run_blocking(storing, feed);
       // Refused (too large, a bad form): answered now, not once the read under way ends — which
       // a client that stopped sending would make wait for body_idle_timeout, then lose the
       // answer to the cut.
@@ -792,7 +806,7 @@ struct HttpServer::Impl {
       std::swap(piece, next);
     }
     // The last piece stored and the answer asked for in one trip to the pool.
-    Handled h = co_await handle_and_commit(uploads, [&] {
+    Handled h = co_await handle_and_commit(storing, [&] {
       if (auto no = feed()) return std::move(*no);
       return intake.finish();
     });
@@ -909,7 +923,7 @@ struct HttpServer::Impl {
   asio::awaitable<Response> answer_commit(Intake& intake, redis::Batcher::Outcome o) {
     if (!o.error)
       if (auto answer = intake.committed(std::move(o.replies))) co_return std::move(*answer);
-    co_return co_await run_blocking(uploads, [&] { return intake.commit_again(); });
+    co_return co_await run_blocking(storing, [&] { return intake.commit_again(); });
   }
 
   // Takes an intake through its gates (Intake::gated), the first one's outcome in hand: nullopt
@@ -922,10 +936,10 @@ struct HttpServer::Impl {
       std::optional<Response> next = intake.gated(std::move(o.replies));
       if (!next || !next->gate) co_return next;
       if (next->commit.empty()) break;
-      Handled h = co_await handle_and_commit(uploads, [&] { return std::move(*next); });
+      Handled h = co_await handle_and_commit(storing, [&] { return std::move(*next); });
       o = std::move(*h.sent);
     }
-    co_return co_await run_blocking(uploads, [&] { return intake.gate_again(); });
+    co_return co_await run_blocking(storing, [&] { return intake.gate_again(); });
   }
 
   // Ends a connection once its answer is written: half-closed. A client still sending a body we
@@ -1138,7 +1152,7 @@ struct HttpServer::Impl {
       co_await http::async_write(stream, out, asio::use_awaitable);
       co_return;
     }
-    // A stored object: streamed in chunks, read from storage on the pool.
+    // A stored object: streamed in chunks, read from storage on the storage pool.
     http::response<http::buffer_body> out{static_cast<http::status>(resp.status), 11};
     out.set(http::field::content_type, resp.content_type);
     out.set(http::field::date, http_date());
@@ -1159,7 +1173,7 @@ struct HttpServer::Impl {
       // stalled downloads took 127 MiB) must not grow the gateway without bound.
       Piece chunk(piece_budget);
       const auto room = chunk.room(kDownloadChunk, kDownloadChunk);
-      size_t n = co_await run_blocking(pool, [&] { return resp.stream->read(room); });
+      size_t n = co_await run_blocking(storing, [&] { return resp.stream->read(room); });
       out.body().data = n ? room.data() : nullptr;
       out.body().size = n;
       out.body().more = n > 0;
@@ -1182,7 +1196,7 @@ HttpServer::HttpServer(const Config& config, Api& api, Notifier& notifier)
 
 HttpServer::~HttpServer() {
   impl_->pool.join();
-  impl_->uploads.join();
+  impl_->storing.join();
   impl_->probes.join();
   std::unique_lock lock(impl_->commits_mu);
   impl_->commits_cv.wait(lock, [this] { return impl_->commits == 0; });
@@ -1224,7 +1238,7 @@ bool HttpServer::run() {
     // deadline): dropped, so that the pools' join waits only for what runs now. (A stop of
     // waits on Redis, at the deadline, keeps that short; main.cpp bounds it all the same.)
     impl_->api.stop_waiting();
-    const auto dropped = impl_->pool.discard_queued() + impl_->uploads.discard_queued() +
+    const auto dropped = impl_->pool.discard_queued() + impl_->storing.discard_queued() +
                          impl_->probes.discard_queued();
     if (dropped > 0)
       log::warn("shutdown: requests queued for the pools dropped",

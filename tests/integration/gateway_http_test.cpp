@@ -545,6 +545,42 @@ TEST_F(GatewayTest, AResultDownloadRidesOutADroppedStorageConnection) {
   EXPECT_EQ(occurrences(gateway_->log(), "storage read failed; resuming"), 2u) << gateway_->log();
 }
 
+// A store that holds its GETs holds the downloads that read it, not the status reads, readiness
+// or metrics: each waits on the pool of what it needs. Found by trying (2026-12-06): with S3
+// holding every result GET, 16 downloads took every request thread and a status read waited 23 s.
+TEST_F(GatewayTest, DownloadsHeldByASlowStoreHoldNoStatusRead) {
+  S3Server s3({}, {"--hold-requests", "100", "--hold-match", "result.json", "--hold-method", "GET",
+                   "--hold-ms", "60000"});
+  Env env = s3.env();
+  env["RELAY_SERVER_BLOCKING_THREADS"] = "2";
+  env["RELAY_SERVER_UPLOAD_THREADS"] = "2";
+  start_gateway(env);
+  InferenceServer inference;
+  auto id = submit_id("a result in a slow store");
+  ASSERT_EQ(start_relay(inference, s3.env())->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  std::atomic<int> downloaded{0};
+  std::vector<std::future<void>> downloads;
+  for (int i = 0; i < 4; ++i)
+    downloads.push_back(std::async(std::launch::async, [&] {
+      http("GET", url("/jobs/echo/" + id + "/result"));
+      ++downloaded;
+    }));
+  // Both storage threads wait on S3 (the other downloads queue behind them).
+  ASSERT_TRUE(wait_until([&] { return occurrences(s3.log(), "held 60000 ms") >= 2; }, 20s))
+      << s3.log();
+  auto status = http("GET", url("/jobs/echo/" + id));
+  auto ready = http("GET", url("/readyz"));
+  auto metrics = http("GET", url("/metrics"));
+  EXPECT_EQ(downloaded.load(), 0) << "answered behind the held downloads";
+  EXPECT_EQ(status.status, 200) << status.body;
+  EXPECT_EQ(str(parse(status), "status"), "completed");
+  EXPECT_EQ(ready.status, 200) << ready.body;
+  EXPECT_EQ(metrics.status, 200);
+  s3.kill();  // the held GETs fail; the downloads end
+  for (auto& d : downloads) d.wait();
+}
+
 // A download answered with Connection: close whose last bytes still wait in the kernel for a
 // slow reader keeps its socket until they are delivered: closed at once, it was an orphan with
 // data, which Linux kills first under TCP memory pressure ("TCP: out of memory") — seen as a cut
