@@ -134,13 +134,15 @@ std::optional<std::string> Api::tenant_of(const Request& req) const {
 }
 
 Api::Pool Api::pool_for(const Request& req) {
-  if (req.method != "GET" || req.has_body) return Pool::requests;
   const std::string_view path = std::string_view(req.target).substr(0, req.target.find('?'));
+  const auto depth = std::count(path.begin(), path.end(), '/');
+  // (What the route checks of the parts is checked there.)
+  if (req.method == "POST" && path.starts_with("/jobs/") && depth == 2)
+    return Pool::storage;  // a submission: its input stored (its Redis step never waited on)
+  if (req.method != "GET" || req.has_body) return Pool::requests;
   if (path == "/readyz" || path == "/metrics") return Pool::probes;
-  // /jobs/{service_type}/{id}/result (what the route checks of the parts is checked there).
-  if (path.starts_with("/jobs/") && path.ends_with("/result") &&
-      std::count(path.begin(), path.end(), '/') == 4)
-    return Pool::storage;
+  if (path.starts_with("/jobs/") && path.ends_with("/result") && depth == 4)
+    return Pool::storage;  // a result's download
   return Pool::requests;
 }
 

@@ -149,9 +149,10 @@ class Api {
   std::optional<Response> answer_at_once(const Request& req) const;
   // The pool the server runs a request's handler on, by what the request waits for, so that a
   // dependency in trouble holds only the requests that need it. Redis: the request pool (status
-  // reads, listings, cancels). Storage: a result's download (GET .../result), on the storage
-  // pool with uploads' writes — with S3 holding its GETs, 16 downloads had held every request
-  // thread and a status read waited 23 s behind them. Neither for long: readiness and metrics
+  // reads, listings, cancels). Storage: a submission (its input stored; a small one's whole
+  // body comes with its header) and a result's download, on the storage pool with the rest of
+  // uploads' writes — with S3 holding its GETs or its PUTs, 16 downloads or small submissions had
+  // held every request thread and a status read waited 23 s behind them. Neither for long: readiness and metrics
   // (GET /readyz, /metrics), on a pool of their own — through a Redis outage, status reads
   // waiting out redis.retry_timeout held every request thread, and with 40 clients polling a
   // job /readyz and /metrics waited 11–15 s, past a readiness probe's timeout and a scrape's

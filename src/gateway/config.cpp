@@ -109,9 +109,10 @@ config::Schema schema(Config& c) {
             "sends: bodies are read on the I/O thread. Readiness and metrics have two threads "
             "of their own.");
   s.integer("server.upload_threads", &c.upload_threads, 8, 1, 1024,
-            "Threads that work on storage: write received upload bytes (encrypting them on the "
-            "way) and read results for downloads, apart from `blocking_threads`, so that status, "
-            "readiness and metrics never wait behind uploads, downloads or a slow store.");
+            "Threads that work on storage: store submissions' inputs as their bytes arrive "
+            "(encrypting them on the way) and read results for downloads, apart from "
+            "`blocking_threads`, so that status, readiness and metrics never wait behind "
+            "uploads, downloads or a slow store.");
   s.integer("server.upload_buffer_memory", &c.upload_buffer_memory, 64LL << 20, 0, 1LL << 40,
             "Bytes of received upload data the gateway holds, over all uploads at once, beyond "
             "16 KiB per upload piece (an upload holds two pieces: one being stored while the "

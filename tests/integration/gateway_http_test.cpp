@@ -545,40 +545,59 @@ TEST_F(GatewayTest, AResultDownloadRidesOutADroppedStorageConnection) {
   EXPECT_EQ(occurrences(gateway_->log(), "storage read failed; resuming"), 2u) << gateway_->log();
 }
 
-// A store that holds its GETs holds the downloads that read it, not the status reads, readiness
-// or metrics: each waits on the pool of what it needs. Found by trying (2026-12-06): with S3
-// holding every result GET, 16 downloads took every request thread and a status read waited 23 s.
-TEST_F(GatewayTest, DownloadsHeldByASlowStoreHoldNoStatusRead) {
-  S3Server s3({}, {"--hold-requests", "100", "--hold-match", "result.json", "--hold-method", "GET",
-                   "--hold-ms", "60000"});
-  Env env = s3.env();
-  env["RELAY_SERVER_BLOCKING_THREADS"] = "2";
-  env["RELAY_SERVER_UPLOAD_THREADS"] = "2";
-  start_gateway(env);
-  InferenceServer inference;
-  auto id = submit_id("a result in a slow store");
-  ASSERT_EQ(start_relay(inference, s3.env())->wait_exit(30s), 0);
-  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
-  std::atomic<int> downloaded{0};
-  std::vector<std::future<void>> downloads;
-  for (int i = 0; i < 4; ++i)
-    downloads.push_back(std::async(std::launch::async, [&] {
-      http("GET", url("/jobs/echo/" + id + "/result"));
-      ++downloaded;
-    }));
-  // Both storage threads wait on S3 (the other downloads queue behind them).
-  ASSERT_TRUE(wait_until([&] { return occurrences(s3.log(), "held 60000 ms") >= 2; }, 20s))
-      << s3.log();
-  auto status = http("GET", url("/jobs/echo/" + id));
-  auto ready = http("GET", url("/readyz"));
-  auto metrics = http("GET", url("/metrics"));
-  EXPECT_EQ(downloaded.load(), 0) << "answered behind the held downloads";
-  EXPECT_EQ(status.status, 200) << status.body;
-  EXPECT_EQ(str(parse(status), "status"), "completed");
-  EXPECT_EQ(ready.status, 200) << ready.body;
-  EXPECT_EQ(metrics.status, 200);
-  s3.kill();  // the held GETs fail; the downloads end
-  for (auto& d : downloads) d.wait();
+// A store that holds its requests holds what needs it — downloads, submissions —, not the status
+// reads, readiness or metrics: each request waits on the pool of what it needs. Found by trying
+// (2026-12-06): with S3 holding every result GET, or every input PUT, 16 downloads or small
+// submissions took every request thread and a status read waited 23 s.
+class SlowStoreTest : public GatewayTest {
+ protected:
+  // A completed job, in a store that holds the requests of `method` whose URL has `match` (all
+  // but the first `served`); then 4 `held` requests: once the store holds two (both storage
+  // threads), a status read, /readyz and /metrics are answered while none of them is.
+  void expect_status_reads_not_behind(const std::string& match, const std::string& method,
+                                      int served,
+                                      const std::function<void(const std::string& id)>& held) {
+    S3Server s3({}, {"--hold-requests", "100", "--hold-match", match, "--hold-method", method,
+                     "--hold-after", std::to_string(served), "--hold-ms", "60000"});
+    Env env = s3.env();
+    env["RELAY_SERVER_BLOCKING_THREADS"] = "2";
+    env["RELAY_SERVER_UPLOAD_THREADS"] = "2";
+    start_gateway(env);
+    InferenceServer inference;
+    auto id = submit_id("a job in a slow store");
+    ASSERT_EQ(start_relay(inference, s3.env())->wait_exit(30s), 0);
+    ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+    std::atomic<int> answered{0};
+    std::vector<std::future<void>> requests;
+    for (int i = 0; i < 4; ++i)
+      requests.push_back(std::async(std::launch::async, [&] {
+        held(id);
+        ++answered;
+      }));
+    ASSERT_TRUE(wait_until([&] { return occurrences(s3.log(), "held 60000 ms") >= 2; }, 20s))
+        << s3.log();
+    auto status = http("GET", url("/jobs/echo/" + id));
+    auto ready = http("GET", url("/readyz"));
+    auto metrics = http("GET", url("/metrics"));
+    EXPECT_EQ(answered.load(), 0) << "answered behind the held requests";
+    EXPECT_EQ(status.status, 200) << status.body;
+    EXPECT_EQ(str(parse(status), "status"), "completed");
+    EXPECT_EQ(ready.status, 200) << ready.body;
+    EXPECT_EQ(metrics.status, 200);
+    s3.kill();  // what it held fails; the requests end
+    for (auto& r : requests) r.wait();
+  }
+};
+
+TEST_F(SlowStoreTest, DownloadsHeldByIt) {
+  expect_status_reads_not_behind("result.json", "GET", 0, [&](const std::string& id) {
+    http("GET", url("/jobs/echo/" + id + "/result"));
+  });
+}
+
+TEST_F(SlowStoreTest, SmallSubmissionsHeldByIt) {
+  // (The first input PUT served: the completed job's own.)
+  expect_status_reads_not_behind("/input", "PUT", 1, [&](const std::string&) { submit("small"); });
 }
 
 // A download answered with Connection: close whose last bytes still wait in the kernel for a
