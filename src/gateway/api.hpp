@@ -53,7 +53,7 @@ struct Response;
 
 // A request whose body is taken as it arrives (a submission). The server reads the body on its
 // I/O thread and pushes each piece in, in order, then asks for the answer; both calls block on
-// storage and Redis, so they run on the server's upload pool, only ever for bytes already
+// storage and Redis, so they run on the server's storage pool, only ever for bytes already
 // received. Destroyed before finish() succeeded — the client went away or was cut, a refusal,
 // shutdown — it removes what it stored and frees its Idempotency-Key.
 class Intake {
@@ -151,12 +151,12 @@ class Api {
   // dependency in trouble holds only the requests that need it. Redis: the request pool (status
   // reads, listings, cancels). Storage: a submission (its input stored; a small one's whole
   // body comes with its header) and a result's download, on the storage pool with the rest of
-  // uploads' writes — with S3 holding its GETs or its PUTs, 16 downloads or small submissions had
-  // held every request thread and a status read waited 23 s behind them. Neither for long: readiness and metrics
-  // (GET /readyz, /metrics), on a pool of their own — through a Redis outage, status reads
-  // waiting out redis.retry_timeout held every request thread, and with 40 clients polling a
-  // job /readyz and /metrics waited 11–15 s, past a readiness probe's timeout and a scrape's
-  // (2026-12-06); each makes one attempt at Redis, without retries.
+  // uploads' writes — with S3 holding its GETs or its PUTs, 16 downloads or small submissions
+  // had held every request thread and a status read waited 23 s behind them. Neither for long:
+  // readiness and metrics (GET /readyz, /metrics), on a pool of their own — through a Redis
+  // outage, status reads waiting out redis.retry_timeout held every request thread, and with 40
+  // clients polling a job /readyz and /metrics waited 11–15 s, past a readiness probe's timeout
+  // and a scrape's (2026-12-06); each makes one attempt at Redis, without retries.
   enum class Pool { requests, storage, probes };
   static Pool pool_for(const Request& req);
   // A long-poll woken by a notice that carries its job's ended record (Notifier): the answer

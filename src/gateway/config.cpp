@@ -117,7 +117,7 @@ config::Schema schema(Config& c) {
             "Bytes of received upload data the gateway holds, over all uploads at once, beyond "
             "16 KiB per upload piece (an upload holds two pieces: one being stored while the "
             "next is read; up to 1 MiB each while this has room). Past it uploads go on in "
-            "16 KiB pieces (more hand-offs to the upload pool per byte), so memory does not grow "
+            "16 KiB pieces (more hand-offs to the storage pool per byte), so memory does not grow "
             "with the number of fast uploads. Result downloads draw on it too: a chunk of up to "
             "64 KiB each while it has room, 16 KiB past it.");
   config::bind_redis(s, c.redis);

@@ -1,25 +1,26 @@
 // The only translation unit of the gateway that includes Boost.Beast — on purpose, and why it is
 // longer than our other files: Beast and Asio's coroutines compile once here, not in every file
 // that touches a request (a build on 2 cores). Its parts, in order: the body reader, the server's
-// sessions, the answers. The shape of a request:
+// sessions, the answers. The shape of a submission:
 //
-//   I/O thread (this file)              request pool             upload pool
+//   I/O thread (this file)              storage pool (Api::pool_for)
 //   read the header
 //   read a small body, or what is there
 //                           ─────────▶  Api::handle
 //   answer  ◀─────────────────────────  Response, or an Intake for a body still arriving
-//   read the next piece of the body ─────────────────────────▶  Intake::write
-//   ...                                                          (storage, encryption)
-//   the body ended                  ─────────────────────────▶  Intake::finish (the job)
-//                                       group commit (Redis) ◀──  the job's record
+//   read the next piece of the body ──▶  Intake::write (storage, encryption)
+//   ...
+//   the body ended                  ──▶  Intake::finish (the job)
+//   group commit (Redis)  ◀───────────  the job's record
 //   answer  ◀──────────────────────────  (its reply)
 //
 // A slow client only ever holds a coroutine and its unread bytes; pool threads only ever work on
 // bytes already received, and never wait for a submission's round trip to Redis. Handlers run
-// on the pool of what they wait for (Api::pool_for): Redis (requests), storage (uploads' writes,
-// results' reads) or neither (readiness, metrics), so health, readiness, metrics and status
-// never queue behind uploads, downloads or each other. (A small body goes with the header to
-// Api::handle, which finishes its Intake at once: one trip to the request pool.)
+// on the pool of what they wait for (Api::pool_for): Redis (the request pool), storage (the
+// storage pool: submissions, results' downloads) or neither (readiness, metrics), so health,
+// readiness, metrics and status never queue behind uploads, downloads or each other. (A small
+// body goes with the header to Api::handle, which finishes its Intake at once: one trip to the
+// storage pool.)
 #include "gateway/http_server.hpp"
 
 #include <linux/sockios.h>
@@ -71,7 +72,7 @@ constexpr auto kHeaderTimeout = std::chrono::seconds(60);  // idle keep-alive an
 constexpr std::size_t kProbeThreads = 2;
 // Read before the handler runs: a body this small costs one trip to the request pool.
 constexpr std::size_t kPrefetch = 64 * 1024;
-// What an upload hands the upload pool at a time, at most (each hand-off costs two thread
+// What an upload hands the storage pool at a time, at most (each hand-off costs two thread
 // switches: at 1 MiB they are a few percent of a fast upload's CPU; a fast upload holds two
 // pieces); and below what size a piece waits (up to kHold) for more before it is handed on.
 constexpr std::size_t kPiece = 1024 * 1024;
@@ -121,7 +122,7 @@ struct Malformed {
 // stored objects being downloaded (kDownloadChunk at most, while the budget has room). A piece
 // holds up to kSmallPiece on its own; beyond that it grows only with room taken from here, given
 // back when the piece is freed or its upload slows to small pieces. Without room an upload goes on
-// in small pieces — more hand-offs to the upload pool, the same bytes — so the gateway's memory
+// in small pieces — more hand-offs to the storage pool, the same bytes — so the gateway's memory
 // does not grow with the number of fast uploads (200 at once held 450 MiB before).
 class PieceBudget {
  public:
@@ -701,7 +702,7 @@ struct HttpServer::Impl {
         intake.reset();
       } else if (intake) {
         // Unfinished (the client went away, or a refusal), its undo blocks on storage and
-        // Redis: it goes on the upload pool.
+        // Redis: it goes on the storage pool.
         co_await run_blocking(storing, [&] { intake.reset(); });
       }
       if (failed) {
@@ -780,7 +781,7 @@ struct HttpServer::Impl {
     }
     // The next piece is read while the last one is stored: the client and storage move at once.
     Piece piece(piece_budget), next(piece_budget);
-    auto feed = [&]() -> std::optional<Response> {  // on the upload pool
+    auto feed = [&]() -> std::optional<Response> {  // on the storage pool
       if (!early.empty())
         if (auto no = intake.write(std::exchange(early, {}))) return no;
       if (piece.empty()) return std::nullopt;
@@ -919,7 +920,7 @@ struct HttpServer::Impl {
 
   // The answer to a submission whose job record went through the group commit: made here (it
   // is cheap), or, when the batch failed (or the answer needs a record read: a replay), by the
-  // step again, blocking, on the upload pool.
+  // step again, blocking, on the storage pool.
   asio::awaitable<Response> answer_commit(Intake& intake, redis::Batcher::Outcome o) {
     if (!o.error)
       if (auto answer = intake.committed(std::move(o.replies))) co_return std::move(*answer);
@@ -928,8 +929,8 @@ struct HttpServer::Impl {
 
   // Takes an intake through its gates (Intake::gated), the first one's outcome in hand: nullopt
   // once it passed them all, else the answer. Each gate's reply is read here; a next gate's
-  // calls go into the group commit from the upload pool; a failed batch, or a gate that must
-  // block (a replay reads a record), is left to gate_again() on the upload pool.
+  // calls go into the group commit from the storage pool; a failed batch, or a gate that must
+  // block (a replay reads a record), is left to gate_again() on the storage pool.
   asio::awaitable<std::optional<Response>> pass_gates(Intake& intake, redis::Batcher::Outcome o) {
     for (;;) {
       if (o.error) break;

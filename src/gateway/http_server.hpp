@@ -1,8 +1,10 @@
 #pragma once
 // The gateway's HTTP server: Boost.Beast with C++20 coroutines on one I/O thread, which owns
 // every socket — thousands of idle long-polls and slow uploads cost a coroutine frame each.
-// Handlers (Redis, storage) run on a request pool (server.blocking_threads); received upload
-// bytes are stored on an upload pool (server.upload_threads); neither ever waits on a client.
+// Handlers run on the pool of what they wait for: Redis on a request pool
+// (server.blocking_threads), storage (submissions' bytes, results' downloads) on a storage pool
+// (server.upload_threads), readiness and metrics on two threads of their own; none ever waits
+// on a client.
 
 #include <memory>
 #include <string>

@@ -1,5 +1,5 @@
 #pragma once
-// Connections shared by a pool of threads (the gateway's request and upload pools): a request
+// Connections shared by a pool of threads (the gateway's request and storage pools): a request
 // borrows one for its duration and the lease gives it back. As many are open as were ever in
 // use at once — at most one per thread — and they belong to this pool's endpoint alone.
 //
