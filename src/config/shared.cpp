@@ -21,7 +21,10 @@ void bind_redis(Schema& s, RedisConfig& c) {
             "Wrap the model in `{}` in keys so each model's keys share a Redis Cluster slot "
             "(always on in cluster mode).");
   s.duration("redis.connect_timeout", &c.connect_timeout, "5s",
-             "Timeout of one connection attempt.", config::kPositive);
+             "Timeout of one connection attempt, its handshake's replies included (AUTH, a "
+             "sentinel's or cluster node's answer): a frozen Redis's kernel still accepts "
+             "connections.",
+             config::kPositive);
   s.string("redis.tls_ca_file", &c.tls_ca_file, "",
            "TLS (`rediss://`): CA certificates (PEM) that signed Redis's certificate; empty = the "
            "system's CAs (managed services).");

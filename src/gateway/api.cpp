@@ -101,21 +101,37 @@ const char* methods_of(const std::vector<std::string>& seg) {
 
 // Every method the server has, for `OPTIONS *` (RFC 9110 §9.3.7: the server's, not a route's).
 constexpr const char* kAllMethods = "GET, HEAD, POST, DELETE, OPTIONS";
+
+// How long /readyz and /metrics wait for Redis, to connect and for each reply: within a
+// Prometheus scrape's timeout (10 s by default) with room, and above a healthy Redis's longest
+// stalls (a fork), so that a busy Redis does not take every gateway out of its Service at once.
+// (Kubernetes's readiness probe gives 1 s by default: a Redis that stops answering fails it
+// either way.)
+constexpr auto kProbeWait = redis::kLeastReadWait;
+
+redis::Endpoint probe_endpoint(redis::Endpoint ep) {
+  ep.connect_timeout = std::min(ep.connect_timeout, kProbeWait);
+  return ep;
+}
 }  // namespace
 
 Api::Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption,
-         http::Resolver& resolver)
+         http::Resolver& resolver, Unsettled& unsettled)
     : cfg_(config),
       storage_(storage),
       enc_(encryption),
       resolver_(resolver),
+      unsettled_(unsettled),
       redis_(config.redis.endpoint()),
+      probe_redis_(probe_endpoint(config.redis.endpoint())),
       keys_(config.redis.keys()),
       api_keys_(config.tenant_keys(), config.operator_keys()),
       cors_(config.cors_origins) {
   if (config.redis.endpoint().cluster_seeds.empty() || config.redis.wait_replicas == 0)
-    submits_ =
-        std::make_unique<redis::Batcher>(config.redis.endpoint(), config.redis.wait_replicas);
+    submits_ = std::make_unique<redis::Batcher>(
+        config.redis.endpoint(), config.redis.wait_replicas,
+        // A batch is waited for as a request's step is (redis.retry_timeout), not kReadTimeout.
+        std::clamp(config.redis_retry_timeout, redis::kLeastReadWait, redis::kReadTimeout));
 }
 
 std::optional<std::string> Api::tenant_of(const Request& req) const {
@@ -166,7 +182,7 @@ std::optional<Response> Api::answer_at_once(const Request& req) const {
 
 Response Api::handle(const Request& req, bool again) {
   auto conn = redis_.borrow();
-  Context ctx{*conn, {}};
+  Context ctx{*conn, {}, req.since};
   try {
     return route(req, ctx, again);
   } catch (...) {
@@ -634,9 +650,11 @@ Response Api::cancel(const Request& req, Context& ctx, const std::string& svc,
 Response Api::ready() {
   json::object checks;
   bool ok = true;
-  auto conn = redis_.borrow();
+  auto conn = probe_redis_.borrow();
   try {
-    redis::JobStore(conn->get(), keys_).ping();
+    auto& c = conn->get();
+    redis::ReadWithin probing(c, kProbeWait);
+    redis::JobStore(c, keys_).ping();
     checks["redis"] = "ok";
   } catch (const std::exception& e) {
     conn->reset();
@@ -707,9 +725,11 @@ Response Api::metrics_text() {
   // Whether this scrape could read Redis: without it the queue gauges are missing, and an alert
   // on them would go quiet exactly when Redis is away.
   double redis_up = 1;
-  auto conn = redis_.borrow();
+  auto conn = probe_redis_.borrow();
   try {
-    redis::JobStore store(conn->get(), keys_);
+    auto& c = conn->get();
+    redis::ReadWithin probing(c, kProbeWait);
+    redis::JobStore store(c, keys_);
     for (const auto& model : cfg_.models()) {
       auto q = store.queue_depth(model);
       depth[{model, "pending"}] = static_cast<double>(q.pending);

@@ -24,6 +24,7 @@
 #include "gateway/cors.hpp"
 #include "gateway/job_json.hpp"
 #include "gateway/submission.hpp"
+#include "gateway/unsettled.hpp"
 #include "http/resolver.hpp"
 #include "redis/batcher.hpp"
 #include "redis/connection_pool.hpp"
@@ -45,8 +46,10 @@ struct Request {
   // 202 while it has not (the server adds the submission's headers).
   bool after_submit = false;
   // Not from the client: asked again because the group commit carrying its step failed
-  // (Response::answer); the step runs on this thread, with its retries.
+  // (Response::answer); the step runs on this thread, with its retries — for what is left of
+  // redis.retry_timeout since the step went to the group commit (`since`).
   bool blocking = false;
+  std::chrono::steady_clock::time_point since{};
 };
 
 struct Response;
@@ -71,7 +74,10 @@ class Intake {
   // another job, whose record is the answer).
   virtual Response finish() = 0;
   virtual std::optional<Response> committed(std::vector<redis::Reply> replies) = 0;
-  virtual Response commit_again() = 0;
+  // (since: when the failed batch took the step; its retries count from then. Default: now.)
+  // lost: the batch's connection broke (or Redis stayed silent) after the step was sent: it may
+  // have run.
+  virtual Response commit_again(std::chrono::steady_clock::time_point since, bool lost) = 0;
   // Gates: what a submission passes before its body is taken, each a step in Redis — its
   // Idempotency-Key reserved (a body still to come), then its tenant's quota admission. Api::
   // submit answers with the intake and the first gate's calls as `commit`, `gate` set. The
@@ -81,7 +87,7 @@ class Intake {
   // rest must block, gate_again()), or the answer: a refusal (429), a replay. When a batch
   // failed, gate_again() (blocking) passes the gates left, each step with its retries.
   virtual std::optional<Response> gated(std::vector<redis::Reply> replies) = 0;
-  virtual std::optional<Response> gate_again() = 0;
+  virtual std::optional<Response> gate_again(std::chrono::steady_clock::time_point since) = 0;
   // The job exists: nothing is left to undo, and the Intake may go on any thread.
   virtual bool settled() const = 0;
 };
@@ -137,9 +143,10 @@ std::string origin_form(std::string_view target);
 class Api {
  public:
   // resolver: the callback and input URL hosts' lookups at submission (never on a request
-  // thread for longer than its timeout: see http/resolver.hpp).
+  // thread for longer than its timeout: see http/resolver.hpp). unsettled: where a submission
+  // refused with its job's creation unknown leaves its input (unsettled.hpp).
   Api(const Config& config, storage::Storage& storage, const crypto::Encryption& encryption,
-      http::Resolver& resolver);
+      http::Resolver& resolver, Unsettled& unsettled);
   // Blocking. `again` is true for a request the server asks about again after waiting: a
   // long-poll whose wait ended (answer whatever the state), an event stream's job that changed.
   Response handle(const Request& req, bool again = false);
@@ -227,8 +234,13 @@ class Api {
   storage::Storage& storage_;
   const crypto::Encryption& enc_;
   http::Resolver& resolver_;
+  Unsettled& unsettled_;
   // Requests borrow a connection for their duration (one per busy pool thread at most).
   mutable redis::ConnectionPool redis_;
+  // /readyz and /metrics: connections of their own, each connect and reply waited for at most
+  // kProbeWait (a Redis that stops answering is "unavailable" to them in time for a probe's
+  // and a scrape's timeouts).
+  mutable redis::ConnectionPool probe_redis_;
   // Submits from many requests share round trips (group commit); not in cluster mode with
   // redis.wait_replicas (see redis/batcher.hpp).
   std::unique_ptr<redis::Batcher> submits_;

@@ -122,8 +122,9 @@ config::Schema schema(Config& c) {
             "64 KiB each while it has room, 16 KiB past it.");
   config::bind_redis(s, c.redis);
   s.duration("redis.retry_timeout", &c.redis_retry_timeout, "10s",
-             "How long a request waits for a Redis that is restarting, loading, busy or failing "
-             "over (retried with jittered backoff) before it is answered 503 with `Retry-After`.",
+             "How long a request waits for a Redis that is restarting, loading, busy, failing "
+             "over or silent (retried with jittered backoff; each try waits for a reply at most "
+             "half of what is left, at least 2 s) before it is answered 503 with `Retry-After`.",
              config::kZeroAllowed);
   config::bind_storage(s, c.storage);
   config::bind_encryption(s, c.encryption);

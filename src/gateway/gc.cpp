@@ -13,9 +13,19 @@ int Gc::pass() {
   const long long now = std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
+  hold_unsettled(schedules, now);
   int n = 0;
   for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
     for (const auto& item : schedules.gc_due(model, now, kBatch)) {
+      // A held upload's job that exists after all (its creation's reply was lost, then the
+      // step ran): the input is the job's. Asked now, long after the step could have run.
+      if (item.upload && schedules.job_exists(item.model, item.job_id)) {
+        schedules.release_upload(item.model, item.service_type, item.job_id);
+        log::info("gc: a held input's job exists (its creation's reply was lost); input kept",
+                  {{"job_id", item.job_id}, {"service_type", item.service_type}});
+        ++n;
+        continue;
+      }
       // (An upload's input goes whatever gc.keep_objects says: it belongs to no job.)
       if (!p_.keep_objects || item.upload) {
         try {
@@ -35,6 +45,25 @@ int Gc::pass() {
     }
   }
   return n;
+}
+
+void Gc::hold_unsettled(redis::Schedules& schedules, long long now_ms) {
+  if (!p_.unsettled) return;
+  auto items = p_.unsettled->take();
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto& item = items[i];
+    try {
+      schedules.hold_upload(item.model, item.service_type, item.job_id,
+                            now_ms + p_.unsettled_hold.count());
+    } catch (...) {
+      p_.unsettled->put_back({items.begin() + static_cast<std::ptrdiff_t>(i), items.end()});
+      throw;
+    }
+    log::info(
+        "gc: the input of a submission whose job may exist is held; deleted when due if no "
+        "job has it",
+        {{"job_id", item.job_id}, {"service_type", item.service_type}});
+  }
 }
 
 void Gc::sweep() {

@@ -60,6 +60,19 @@
 namespace relay::gateway {
 namespace {
 
+// A group commit's failure that may have left its steps run: the connection broke, or Redis
+// stayed silent, after they were sent (a refusal — OOM, LOADING — ran nothing, nor did a batch
+// that found no connection).
+bool broke(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const redis::IoError& io) {
+    return redis::may_have_run(io);
+  } catch (...) {
+    return false;
+  }
+}
+
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
@@ -910,8 +923,9 @@ struct HttpServer::Impl {
     if (!h.sent->error) {
       resp = h.resp.answer(std::move(h.sent->replies));  // (cheap: on the I/O thread)
     } else {
-      Request again = r;  // the step again, on a request thread, with its retries
+      Request again = r;  // the step again, on a request thread, with its retries left
       again.blocking = true;
+      again.since = h.sent->queued;
       resp = co_await run_blocking(pool, [&] { return api.handle(again); });
     }
     resp.route = route;
@@ -924,7 +938,9 @@ struct HttpServer::Impl {
   asio::awaitable<Response> answer_commit(Intake& intake, redis::Batcher::Outcome o) {
     if (!o.error)
       if (auto answer = intake.committed(std::move(o.replies))) co_return std::move(*answer);
-    co_return co_await run_blocking(storing, [&] { return intake.commit_again(); });
+    const auto since = o.error ? o.queued : std::chrono::steady_clock::time_point{};
+    const bool lost = o.error && broke(o.error);
+    co_return co_await run_blocking(storing, [&] { return intake.commit_again(since, lost); });
   }
 
   // Takes an intake through its gates (Intake::gated), the first one's outcome in hand: nullopt
@@ -932,15 +948,19 @@ struct HttpServer::Impl {
   // calls go into the group commit from the storage pool; a failed batch, or a gate that must
   // block (a replay reads a record), is left to gate_again() on the storage pool.
   asio::awaitable<std::optional<Response>> pass_gates(Intake& intake, redis::Batcher::Outcome o) {
+    std::chrono::steady_clock::time_point since{};  // of a failed batch's step
     for (;;) {
-      if (o.error) break;
+      if (o.error) {
+        since = o.queued;
+        break;
+      }
       std::optional<Response> next = intake.gated(std::move(o.replies));
       if (!next || !next->gate) co_return next;
       if (next->commit.empty()) break;
       Handled h = co_await handle_and_commit(storing, [&] { return std::move(*next); });
       o = std::move(*h.sent);
     }
-    co_return co_await run_blocking(storing, [&] { return intake.gate_again(); });
+    co_return co_await run_blocking(storing, [&] { return intake.gate_again(since); });
   }
 
   // Ends a connection once its answer is written: half-closed. A client still sending a body we

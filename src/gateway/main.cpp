@@ -128,12 +128,15 @@ int main(int argc, char** argv) {
                                    .concurrency = cfg.webhook_concurrency,
                                    .per_host = cfg.webhook_per_host,
                                    .resolver = &webhooks_dns});
+  // Inputs of submissions refused whose job may exist: the API lists them, the GC settles them.
+  gateway::Unsettled unsettled;
   // Leftovers of crashed uploads: untouched for twice the longest an upload may stall.
   gateway::Gc gc({endpoint, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval,
-                  std::chrono::duration_cast<std::chrono::seconds>(2 * cfg.body_idle_timeout)});
+                  std::chrono::duration_cast<std::chrono::seconds>(2 * cfg.body_idle_timeout),
+                  &unsettled, cfg.idempotency_reservation});
   // Outlives what it bounds (declared before): the server's pools, the loops below.
   ExitWatchdog watchdog;
-  gateway::Api api(cfg, *storage, encryption, submissions_dns);
+  gateway::Api api(cfg, *storage, encryption, submissions_dns, unsettled);
   gateway::HttpServer server(cfg, api, notifier);
   try {
     server.listen();

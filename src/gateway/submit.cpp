@@ -64,11 +64,20 @@ class Api::Upload final : public Intake, private multipart::Handler {
     if (boundary) parser_.emplace(*boundary, static_cast<multipart::Handler&>(*this));
   }
 
-  // Any way out but success removes what this request stored and frees its Idempotency-Key.
+  // Any way out but success removes what this request stored and frees its Idempotency-Key —
+  // unless the job may exist (lost_): then its input, key and admission may be the job's, and
+  // the GC settles the input once Redis answers (unsettled.hpp); the key's reservation expires
+  // and the reaper sweeps an admission no job holds.
   ~Upload() override {
     if (done_) return;
     sealer_.reset();
     object_.reset();  // an uncommitted object leaves nothing behind
+    if (lost_) {
+      if (committed_) api_.unsettled_.add({st_.model, svc_, job_id_});
+      log::warn("submission refused with its job's creation unknown: input kept until known",
+                {{"job_id", job_id_}});
+      return;
+    }
     try {
       if (committed_) api_.storage_.remove(input_key_);
     } catch (const std::exception& e) {
@@ -134,11 +143,12 @@ class Api::Upload final : public Intake, private multipart::Handler {
     }
   }
 
-  std::optional<Response> gate_again() override {
+  std::optional<Response> gate_again(std::chrono::steady_clock::time_point since) override {
+    since_ = since;
     try {
       auto step = [this](auto f) {
         auto conn = api_.redis_.borrow();
-        Context ctx{*conn, tenant_};
+        Context ctx{*conn, tenant_, std::exchange(since_, {})};
         return api_.step(ctx, f);
       };
       if (gate_ == Gate::reservation && !replay_of_) {
@@ -222,7 +232,9 @@ class Api::Upload final : public Intake, private multipart::Handler {
     }
   }
 
-  Response commit_again() override {
+  Response commit_again(std::chrono::steady_clock::time_point since, bool lost) override {
+    since_ = since;
+    lost_ = lost_ || lost;
     try {
       if (replay_of_) return replay(*replay_of_);
       return create_job(/*maybe_ran=*/true);
@@ -374,7 +386,16 @@ class Api::Upload final : public Intake, private multipart::Handler {
       return error_response(503, "storage_unavailable",
                             "the input could not be stored; retry later");
     } catch (...) {
-      return api_.failure(std::current_exception(), "POST /jobs/" + svc_);
+      auto r = api_.failure(std::current_exception(), "POST /jobs/" + svc_);
+      if (lost_ && !replay_of_ && r.status == 503) {
+        // The client may learn what happened without submitting again: GET the job.
+        r.body = error_response(r.status, "redis_unavailable",
+                                "the job store did not answer; the job may have been created: "
+                                "GET it to know, or submit again with the same Idempotency-Key",
+                                {{"job_id", job_id_}})
+                     .body;
+      }
+      return r;
     }
   }
 
@@ -434,7 +455,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
   Response create_job(bool maybe_ran) {
     const JobRecord& r = record();
     auto conn = api_.redis_.borrow();
-    Context ctx{*conn, tenant_};
+    Context ctx{*conn, tenant_, std::exchange(since_, {})};
     // An attempt that fails after Redis received it may have run: a retry that then finds the
     // id taken is that attempt's success (ids are random 128-bit: nobody else has this one).
     bool retried = maybe_ran;
@@ -447,11 +468,16 @@ class Api::Upload final : public Intake, private multipart::Handler {
           // new master once the sentinels say so).
           auto calls = redis::JobStore::submit_calls(
               api_.keys_, r, priority_, api_.cfg_.job_retention, held_, c ? &*c : nullptr);
-          if (api_.submits_)  // with the other requests' submits; its batch ends with the WAIT
-            return redis::JobStore::submit_outcome(api_.submits_->pipeline(calls));
-          auto o = redis::JobStore::submit_outcome(conn.pipeline(calls));
-          store.require_replicas(api_.cfg_.redis.wait_replicas);
-          return o;
+          try {
+            if (api_.submits_)  // with the other requests' submits; its batch ends with the WAIT
+              return redis::JobStore::submit_outcome(api_.submits_->pipeline(calls));
+            auto o = redis::JobStore::submit_outcome(conn.pipeline(calls));
+            store.require_replicas(api_.cfg_.redis.wait_replicas);
+            return o;
+          } catch (const redis::IoError& e) {
+            lost_ = lost_ || redis::may_have_run(e);  // sent, its reply lost: it may have run
+            throw;
+          }
         },
         [&](int) { retried = true; });
     if (!outcome.holder.empty()) return replay(outcome.holder);
@@ -470,7 +496,7 @@ class Api::Upload final : public Intake, private multipart::Handler {
   Response replay(const std::string& holder) {
     key_reserved_ = false;
     auto conn = api_.redis_.borrow();
-    Context ctx{*conn, tenant_};
+    Context ctx{*conn, tenant_, std::exchange(since_, {})};
     return api_.replayed(ctx, svc_, holder, wait_);
   }
 
@@ -506,6 +532,11 @@ class Api::Upload final : public Intake, private multipart::Handler {
   enum class Gate { reservation, admission, open } gate_ = Gate::admission;  // the next, see gate()
   bool key_reserved_ = false;             // reserved by this upload (gate())
   std::optional<std::string> replay_of_;  // a gate or committed() found the key naming another job
+  // gate_again(), commit_again(): when the failed batch took the step, for the next step's
+  // retries (they count from then).
+  std::chrono::steady_clock::time_point since_{};
+  // A step creating the job was sent and its reply never came: the job may exist (see ~Upload).
+  bool lost_ = false;
   const TraceParent trace_;
   const std::string tracestate_;
   const std::chrono::milliseconds wait_;  // Prefer: wait (0: the answer at once)
@@ -644,7 +675,7 @@ Response Api::submit(const Request& req, Context& ctx, const std::string& svc) {
       gate->intake = std::move(upload);
       return std::move(*gate);
     }
-  } else if (auto answer = upload->gate_again()) {
+  } else if (auto answer = upload->gate_again({})) {
     return std::move(*answer);
   }
 

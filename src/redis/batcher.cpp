@@ -4,10 +4,11 @@
 
 namespace relay::redis {
 
-Batcher::Batcher(Endpoint ep, std::int64_t wait_replicas)
+Batcher::Batcher(Endpoint ep, std::int64_t wait_replicas, std::chrono::milliseconds patience)
     : lone_writes_(ep.cluster_seeds.empty()),
       conn_(std::move(ep)),
       wait_replicas_(wait_replicas),
+      patience_(patience),
       thread_([this](std::stop_token st) { run(st); }) {}
 
 Batcher::~Batcher() {
@@ -83,7 +84,7 @@ void Batcher::run(std::stop_token stop) {
     }
     bool failed = false;
     if (!written) try {
-        send(conn_.get(), batch);
+        send(before_sending([&]() -> Connection& { return conn_.get(wait_for(batch)); }), batch);
       } catch (...) {
         fail(batch, std::current_exception());
         failed = true;
@@ -95,6 +96,12 @@ void Batcher::run(std::stop_token stop) {
   }
 }
 
+std::chrono::milliseconds Batcher::wait_for(const std::vector<Item>& batch) const {
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - batch.front().queued);
+  return std::max(kLeastReadWait, patience_ - waited);
+}
+
 void Batcher::send(Connection& conn, std::vector<Item>& batch) {
   std::vector<Connection::Call> all;
   // (Each item's calls are moved out, not erased: its calls.size() still counts its replies.)
@@ -102,12 +109,13 @@ void Batcher::send(Connection& conn, std::vector<Item>& batch) {
     for (auto& call : item.calls) all.push_back(std::move(call));
   if (wait_replicas_ > 0)
     all.push_back({nullptr, {}, {"WAIT", std::to_string(wait_replicas_), "1000"}});
+  conn.set_read_timeout(wait_for(batch));  // (a system call only when it changes)
   conn.send(std::move(all));
 }
 
 void Batcher::fail(std::vector<Item>& batch, std::exception_ptr error) {
   conn_.reset();
-  for (auto& item : batch) item.done({{}, error});
+  for (auto& item : batch) item.done({{}, error, item.queued});
 }
 
 void Batcher::receive(std::vector<Item>& batch) {
@@ -130,7 +138,7 @@ void Batcher::receive(std::vector<Item>& batch) {
   std::size_t at = 0;
   bool reconnect = false;
   for (auto& item : batch) {
-    Outcome o;
+    Outcome o{{}, {}, item.queued};
     for (std::size_t n = 0; n < item.calls.size(); ++n)
       o.replies.push_back(std::move(replies[at++]));
     try {
@@ -138,9 +146,9 @@ void Batcher::receive(std::vector<Item>& batch) {
       if (replicas) std::rethrow_exception(replicas);
     } catch (const TransientError& e) {
       reconnect = reconnect || e.new_connection();  // a demoted master: find the new one
-      o = {{}, std::current_exception()};
+      o = {{}, std::current_exception(), item.queued};
     } catch (...) {
-      o = {{}, std::current_exception()};
+      o = {{}, std::current_exception(), item.queued};
     }
     item.done(std::move(o));
   }

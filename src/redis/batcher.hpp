@@ -8,16 +8,15 @@
 //
 // A caller gets exactly what Connection::pipeline would give it: its replies, its first error
 // reply thrown, or the batch's IoError (its calls may or may not have run — the usual rule: only
-// steps safe to repeat are retried). With wait_replicas, one WAIT ends each batch and covers
-// every write in it. pipeline() blocks its thread until then; submit() does not: its callback
-// gets the outcome on the batching thread (the gateway resumes a request's coroutine with it,
-// so that no thread waits on a submit's round trip). A lone step on a quiet connection (no
-// batch for kQuiet, nothing queued) is written by its caller, and its reply read by the
-// batching thread: that saves the step the batching thread's wake-up before it goes out when
-// there is nothing to batch it with, and under load never happens.
-// In cluster mode a batch goes to each node it touches in one write per node (with
-// wait_replicas, not at all: one WAIT could not cover several nodes' writes; steps then go to
-// their nodes alone).
+// steps safe to repeat are retried; NotSent when no connection could be made: they did not). With
+// wait_replicas, one WAIT ends each batch and covers every write in it. pipeline() blocks its
+// thread until then; submit() does not: its callback gets the outcome on the batching thread (the
+// gateway resumes a request's coroutine with it, so that no thread waits on a submit's round trip).
+// A lone step on a quiet connection (no batch for kQuiet, nothing queued) is written by its caller,
+// and its reply read by the batching thread: that saves the step the batching thread's wake-up
+// before it goes out when there is nothing to batch it with, and under load never happens. In
+// cluster mode a batch goes to each node it touches in one write per node (with wait_replicas, not
+// at all: one WAIT could not cover several nodes' writes; steps then go to their nodes alone).
 
 #include <chrono>
 #include <condition_variable>
@@ -33,7 +32,12 @@ namespace relay::redis {
 
 class Batcher {
  public:
-  Batcher(Endpoint ep, std::int64_t wait_replicas);
+  // patience: how long a caller waits for its replies, counted from its submit (time queued
+  // behind a batch included; at least kLeastReadWait for its own batch's connect and replies)
+  // before its batch fails as on a broken connection: a Redis that stops answering without
+  // closing the connection is given up on when the callers would give up.
+  Batcher(Endpoint ep, std::int64_t wait_replicas,
+          std::chrono::milliseconds patience = kReadTimeout);
   ~Batcher();
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -42,6 +46,9 @@ class Batcher {
   struct Outcome {
     std::vector<Reply> replies;
     std::exception_ptr error;
+    // When the calls were handed in: a caller that tries its step again after an error counts
+    // its patience from then (the batch's wait was part of it).
+    std::chrono::steady_clock::time_point queued;
   };
   using Callback = std::function<void(Outcome)>;
 
@@ -56,7 +63,10 @@ class Batcher {
   struct Item {
     std::vector<Connection::Call> calls;
     Callback done;
+    std::chrono::steady_clock::time_point queued = std::chrono::steady_clock::now();
   };
+  // What is left of the patience of a batch's first (oldest) caller.
+  std::chrono::milliseconds wait_for(const std::vector<Item>& batch) const;
   void run(std::stop_token stop);
   // A batch's calls in one write (with wait_replicas, a WAIT after them); throws IoError.
   void send(Connection& conn, std::vector<Item>& batch);
@@ -73,6 +83,7 @@ class Batcher {
   const bool lone_writes_;  // not in cluster mode
   LazyConnection conn_;     // used by whoever set busy_
   const std::int64_t wait_replicas_;
+  const std::chrono::milliseconds patience_;
   std::mutex mu_;
   std::condition_variable_any cv_;
   std::vector<Item> queue_;

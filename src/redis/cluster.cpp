@@ -92,6 +92,8 @@ class SlotMap {
     for (const auto& addr : candidates) {
       try {
         auto c = Connection::open(node_endpoint(ep, addr));
+        // Part of connecting: a silent node is passed over as an unreachable one.
+        ReadWithin connecting(c, ep.connect_timeout);
         auto r = c.command({"CLUSTER", "SLOTS"});
         load(r.get(), node_endpoint(ep, addr).host);
         return;
@@ -275,15 +277,25 @@ Reply Connection::cluster_command(const std::vector<std::string>& argv) {
 std::vector<std::pair<Connection*, std::vector<std::size_t>>> Connection::cluster_route(
     const std::vector<Call>& calls) {
   std::vector<std::pair<Connection*, std::vector<std::size_t>>> by_node;
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    const Call& c = calls[i];
-    auto key = c.script
-                   ? (c.keys.empty() ? std::nullopt : std::optional<std::string_view>(c.keys[0]))
-                   : routing_key(c.args);
-    Connection* n = &cluster_->for_key(key);
-    auto it = std::find_if(by_node.begin(), by_node.end(), [n](auto& g) { return g.first == n; });
-    if (it == by_node.end()) it = by_node.insert(by_node.end(), {n, {}});
-    it->second.push_back(i);
+  // Every node is connected before anything is written: a node that cannot be reached here
+  // leaves the calls unsent (NotSent: they did not run), not unknown.
+  try {
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const Call& c = calls[i];
+      auto key = c.script
+                     ? (c.keys.empty() ? std::nullopt : std::optional<std::string_view>(c.keys[0]))
+                     : routing_key(c.args);
+      Connection* n = &cluster_->for_key(key);
+      auto it = std::find_if(by_node.begin(), by_node.end(), [n](auto& g) { return g.first == n; });
+      if (it == by_node.end()) it = by_node.insert(by_node.end(), {n, {}});
+      it->second.push_back(i);
+    }
+  } catch (const TransientError&) {
+    throw;
+  } catch (const NotSent&) {
+    throw;
+  } catch (const IoError& e) {
+    throw NotSent(e.what());
   }
   return by_node;
 }

@@ -278,8 +278,9 @@ Connection Connection::open(const Endpoint& ep) {
   if (ep.tls) t->handshake(ep);
   Connection conn(std::move(t));
   conn.server_ = ep;
-  // A dead server must not hang a command for ever; blocking commands lift this themselves.
-  conn.set_read_timeout(kReadTimeout);
+  // The handshake's replies are the connect's: a server that accepts the connection and then
+  // says nothing (a frozen process: the kernel still accepts) is given connect_timeout, as one
+  // that does not accept it.
   if (!ep.password.empty()) {
     if (ep.username.empty())
       conn.command({"AUTH", ep.password});
@@ -291,6 +292,8 @@ Connection Connection::open(const Endpoint& ep) {
   // certificate it requires) or plain TCP to a TLS port fails here, at connect, not at the first
   // command (tried lazily, to save one-shot relays a round trip: redis_tls_test caught it).
   conn.client_id_ = as_integer(conn.command({"CLIENT", "ID"}).get());
+  // A dead server must not hang a command for ever; blocking commands lift this themselves.
+  conn.set_read_timeout(kReadTimeout);
   return conn;
 }
 
@@ -460,6 +463,22 @@ void Connection::set_read_timeout(std::chrono::milliseconds timeout) {
     return;
   }
   t_->set_timeouts(timeout, kReadTimeout);
+}
+
+std::chrono::milliseconds Connection::read_timeout() const {
+  if (cluster_) {
+    std::lock_guard lock(cluster_->mu);
+    return cluster_->read_timeout;
+  }
+  return t_ ? t_->read_timeout : kReadTimeout;
+}
+
+void Connection::restore_read_timeout(std::chrono::milliseconds timeout) noexcept {
+  try {
+    set_read_timeout(timeout);
+  } catch (...) {
+    interrupt();
+  }
 }
 
 void Connection::interrupt() noexcept {

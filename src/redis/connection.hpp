@@ -46,6 +46,26 @@ class TransientError : public IoError {
   bool new_connection_;
   bool out_of_memory_;
 };
+// An IoError before anything was sent (no connection could be made): the calls did not run.
+class NotSent : public IoError {
+ public:
+  using IoError::IoError;
+};
+// Whether a step that failed so may have run all the same: its connection broke, or Redis stayed
+// silent, after the step was sent. A refusal (TransientError) ran nothing, nor did calls NotSent.
+inline bool may_have_run(const IoError& e) {
+  return !dynamic_cast<const TransientError*>(&e) && !dynamic_cast<const NotSent*>(&e);
+}
+// f's result, f sending nothing (it connects): its IoErrors become NotSent (refusals stay).
+template <typename F>
+decltype(auto) before_sending(F&& f) {
+  try {
+    return f();
+  } catch (const IoError& e) {
+    if (!may_have_run(e)) throw;
+    throw NotSent(e.what());
+  }
+}
 class ReplyError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -135,6 +155,10 @@ bool unblock(const BlockedClient& client);
 
 // A reply slower than this means a lost server (or network): every connection starts with it.
 inline constexpr std::chrono::milliseconds kReadTimeout{30'000};
+// The least a caller with a deadline waits for a connect or a reply (ReadWithin): above WAIT's
+// own bound (1 s, for wait_replicas) and a healthy Redis's longest stalls (a fork of a large
+// data set).
+inline constexpr std::chrono::milliseconds kLeastReadWait{2000};
 
 // One connection to Redis: a socket, TLS when the endpoint asks for it (OpenSSL), commands
 // formatted and replies parsed by hiredis's I/O-free formatter and reader. Blocking I/O with a
@@ -188,8 +212,13 @@ class Connection {
   Reply read_reply();
 
   // 0 = block for ever (blocking commands and subscriptions rely on this). The default is
-  // kReadTimeout; BlockingRead lifts it for one blocking command.
+  // kReadTimeout; BlockingRead lifts it for one blocking command, ReadWithin lowers it for a
+  // step whose caller cannot wait that long.
   void set_read_timeout(std::chrono::milliseconds timeout);
+  std::chrono::milliseconds read_timeout() const;
+  // set_read_timeout for a scope's end (BlockingRead, ReadWithin): a socket that refuses it is
+  // closed instead (the connection is broken then, and its next use says so).
+  void restore_read_timeout(std::chrono::milliseconds timeout) noexcept;
   long long client_id() const;
   // Where a blocking command on key would wait, and as whom (opens the node's connection in
   // cluster mode), for unblock() from another thread.
@@ -242,25 +271,47 @@ class Connection {
 
 // For one blocking command (BLMOVE, XREADGROUP BLOCK): the server may stay silent for `block`
 // (0: as long as it likes — BLMOVE's own timeout bounds it), so the socket must not time out
-// first; kReadTimeout comes back when this goes, whether the command returned or threw. A block
-// of at most kShortBlock fits in kReadTimeout as it is, with half of it still left to find a
-// dead server out: the timeout is left alone (the gateway's completion consumer blocks for
+// first; the timeout before comes back when this goes, whether the command returned or threw. A
+// block of at most kShortBlock fits in kReadTimeout as it is, with half of it still left to find
+// a dead server out: the timeout is left alone (the gateway's completion consumer blocks for
 // 100 ms a few times per 10 jobs under load, two setsockopt calls each).
 inline constexpr std::chrono::milliseconds kShortBlock = kReadTimeout / 2;
 class BlockingRead {
  public:
   BlockingRead(Connection& c, std::chrono::milliseconds block)
-      : c_(block.count() > 0 && block <= kShortBlock ? nullptr : &c) {
+      : c_(block.count() > 0 && block <= kShortBlock ? nullptr : &c),
+        before_(c_ ? c.read_timeout() : kReadTimeout) {
     if (c_) c_->set_read_timeout(block.count() > 0 ? block + kReadTimeout : block);
   }
   ~BlockingRead() {
-    if (c_) c_->set_read_timeout(kReadTimeout);
+    if (c_) c_->restore_read_timeout(before_);
   }
   BlockingRead(const BlockingRead&) = delete;
   BlockingRead& operator=(const BlockingRead&) = delete;
 
  private:
   Connection* c_;  // null: the timeout left alone
+  std::chrono::milliseconds before_;
+};
+
+// For a step whose caller can wait only so long (a gateway request: redis.retry_timeout): each
+// reply is waited for at most `within`, never longer than the connection's own timeout, and that
+// comes back when this goes. A Redis that stops answering without closing the connection (a
+// frozen process, a network dropping packets, a paused VM) then fails the step as a broken
+// connection would, when its caller would give up, not kReadTimeout later. (A blocking command
+// inside the step still lifts it: BlockingRead.)
+class ReadWithin {
+ public:
+  ReadWithin(Connection& c, std::chrono::milliseconds within) : c_(c), before_(c.read_timeout()) {
+    if (before_.count() == 0 || within < before_) c_.set_read_timeout(within);
+  }
+  ~ReadWithin() { c_.restore_read_timeout(before_); }
+  ReadWithin(const ReadWithin&) = delete;
+  ReadWithin& operator=(const ReadWithin&) = delete;
+
+ private:
+  Connection& c_;
+  std::chrono::milliseconds before_;
 };
 
 // Sentinel mode: runs f (from a background thread) each time the sentinels announce a new master
@@ -296,6 +347,17 @@ class LazyConnection {
   Connection& get() {
     if (conn_ && conn_->stale()) conn_.reset();
     if (!conn_) conn_.emplace(Connection::open(ep_));
+    return *conn_;
+  }
+  // get() for a caller that can wait only so long: a connection opened now is given at most
+  // `within` to connect (and for its handshake's replies), not the endpoint's connect_timeout.
+  Connection& get(std::chrono::milliseconds within) {
+    if (conn_ && conn_->stale()) conn_.reset();
+    if (!conn_) {
+      Endpoint ep = ep_;
+      ep.connect_timeout = std::min(ep.connect_timeout, within);
+      conn_.emplace(Connection::open(ep));
+    }
     return *conn_;
   }
   // The connection if one is open and usable, without opening one (nullptr: get() would).

@@ -15,6 +15,12 @@
 // max_wait, waiting at most that long before the next try (a relay's outcome refused while
 // Redis is out of memory, its lease kept by each call meanwhile); nullopt: as any other. Those
 // retries are logged once a minute, not each time.
+// Each try waits for Redis — to connect, for each reply — no longer than half of what max_wait
+// has left (at least kLeastReadWait; ReadWithin): a Redis that stops answering without closing
+// the connection (a frozen process, a network dropping packets, a master gone without a word)
+// ends the step about when its caller gives up — a gateway request's 503 comes after
+// redis.retry_timeout, not after kReadTimeout (30 s) — and a new connection is tried within it
+// (after a failover, the new master).
 
 #include <chrono>
 #include <functional>
@@ -41,7 +47,12 @@ auto with_retry(
   for (int attempt = 1;; ++attempt) {
     try {
       if (attempt > 1 && on_retry) on_retry(attempt);
-      return step(conn.get());
+      const auto within = std::max(
+          kLeastReadWait,
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()) / 2);
+      auto& c = conn.get(within);
+      ReadWithin bounded(c, within);
+      return step(c);
     } catch (const TransientError& e) {
       // A demoted master (READONLY...) stays a replica: reconnect (sentinel mode re-resolves).
       if (e.new_connection()) conn.reset();

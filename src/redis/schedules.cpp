@@ -90,6 +90,10 @@ void Schedules::hold_upload(const std::string& model, const std::string& service
                  upload_member(model, service_type, job_id)});
 }
 
+bool Schedules::job_exists(const std::string& model, const std::string& job_id) {
+  return as_integer(conn_.command({"EXISTS", keys_.job(model, job_id)}).get()) == 1;
+}
+
 void Schedules::release_upload(const std::string& model, const std::string& service_type,
                                const std::string& job_id) {
   conn_.command({"ZREM", keys_.gc_due(model), upload_member(model, service_type, job_id)});

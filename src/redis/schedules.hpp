@@ -59,7 +59,9 @@ class Schedules {
                                    std::string_view job_id);
   void hold_upload(const std::string& model, const std::string& service_type,
                    const std::string& job_id, long long due_ms);
-  // The submission was refused and its input deleted.
+  // Whether the job's record exists (a held upload's job may have been created after all).
+  bool job_exists(const std::string& model, const std::string& job_id);
+  // The submission was refused and its input deleted (or its job exists after all).
   void release_upload(const std::string& model, const std::string& service_type,
                       const std::string& job_id);
 

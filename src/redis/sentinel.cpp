@@ -84,6 +84,8 @@ std::pair<std::string, int> resolve_master(const Endpoint& ep) {
     Endpoint sentinel = sentinel_endpoint(ep, at);
     try {
       auto c = Connection::open(sentinel);
+      // Part of connecting: a silent sentinel is passed over as an unreachable one.
+      ReadWithin connecting(c, ep.connect_timeout);
       auto r = c.command({"SENTINEL", "get-master-addr-by-name", ep.sentinel_master});
       if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
         errors += " " + sentinel.host + ":" + std::to_string(sentinel.port) + " knows no master " +
@@ -129,7 +131,10 @@ Connection Connection::open_via_sentinel(const Endpoint& ep) {
   master.port = port;
   Connection conn = open(master);
   // A sentinel may answer with a master that has just been demoted: never write to a replica.
-  auto role = conn.command({"ROLE"});
+  auto role = [&] {
+    ReadWithin connecting(conn, ep.connect_timeout);
+    return conn.command({"ROLE"});
+  }();
   if (role->type != REDIS_REPLY_ARRAY || role->elements == 0 ||
       as_string(role->element[0]) != "master")
     throw IoError("redis: " + host + ":" + std::to_string(port) +

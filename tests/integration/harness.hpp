@@ -170,6 +170,11 @@ class RedisServer {
   bool has_blocked_client() const;
   void stop();   // SIGKILL
   void start();  // again on the same port, with the same data directory
+  // SIGSTOP, SIGCONT (every node): a Redis that stops answering without closing a connection —
+  // as a process blocked by a slow command, a paused VM, a network dropping packets. The kernel
+  // still accepts connections and takes what clients send; Redis runs it when it wakes.
+  void freeze();
+  void thaw();
 
  private:
   struct PortTaken : std::runtime_error {

@@ -208,6 +208,14 @@ void RedisServer::stop() {
   }
 }
 
+void RedisServer::freeze() {
+  for (auto& p : procs_) p->signal(SIGSTOP);
+}
+
+void RedisServer::thaw() {
+  for (auto& p : procs_) p->signal(SIGCONT);
+}
+
 bool RedisServer::tls_by_default() {
   const char* v = std::getenv("RELAY_TEST_REDIS_TLS");
   return v && std::string(v) == "1";

@@ -61,6 +61,80 @@ TEST_F(GatewayTest, ReadinessAndMetricsDoNotWaitBehindReadsHeldByAnOutage) {
   EXPECT_EQ(answered.load(), 6);
 }
 
+// A Redis that stops answering without closing its connections (SIGSTOP: as one blocked by a
+// slow command, a paused VM, a network dropping packets). Each request is answered once
+// redis.retry_timeout passed — every wait on Redis within what is left of it —, readiness and
+// metrics within their own bound; found by trying (2026-12-06): each waited kReadTimeout (30 s),
+// a scrape past Prometheus's timeout. A submission refused then may have reached Redis, which
+// runs it when it wakes: its answer names the job, and its input is kept — the job is there
+// once Redis woke, with its input, and the GC, which holds the input meanwhile, leaves it. (The
+// input was deleted at the refusal: a job without its input.)
+constexpr long kBelowReadTimeout = 20'000;  // a client's patience, below kReadTimeout
+
+std::string job_id_of_refusal(const HttpResult& r) {
+  auto body = json::parse(r.body).as_object();
+  const auto* id = body.at("error").as_object().if_contains("job_id");
+  return id ? std::string(id->as_string()) : "";
+}
+
+TEST_F(GatewayTest, AFrozenRedisIsAnsweredInTimeAndARefusedJobThatRanKeepsItsInput) {
+  start_gateway({{"RELAY_REDIS_RETRY_TIMEOUT", "2s"},
+                 {"RELAY_GC_INTERVAL", "200ms"},
+                 {"RELAY_IDEMPOTENCY_RESERVATION", "1s"}});
+  const std::string id = submit_id("before");
+  const auto before = stored_files();
+  redis_.freeze();
+  auto status = http("GET", url("/jobs/echo/" + id), {}, {}, {}, kBelowReadTimeout);
+  EXPECT_EQ(status.status, 503) << status.body;
+  EXPECT_FALSE(status.headers["retry-after"].empty());
+  auto ready = http("GET", url("/readyz"), {}, {}, {}, 10'000);
+  EXPECT_EQ(ready.status, 503) << ready.body;
+  auto metrics = http("GET", url("/metrics"), {}, {}, {}, 10'000);
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_EQ(metric_value(metrics.body, "relay_redis_up"), 0) << metrics.body;
+  auto refused = http("POST", url("/jobs/echo"), {}, {},
+                      {{"file", "during", "in.txt", "text/plain"}}, kBelowReadTimeout);
+  ASSERT_EQ(refused.status, 503) << refused.body;
+  EXPECT_FALSE(refused.headers["retry-after"].empty());
+  const std::string ghost = job_id_of_refusal(refused);
+  ASSERT_FALSE(ghost.empty()) << "a refusal whose job may exist names it: " << refused.body;
+  EXPECT_EQ(stored_files(), before + 1) << "the input is kept while the job may exist";
+  redis_.thaw();
+  ASSERT_TRUE(
+      wait_until([&] { return http("GET", url("/jobs/echo/" + ghost)).status == 200; }, 20s))
+      << "the submission Redis held ran when it woke";
+  ASSERT_TRUE(
+      wait_until([&] { return occurrences(gateway_->log(), "held input's job exists") >= 1; }, 20s))
+      << gateway_->log();
+  EXPECT_EQ(stored_files(), before + 1) << "the job's input stays";
+  EXPECT_EQ(http("GET", url("/readyz")).status, 200);
+}
+
+// The other way: a submission refused while Redis was frozen, and Redis killed before it woke
+// (what it held never ran): once Redis is back, the GC holds the input kept for it and deletes it
+// when that falls due, as no job has it.
+TEST_F(GatewayTest, AnInputKeptForAJobThatNeverCameIsDeletedByTheGc) {
+  start_gateway({{"RELAY_REDIS_RETRY_TIMEOUT", "2s"},
+                 {"RELAY_GC_INTERVAL", "200ms"},
+                 {"RELAY_IDEMPOTENCY_RESERVATION", "1s"}});
+  submit_id("before");  // (the submissions' connection is open: the next is sent on it)
+  const auto before = stored_files();
+  redis_.freeze();
+  auto refused = http("POST", url("/jobs/echo"), {}, {},
+                      {{"file", "during", "in.txt", "text/plain"}}, kBelowReadTimeout);
+  ASSERT_EQ(refused.status, 503) << refused.body;
+  const std::string ghost = job_id_of_refusal(refused);
+  ASSERT_FALSE(ghost.empty()) << refused.body;
+  EXPECT_EQ(stored_files(), before + 1) << "the input is kept while the job may exist";
+  redis_.stop();  // (SIGKILL: what the frozen Redis held is gone)
+  redis_.start();
+  ASSERT_TRUE(wait_until([&] { return stored_files() == before; }, 30s))
+      << "the GC deletes the input once it knows no job has it\n"
+      << gateway_->log();
+  EXPECT_EQ(occurrences(gateway_->log(), "whose job was never created"), 1u) << gateway_->log();
+  EXPECT_EQ(http("GET", url("/jobs/echo/" + ghost)).status, 404);
+}
+
 // A large upload holds its input for deletion once past 1 MiB (see
 // AGatewayKilledBetweenStoringAnInputAndCreatingItsJobLeavesNothing); with Redis away at that
 // moment the upload goes on without the hold, and its job is created once Redis is back.
