@@ -46,6 +46,12 @@ class TransientError : public IoError {
   bool new_connection_;
   bool out_of_memory_;
 };
+// No reply within the read timeout: the server is silent (frozen, blocked, gone without a
+// word). The connection is no longer usable for commands; a subscriber may ask (Subscription).
+class TimedOut : public IoError {
+ public:
+  using IoError::IoError;
+};
 // An IoError before anything was sent (no connection could be made): the calls did not run.
 class NotSent : public IoError {
  public:
@@ -270,28 +276,33 @@ class Connection {
 };
 
 // For one blocking command (BLMOVE, XREADGROUP BLOCK): the server may stay silent for `block`
-// (0: as long as it likes — BLMOVE's own timeout bounds it), so the socket must not time out
-// first; the timeout before comes back when this goes, whether the command returned or threw. A
-// block of at most kShortBlock fits in kReadTimeout as it is, with half of it still left to find
-// a dead server out: the timeout is left alone (the gateway's completion consumer blocks for
-// 100 ms a few times per 10 jobs under load, two setsockopt calls each).
+// (0: for ever), so the socket must not time out first: it waits `block` and then as long as it
+// waited for a reply before (a dead server is found that much after the block ends), and the
+// timeout before comes back when this goes, whether the command returned or threw. A block of at
+// most kShortBlock on a connection at kReadTimeout fits in it as it is, with half of it still
+// left to find a dead server out: the timeout is left alone (the gateway's completion consumer
+// blocks for 100 ms a few times per 10 jobs under load, two setsockopt calls each).
 inline constexpr std::chrono::milliseconds kShortBlock = kReadTimeout / 2;
 class BlockingRead {
  public:
-  BlockingRead(Connection& c, std::chrono::milliseconds block)
-      : c_(block.count() > 0 && block <= kShortBlock ? nullptr : &c),
-        before_(c_ ? c.read_timeout() : kReadTimeout) {
-    if (c_) c_->set_read_timeout(block.count() > 0 ? block + kReadTimeout : block);
+  BlockingRead(Connection& c, std::chrono::milliseconds block) : c_(c), before_(c.read_timeout()) {
+    if (block.count() > 0 && block <= kShortBlock && before_ == kReadTimeout) {
+      lifted_ = false;
+      return;
+    }
+    c_.set_read_timeout(block.count() > 0 && before_.count() > 0 ? block + before_
+                                                                 : std::chrono::milliseconds(0));
   }
   ~BlockingRead() {
-    if (c_) c_->restore_read_timeout(before_);
+    if (lifted_) c_.restore_read_timeout(before_);
   }
   BlockingRead(const BlockingRead&) = delete;
   BlockingRead& operator=(const BlockingRead&) = delete;
 
  private:
-  Connection* c_;  // null: the timeout left alone
+  Connection& c_;
   std::chrono::milliseconds before_;
+  bool lifted_ = true;
 };
 
 // For a step whose caller can wait only so long (a gateway request: redis.retry_timeout): each

@@ -59,7 +59,7 @@ struct Connection::Transport {
   std::chrono::milliseconds read_timeout{-1}, write_timeout{-1};
 
   [[noreturn]] void fail(const std::string& what, int err) {
-    if (err == EAGAIN || err == EWOULDBLOCK) throw IoError("redis: " + what + ": timed out");
+    if (err == EAGAIN || err == EWOULDBLOCK) throw TimedOut("redis: " + what + ": timed out");
     throw IoError("redis: " + what + ": " + (err ? std::strerror(err) : "connection closed"));
   }
 

@@ -72,12 +72,13 @@ JobStore::SubmitOutcome JobStore::submit_outcome(const std::vector<Reply>& repli
 
 std::optional<std::string> JobStore::pop(const std::string& model,
                                          std::chrono::milliseconds timeout) {
-  // The server-side timeout bounds the wait; the socket must not time out first.
+  // The server-side timeout bounds the wait; the socket waits that long and then some (a master
+  // gone without a word is found then, not when TCP keepalive gives up, after hours).
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(timeout.count()) / 1000.0);
   Reply r;
   {
-    BlockingRead blocking(conn_, std::chrono::milliseconds(0));
+    BlockingRead blocking(conn_, timeout);
     r = conn_.command(
         {"BLMOVE", keys_.pending(model), keys_.processing(model), "LEFT", "RIGHT", secs});
   }

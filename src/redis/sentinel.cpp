@@ -7,6 +7,7 @@
 #include "common/backoff.hpp"
 #include "common/log.hpp"
 #include "redis/connection_parts.hpp"
+#include "redis/subscription.hpp"
 
 namespace relay::redis {
 
@@ -53,17 +54,12 @@ void start_sentinel_watch(const Endpoint& ep) {
     Backoff backoff;
     for (size_t turn = 0;; ++turn) {
       try {
-        auto c = Connection::open(sentinel_endpoint(ep, turn % ep.sentinels.size()));
-        c.set_read_timeout(std::chrono::milliseconds(0));
-        c.append({"SUBSCRIBE", "+switch-master"});
-        c.read_reply();
+        // (A sentinel gone silent is left for the next one: Subscription pings.)
+        auto sub =
+            Subscription::open(sentinel_endpoint(ep, turn % ep.sentinels.size()), "+switch-master");
         backoff.reset();
-        for (;;) {
-          auto m =
-              c.read_reply();  // "message" "+switch-master" "<name> <old ip> <old port> <new...>"
-          if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
-              as_string(m->element[2]).starts_with(ep.sentinel_master + " "))
-            master_changed();
+        for (;;) {  // "<name> <old ip> <old port> <new ip> <new port>"
+          if (sub.next().payload.starts_with(ep.sentinel_master + " ")) master_changed();
         }
       } catch (const std::exception& e) {
         master_changed();  // an announcement may have been missed meanwhile

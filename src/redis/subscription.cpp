@@ -4,7 +4,7 @@ namespace relay::redis {
 
 Subscription Subscription::open(const Endpoint& ep, const std::string& channel, bool pattern) {
   auto conn = Connection::open(ep);
-  conn.set_read_timeout(std::chrono::milliseconds(0));  // a subscriber waits for ever
+  conn.set_read_timeout(kQuiet);  // then a PING (next())
   conn.append({pattern ? "PSUBSCRIBE" : "SUBSCRIBE", channel});
   auto confirm = conn.read_reply();
   if (confirm->type != REDIS_REPLY_ARRAY) throw ReplyError("redis: SUBSCRIBE: unexpected reply");
@@ -13,8 +13,17 @@ Subscription Subscription::open(const Endpoint& ep, const std::string& channel, 
 
 Message Subscription::next() {
   for (;;) {
-    // ["message", channel, payload] or ["pmessage", pattern, channel, payload]
-    auto m = conn_.read_reply();
+    // ["message", channel, payload] or ["pmessage", pattern, channel, payload]; ["pong", ""]
+    Reply m;
+    try {
+      m = conn_.read_reply();
+    } catch (const TimedOut&) {
+      if (pinged_) throw;  // silent since the PING too: gone
+      conn_.append({"PING"});
+      pinged_ = true;
+      continue;
+    }
+    pinged_ = false;  // (whatever came, the server is there)
     if (m->type != REDIS_REPLY_ARRAY || m->elements < 3) continue;
     std::string kind = as_string(m->element[0]);
     if (kind == "message" && m->elements == 3)

@@ -8,69 +8,51 @@ logged as "dropped" on stdout.
 
 usage: drop_reply_proxy.py --port P --upstream-port R --match TEXT [--match TEXT ...]
 """
-import argparse
 import socket
 import threading
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--upstream-port", type=int, required=True)
-ap.add_argument("--match", action="append", required=True)
-args = ap.parse_args()
+import tcp_proxy
+
+args = tcp_proxy.arguments(lambda ap: ap.add_argument("--match", action="append", required=True))
 patterns = [m.encode() for m in args.match]
 state = {"armed": True}
 lock = threading.Lock()
 
 
-def serve(client):
-    upstream = socket.create_connection(("127.0.0.1", args.upstream_port))
+def serve(client, upstream):
     drop = threading.Event()
 
-    def down():  # client -> redis
+    def sent_up(data):  # client -> redis
+        with lock:
+            if state["armed"] and any(p in data for p in patterns):
+                state["armed"] = False
+                drop.set()
+        return data
+
+    def sent_down(data):  # redis -> client
+        if drop.is_set():
+            print("dropped", flush=True)
+            return None  # the reply is lost with the connection
+        return data
+
+    def down():
+        tcp_proxy.pump(client, upstream, sent_up)
         try:
-            while True:
-                data = client.recv(65536)
-                if not data:
-                    break
-                with lock:
-                    if state["armed"] and any(p in data for p in patterns):
-                        state["armed"] = False
-                        drop.set()
-                upstream.sendall(data)
+            upstream.shutdown(socket.SHUT_WR)
         except OSError:
             pass
-        finally:
+
+    def up():
+        tcp_proxy.pump(upstream, client, sent_down)
+        for s in (client, upstream):
             try:
-                upstream.shutdown(socket.SHUT_WR)
+                s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-    def up():  # redis -> client
-        try:
-            while True:
-                data = upstream.recv(65536)
-                if not data:
-                    break
-                if drop.is_set():
-                    print("dropped", flush=True)
-                    break  # the reply is lost with the connection
-                client.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (client, upstream):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
+            s.close()
 
     threading.Thread(target=down, daemon=True).start()
-    threading.Thread(target=up, daemon=True).start()
+    up()
 
 
-listener = socket.create_server(("127.0.0.1", args.port))
-print("ready %d" % args.port, flush=True)
-while True:
-    conn, _ = listener.accept()
-    serve(conn)
+tcp_proxy.run(args, serve)

@@ -9,17 +9,19 @@ unread from then on. Prints "ready <port>"; the refusal is logged as "refused" o
 
 usage: refuse_step_proxy.py --port P --upstream-port R --refuse TEXT --then TEXT [--error E]
 """
-import argparse
 import socket
 import threading
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--upstream-port", type=int, required=True)
-ap.add_argument("--refuse", required=True)
-ap.add_argument("--then", required=True)
-ap.add_argument("--error", default="BUSY Redis is busy running a script. (injected)")
-args = ap.parse_args()
+import tcp_proxy
+
+
+def options(ap):
+    ap.add_argument("--refuse", required=True)
+    ap.add_argument("--then", required=True)
+    ap.add_argument("--error", default="BUSY Redis is busy running a script. (injected)")
+
+
+args = tcp_proxy.arguments(options)
 refuse, then = args.refuse.encode(), args.then.encode()
 state = {"armed": True}
 lock = threading.Lock()
@@ -96,8 +98,7 @@ def pipe(src, dst):
         shut(src, dst)
 
 
-def serve(client):
-    upstream = socket.create_connection(("127.0.0.1", args.upstream_port))
+def serve(client, upstream):
     commands, replies = Reader(client), Reader(upstream)
     try:
         while True:
@@ -132,8 +133,4 @@ def serve(client):
         upstream.close()
 
 
-listener = socket.create_server(("127.0.0.1", args.port))
-print("ready %d" % args.port, flush=True)
-while True:
-    conn, _ = listener.accept()
-    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+tcp_proxy.run(args, serve)

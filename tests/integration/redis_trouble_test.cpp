@@ -135,6 +135,35 @@ TEST_F(GatewayTest, AnInputKeptForAJobThatNeverCameIsDeletedByTheGc) {
   EXPECT_EQ(http("GET", url("/jobs/echo/" + ghost)).status, 404);
 }
 
+// A job notice subscription whose server fell silent without a word (a crashed node, a
+// partition): the notifier pings it after Subscription::kQuiet of quiet and, with no pong
+// kQuiet later, subscribes again — so a long-poll on a job that ends meanwhile is answered, not
+// only when its wait runs out. (It waited for ever until 2026-12-06: TCP keepalive ends such a
+// connection after ~2 h, and event streams and long-polls heard nothing meanwhile.) Through a
+// proxy that lets the subscription's connection fall silent; plain Redis only (not in the TLS
+// and cluster runs: the proxy reads the commands).
+class SilentRedisTest : public GatewayTest {};
+
+TEST_F(SilentRedisTest, AJobNoticeSubscriptionGoneSilentIsMadeAgain) {
+  const int port = free_port();
+  TempDir dir;
+  Process proxy({"/usr/bin/python3", RELAY_TEST_SILENT_PROXY, "--port", std::to_string(port),
+                 "--upstream-port", std::to_string(redis_.port()), "--match", "PSUBSCRIBE"},
+                Env{}, dir.path() + "/proxy.log");
+  ASSERT_TRUE(wait_until([&] { return port_open(port); }, 10s));
+  start_gateway({{"RELAY_REDIS_URL", "redis://127.0.0.1:" + std::to_string(port)}});
+  ASSERT_TRUE(wait_until([&] { return proxy.log().find("silent") != std::string::npos; }, 10s))
+      << "the fault was not injected";
+  InferenceServer inference({.delay_ms = 3000});
+  const std::string id = submit_id("input");
+  auto relay = start_relay(inference);  // straight to Redis: its notice is published there
+  // A wait longer than the client's: answered only if the job's end reaches the gateway.
+  auto r = http("GET", url("/jobs/echo/" + id + "?wait=60"), {}, {}, {}, 40'000);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(str(parse(r), "status"), "completed") << r.body;
+  EXPECT_GE(occurrences(gateway_->log(), "job notice subscription lost"), 1u) << gateway_->log();
+}
+
 // A large upload holds its input for deletion once past 1 MiB (see
 // AGatewayKilledBetweenStoringAnInputAndCreatingItsJobLeavesNothing); with Redis away at that
 // moment the upload goes on without the hold, and its job is created once Redis is back.
