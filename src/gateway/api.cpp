@@ -111,6 +111,13 @@ constexpr auto kProbeWait = redis::kLeastReadWait;
 
 redis::Endpoint probe_endpoint(redis::Endpoint ep) {
   ep.connect_timeout = std::min(ep.connect_timeout, kProbeWait);
+  ep.read_timeout = kProbeWait;
+  return ep;
+}
+
+// Request connections wait for a reply what a step's first try gets (redis::with_retry).
+redis::Endpoint request_endpoint(redis::Endpoint ep, std::chrono::milliseconds retry_timeout) {
+  ep.read_timeout = redis::try_wait(retry_timeout);
   return ep;
 }
 }  // namespace
@@ -122,7 +129,7 @@ Api::Api(const Config& config, storage::Storage& storage, const crypto::Encrypti
       enc_(encryption),
       resolver_(resolver),
       unsettled_(unsettled),
-      redis_(config.redis.endpoint()),
+      redis_(request_endpoint(config.redis.endpoint(), config.redis_retry_timeout)),
       probe_redis_(probe_endpoint(config.redis.endpoint())),
       keys_(config.redis.keys()),
       api_keys_(config.tenant_keys(), config.operator_keys()),
@@ -652,9 +659,7 @@ Response Api::ready() {
   bool ok = true;
   auto conn = probe_redis_.borrow();
   try {
-    auto& c = conn->get();
-    redis::ReadWithin probing(c, kProbeWait);
-    redis::JobStore(c, keys_).ping();
+    redis::JobStore(conn->get(), keys_).ping();
     checks["redis"] = "ok";
   } catch (const std::exception& e) {
     conn->reset();
@@ -727,9 +732,7 @@ Response Api::metrics_text() {
   double redis_up = 1;
   auto conn = probe_redis_.borrow();
   try {
-    auto& c = conn->get();
-    redis::ReadWithin probing(c, kProbeWait);
-    redis::JobStore store(c, keys_);
+    redis::JobStore store(conn->get(), keys_);
     for (const auto& model : cfg_.models()) {
       auto q = store.queue_depth(model);
       depth[{model, "pending"}] = static_cast<double>(q.pending);

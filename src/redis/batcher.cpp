@@ -99,7 +99,9 @@ void Batcher::run(std::stop_token stop) {
 std::chrono::milliseconds Batcher::wait_for(const std::vector<Item>& batch) const {
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - batch.front().queued);
-  return std::max(kLeastReadWait, patience_ - waited);
+  // (In whole seconds: the same from one batch to the next, no system call to set it again.)
+  return std::max<std::chrono::milliseconds>(
+      kLeastReadWait, std::chrono::ceil<std::chrono::seconds>(patience_ - waited));
 }
 
 void Batcher::send(Connection& conn, std::vector<Item>& batch) {

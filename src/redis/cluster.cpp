@@ -214,6 +214,7 @@ Connection Connection::open_cluster(const Endpoint& ep) {
   Connection conn(nullptr);
   conn.cluster_ = std::make_unique<Cluster>();
   conn.cluster_->ep = ep;
+  conn.cluster_->read_timeout = ep.read_timeout;
   conn.cluster_->map = SlotMap::of(ep);
   conn.cluster_->map->refresh_if_stale(ep);  // reachable, and a cluster: or throw now
   conn.server_ = ep;

@@ -293,7 +293,7 @@ Connection Connection::open(const Endpoint& ep) {
   // command (tried lazily, to save one-shot relays a round trip: redis_tls_test caught it).
   conn.client_id_ = as_integer(conn.command({"CLIENT", "ID"}).get());
   // A dead server must not hang a command for ever; blocking commands lift this themselves.
-  conn.set_read_timeout(kReadTimeout);
+  conn.set_read_timeout(ep.read_timeout);
   return conn;
 }
 

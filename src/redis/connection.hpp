@@ -112,6 +112,14 @@ std::vector<std::pair<std::string_view, std::string_view>> as_pair_views(const r
                                                                          size_t first = 0);
 
 // redis[s]://[user:password@]host:port[/db]; a password in the URL may be overridden by config.
+// A reply slower than this means a lost server (or network): every connection starts with it
+// (unless its Endpoint says less).
+inline constexpr std::chrono::milliseconds kReadTimeout{30'000};
+// The least a caller with a deadline waits for a connect or a reply (ReadWithin): above WAIT's
+// own bound (1 s, for wait_replicas) and a healthy Redis's longest stalls (a fork of a large
+// data set).
+inline constexpr std::chrono::milliseconds kLeastReadWait{2000};
+
 struct Endpoint {
   std::string host = "127.0.0.1";
   int port = 6379;
@@ -119,6 +127,10 @@ struct Endpoint {
   std::string password;
   int db = 0;
   std::chrono::milliseconds connect_timeout{5000};
+  // How long a connection waits for a reply unless told otherwise (ReadWithin, BlockingRead):
+  // what its users wait for a first try (the gateway's request connections: what a step's first
+  // try gets of redis.retry_timeout), so that bounding a try costs no system call.
+  std::chrono::milliseconds read_timeout = kReadTimeout;
   // TLS (rediss://): the server's certificate is verified against ca_file (else the system's
   // CAs) and the host name (or server_name); cert/key for servers that require client
   // certificates. verify = false only when set explicitly.
@@ -158,13 +170,6 @@ struct BlockedClient {
 // CLIENT UNBLOCK on that server: the blocked command returns as on timeout. True if it was
 // blocked. Throws IoError.
 bool unblock(const BlockedClient& client);
-
-// A reply slower than this means a lost server (or network): every connection starts with it.
-inline constexpr std::chrono::milliseconds kReadTimeout{30'000};
-// The least a caller with a deadline waits for a connect or a reply (ReadWithin): above WAIT's
-// own bound (1 s, for wait_replicas) and a healthy Redis's longest stalls (a fork of a large
-// data set).
-inline constexpr std::chrono::milliseconds kLeastReadWait{2000};
 
 // One connection to Redis: a socket, TLS when the endpoint asks for it (OpenSSL), commands
 // formatted and replies parsed by hiredis's I/O-free formatter and reader. Blocking I/O with a

@@ -22,6 +22,7 @@
 // redis.retry_timeout, not after kReadTimeout (30 s) — and a new connection is tried within it
 // (after a failover, the new master).
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -33,6 +34,14 @@
 #include "redis/connection.hpp"
 
 namespace relay::redis {
+
+// What one try waits for Redis with `left` of its window: half of it, in whole seconds (a
+// connection whose timeout is that already is not told again: no system call), at least
+// kLeastReadWait, at most kReadTimeout.
+inline std::chrono::milliseconds try_wait(std::chrono::milliseconds left) {
+  return std::clamp<std::chrono::milliseconds>(std::chrono::ceil<std::chrono::seconds>(left / 2),
+                                               kLeastReadWait, kReadTimeout);
+}
 
 template <typename F>
 auto with_retry(
@@ -47,9 +56,8 @@ auto with_retry(
   for (int attempt = 1;; ++attempt) {
     try {
       if (attempt > 1 && on_retry) on_retry(attempt);
-      const auto within = std::max(
-          kLeastReadWait,
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()) / 2);
+      const auto within =
+          try_wait(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()));
       auto& c = conn.get(within);
       ReadWithin bounded(c, within);
       return step(c);
