@@ -111,7 +111,6 @@ std::vector<std::pair<std::string, std::string>> as_pairs(const redisReply* r, s
 std::vector<std::pair<std::string_view, std::string_view>> as_pair_views(const redisReply* r,
                                                                          size_t first = 0);
 
-// redis[s]://[user:password@]host:port[/db]; a password in the URL may be overridden by config.
 // A reply slower than this means a lost server (or network): every connection starts with it
 // (unless its Endpoint says less).
 inline constexpr std::chrono::milliseconds kReadTimeout{30'000};
@@ -120,6 +119,7 @@ inline constexpr std::chrono::milliseconds kReadTimeout{30'000};
 // data set).
 inline constexpr std::chrono::milliseconds kLeastReadWait{2000};
 
+// redis[s]://[user:password@]host:port[/db]; a password in the URL may be overridden by config.
 struct Endpoint {
   std::string host = "127.0.0.1";
   int port = 6379;
@@ -222,9 +222,9 @@ class Connection {
   void append(const std::vector<std::string>& argv);
   Reply read_reply();
 
-  // 0 = block for ever (blocking commands and subscriptions rely on this). The default is
-  // kReadTimeout; BlockingRead lifts it for one blocking command, ReadWithin lowers it for a
-  // step whose caller cannot wait that long.
+  // 0 = block for ever. The default is the endpoint's read_timeout (kReadTimeout unless it says
+  // less); BlockingRead lifts it for one blocking command, ReadWithin lowers it for a step whose
+  // caller cannot wait that long, Subscription sets its own.
   void set_read_timeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds read_timeout() const;
   // set_read_timeout for a scope's end (BlockingRead, ReadWithin): a socket that refuses it is
