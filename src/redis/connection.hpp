@@ -360,11 +360,7 @@ class LazyConnection {
   explicit LazyConnection(Endpoint ep) : ep_(std::move(ep)) {}
   // An idle connection the server has closed meanwhile is replaced before use, so that the
   // first command after a Redis restart neither fails nor leaves its outcome unknown.
-  Connection& get() {
-    if (conn_ && conn_->stale()) conn_.reset();
-    if (!conn_) conn_.emplace(Connection::open(ep_));
-    return *conn_;
-  }
+  Connection& get() { return get(ep_.connect_timeout); }
   // get() for a caller that can wait only so long: a connection opened now is given at most
   // `within` to connect (and for its handshake's replies), not the endpoint's connect_timeout.
   Connection& get(std::chrono::milliseconds within) {
