@@ -37,12 +37,13 @@ struct GcParams {
 class Gc {
  public:
   explicit Gc(GcParams p) : p_(std::move(p)), conn_(p_.endpoint) {}
-  int pass();  // throws redis::IoError
-  void hold_unsettled(redis::Schedules& schedules, long long now_ms);
+  int pass();    // throws redis::IoError
   void sweep();  // never throws
   void run(std::stop_token stop);
 
  private:
+  // Holds the inputs the API listed as unsettled (those not held stay listed); throws IoError.
+  void hold_unsettled(redis::Schedules& schedules, long long now_ms);
   static constexpr int kBatch = 100;  // per model and pass
   GcParams p_;
   redis::LazyConnection conn_;
