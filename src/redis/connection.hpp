@@ -284,14 +284,13 @@ class Connection {
 // (0: for ever), so the socket must not time out first: it waits `block` and then as long as it
 // waited for a reply before (a dead server is found that much after the block ends), and the
 // timeout before comes back when this goes, whether the command returned or threw. A block of at
-// most kShortBlock on a connection at kReadTimeout fits in it as it is, with half of it still
-// left to find a dead server out: the timeout is left alone (the gateway's completion consumer
-// blocks for 100 ms a few times per 10 jobs under load, two setsockopt calls each).
-inline constexpr std::chrono::milliseconds kShortBlock = kReadTimeout / 2;
+// most half the timeout fits in it as it is, with half of it still left to find a dead server
+// out: the timeout is left alone (the gateway's completion consumer blocks for up to 1 s on a
+// connection at 5 s, for 100 ms a few times per 10 jobs under load: two setsockopt calls each).
 class BlockingRead {
  public:
   BlockingRead(Connection& c, std::chrono::milliseconds block) : c_(c), before_(c.read_timeout()) {
-    if (block.count() > 0 && block <= kShortBlock && before_ == kReadTimeout) {
+    if (block.count() > 0 && before_.count() > 0 && 2 * block <= before_) {
       lifted_ = false;
       return;
     }

@@ -72,12 +72,14 @@ JobStore::SubmitOutcome JobStore::submit_outcome(const std::vector<Reply>& repli
 
 std::optional<std::string> JobStore::pop(const std::string& model,
                                          std::chrono::milliseconds timeout) {
-  // The server-side timeout bounds the wait; the socket waits that long and then some (a master
-  // gone without a word is found then, not when TCP keepalive gives up, after hours).
+  // The server-side timeout bounds the wait; the socket waits that long and kLeastReadWait more
+  // (Redis answers a timed-out block at once): a master gone without a word is found then, not
+  // when TCP keepalive gives up, after hours, nor a whole retry window later.
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(timeout.count()) / 1000.0);
   Reply r;
   {
+    ReadWithin margin(conn_, kLeastReadWait);
     BlockingRead blocking(conn_, timeout);
     r = conn_.command(
         {"BLMOVE", keys_.pending(model), keys_.processing(model), "LEFT", "RIGHT", secs});

@@ -32,7 +32,9 @@ config::Schema schema(Config& c) {
              "is noticed, not the job length.",
              std::chrono::milliseconds(300));
   s.duration("queue_pop_timeout", &c.queue_pop_timeout, "5m",
-             "How long BLMOVE waits for a job; on timeout the relay exits 0.", config::kPositive);
+             "How long the relay waits for a job (BLMOVEs of at most 5 s in turn); with none by "
+             "then it exits 0.",
+             config::kPositive);
   s.integer("max_jobs", &c.max_jobs, 1, 0, 1LL << 40,
             "Jobs to process before exiting; `0` = no limit.");
   s.integer("relay.concurrency", &c.concurrency, 1, 1, 256,

@@ -32,6 +32,10 @@ using Clock = std::chrono::steady_clock;
 // How long a give-back at shutdown waits for a Redis that is away (see process()).
 constexpr std::chrono::milliseconds kGiveBackWait{5'000};
 
+// The longest one BLMOVE of the idle path waits (see work()): an idle relay asks Redis again this
+// often, and finds a master that stopped answering within it and kLeastReadWait.
+constexpr std::chrono::milliseconds kPopSlice{5'000};
+
 // The largest input read ahead of its job, into memory (as an answer that size is spooled).
 constexpr std::size_t kPrefetchBytes = Spool::kMemoryLimit;
 
@@ -334,27 +338,38 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
       }
       if (!claim()) break;
       const std::string token = new_token(cfg_.pod_name);
-      // Idle path: the seed's BLMOVE, then the lease.
-      auto id = redis::with_retry(
-          slot.conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
-            // Where the BLMOVE will wait (the slot's master in cluster mode), for unblock_pops.
-            auto client = c.blocking_client(keys.pending(cfg_.model));
-            {
-              std::lock_guard lock(mu_);
-              slot.popping = true;
-              slot.pop_client = std::move(client);
-            }
-            struct Clear {
-              Relay* r;
-              Slot& s;
-              ~Clear() {
-                std::lock_guard lock(r->mu_);
-                s.popping = false;
+      // Idle path: the seed's BLMOVE, then the lease. It waits for queue_pop_timeout in
+      // BLMOVEs of at most kPopSlice, each reply waited for kLeastReadWait past its block (pop):
+      // a master that stops answering without closing the connection — a node gone without a
+      // word, a partition, a frozen process — is left within seconds for a new connection
+      // (after a failover, the new master), where one BLMOVE for all of queue_pop_timeout
+      // (5 min) kept an idle relay on it, taking no job, until then.
+      const auto idle_until = Clock::now() + cfg_.queue_pop_timeout;
+      std::optional<std::string> id;
+      while (!id && !ending()) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(idle_until - Clock::now());
+        if (left.count() <= 0) break;
+        id = redis::with_retry(
+            slot.conn, cfg_.health_timeout, shutdown_.get_token(), [&](redis::Connection& c) {
+              // Where the BLMOVE will wait (the slot's master in cluster mode), for unblock_pops.
+              auto client = c.blocking_client(keys.pending(cfg_.model));
+              {
+                std::lock_guard lock(mu_);
+                slot.popping = true;
+                slot.pop_client = std::move(client);
               }
-            } clear{this, slot};
-            if (ending()) return std::optional<std::string>{};
-            return redis::JobStore(c, keys).pop(cfg_.model, cfg_.queue_pop_timeout);
-          });
+              struct Clear {
+                Relay* r;
+                Slot& s;
+                ~Clear() {
+                  std::lock_guard lock(r->mu_);
+                  s.popping = false;
+                }
+              } clear{this, slot};
+              if (ending()) return std::optional<std::string>{};
+              return redis::JobStore(c, keys).pop(cfg_.model, std::min(left, kPopSlice));
+            });
+      }
       if (!id) {
         unclaim();
         if (ending()) break;

@@ -156,6 +156,10 @@ class RedisServer {
   void add_replicas();
   // CLUSTER FAILOVER on the replica of node i; returns once the replica serves node i's slots.
   void failover(int i);
+  // SIGSTOP to node i alone, a master gone without a word (a node lost, a partition); returns once
+  // its replica has taken its slots over, the cluster's own failover (cluster-node-timeout).
+  // thaw() wakes it, and it rejoins as the new master's replica.
+  void freeze_and_fail_over(int i);
   std::string tls_dir() const { return pki_.empty() ? dir_.path() + "/tls" : pki_; }
   // An endpoint for this server (TLS: trusting the test CA).
   redis::Endpoint endpoint() const;
@@ -183,6 +187,8 @@ class RedisServer {
   void start_node(size_t i);           // throws PortTaken if it did not come up on its port
   void start_node_anywhere(size_t i);  // on another port if needed, until it has served
   void wait_cluster_ok();
+  int replica_of(int i) const;  // the node replicating node i (throws if none)
+  bool says_master_within(int node, std::chrono::milliseconds within) const;
   TempDir dir_;
   std::vector<int> ports_, bus_ports_;
   bool persistent_;
@@ -220,6 +226,12 @@ class SentinelRedis {
   // SIGKILL to the master; returns once the sentinels have promoted the replica, after starting
   // the killed node again (the sentinels make it a replica of the new master).
   void kill_master();
+  // SIGSTOP to the master (RedisServer::freeze): it stops answering and keeps every connection
+  // open, as a master gone without a word does (a node lost, a partition); returns once the
+  // sentinels have promoted the replica. thaw() wakes it and returns once the sentinels have made
+  // it a replica of the new master.
+  void freeze_master();
+  void thaw();
   RedisServer& node(int i) { return *nodes_[i]; }
   std::string tls_dir() const { return dir_.path() + "/tls"; }
 
@@ -230,9 +242,11 @@ class SentinelRedis {
   std::unique_ptr<RedisServer> nodes_[2];
   std::vector<int> sentinel_ports_;
   std::vector<std::unique_ptr<Process>> sentinels_;
+  RedisServer* frozen_ = nullptr;
   void wait_for_new_master(int before);
-  redis::Endpoint sentinel(int port) const;   // the test's own connection to a sentinel
-  redis::Endpoint data_node(int port) const;  // ... and to the master or the replica
+  void wait_until_replica(RedisServer& node);  // of the master the sentinels name now
+  redis::Endpoint sentinel(int port) const;    // the test's own connection to a sentinel
+  redis::Endpoint data_node(int port) const;   // ... and to the master or the replica
 };
 
 class S3Server {

@@ -1,7 +1,8 @@
 // Redis Cluster (three masters from Debian's redis-server): the gateway and relays route each
 // step to the master of its model's slot, and ride out what a cluster does while it runs — a
-// slot migrating to another master (resharding: ASK, then MOVED) and a CLUSTER FAILOVER — with
-// submissions in flight: every submission accepted, every job completed once, no relay exit.
+// slot migrating to another master (resharding: ASK, then MOVED), a CLUSTER FAILOVER, and a
+// master that stops answering (its replica takes over) — with submissions in flight: every
+// submission accepted, every job completed once, no relay exit.
 // The gateway and relay suites also run whole against a cluster (ctest prefix "cluster:").
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <boost/json.hpp>
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -26,7 +28,10 @@ std::string tail(const std::string& log) {
 }
 
 // Two models whose slots live on different masters (so that cross-node routing is exercised);
-// m1's slot is the one that moves.
+// m1's slot is the one that moves. "frozen": m1's master is SIGSTOPped — it keeps every
+// connection open and says nothing, as a node gone without a word or a partition — and the
+// cluster fails it over after cluster-node-timeout; relays waiting for a job on it (BLMOVE,
+// queue_pop_timeout 120 s) and requests sent to it move to the new master within seconds.
 class ClusterChange : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
@@ -34,7 +39,8 @@ TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
   const redis::Keys keys("", true);
   const int slot = redis::key_slot(keys.pending("m1"));
   ASSERT_NE(redis.node_of_slot(slot), redis.node_of_slot(redis::key_slot(keys.pending("m2"))));
-  if (GetParam() == "failover") redis.add_replicas();
+  const bool frozen = GetParam() == "frozen";
+  if (GetParam() == "failover" || frozen) redis.add_replicas();
 
   TempDir files, logs;
   InferenceServer inference;
@@ -42,7 +48,8 @@ TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
   env["RELAY_STORAGE_URL"] = "file://" + files.path();
   env["RELAY_LOG_LEVEL"] = "debug";  // redirects are logged at debug: the test checks there were
   // With replicas, submissions and outcomes count once a replica has them (else a failover may
-  // drop the last ones).
+  // drop the last ones). (Not when the master freezes: its replica, promoted, has none then;
+  // the submissions stop while the test makes sure the replica has everything, and freezes it.)
   if (GetParam() == "failover") env["RELAY_REDIS_WAIT_REPLICAS"] = "1";
   Env gw_env = env;
   gw_env["RELAY_SERVICE_TYPES"] = "echo=m1,other=m2";
@@ -81,10 +88,14 @@ TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
 
   // Submissions keep coming (paced, like a steady client) while the cluster changes.
   std::atomic<bool> changed{false};
+  std::mutex submitting;  // held by each submission; by the test while it freezes a master
   auto during = std::async(std::launch::async, [&] {
     std::vector<std::pair<std::string, HttpResult>> out;
     for (int i = 100; out.size() < 20 || !changed; ++i) {
-      out.push_back(submit(i));
+      {
+        std::lock_guard lock(submitting);
+        out.push_back(submit(i));
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return out;
@@ -96,11 +107,21 @@ TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
       ~Done() { flag = true; }
     } done{changed};
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (GetParam() == "reshard")
+    if (GetParam() == "reshard") {
       // Key by key, slowly: for a while some of m1's keys are on each node (ASK, TRYAGAIN).
       redis.migrate_slot(slot, (before + 1) % 3, 1, std::chrono::milliseconds(20));
-    else
+    } else if (frozen) {
+      {
+        std::lock_guard lock(submitting);
+        // A write of its own in m1's slot, then WAIT: the replica has everything before it.
+        auto master = redis::Connection::open(redis.node_endpoint(before));
+        master.command({"SET", keys.pending("m1") + ":probe", "1"});
+        ASSERT_EQ(redis::as_integer(master.command({"WAIT", "1", "5000"}).get()), 1);
+        redis.freeze_and_fail_over(before);
+      }
+    } else {
       redis.failover(before);
+    }
   }
   for (const auto& [svc, r] : during.get()) {
     EXPECT_EQ(r.status, 202) << r.body;  // waited out, never a 4xx
@@ -129,6 +150,7 @@ TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
   ASSERT_EQ(completed, ids.size()) << "relays:\n"
                                    << relay_logs << "\ngateway:\n"
                                    << tail(gateway.log());
+  if (frozen) redis.thaw();  // (it rejoins as a replica)
   // Resharding was seen by the clients mid-way, not only after: they were redirected both
   // ways. (After a failover they may learn the new master from a refreshed map instead.)
   if (GetParam() == "reshard") {
@@ -153,7 +175,8 @@ TEST_P(ClusterChange, WithJobsInFlightLosesNothing) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cluster, ClusterChange, ::testing::Values("reshard", "failover"));
+INSTANTIATE_TEST_SUITE_P(Cluster, ClusterChange,
+                         ::testing::Values("reshard", "failover", "frozen"));
 
 // relayctl queues finds every model on every master, and reads each one's queues there.
 // A pipeline whose calls share a node (a model's steps: one hash tag) goes there in one write;

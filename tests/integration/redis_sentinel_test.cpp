@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/json.hpp>
 #include <future>
@@ -142,6 +143,88 @@ TEST_P(SentinelFailover, WithJobsInFlightLosesNothing) {
 INSTANTIATE_TEST_SUITE_P(Sentinel, SentinelFailover,
                          ::testing::Values("graceful", "crash", "graceful_passwords",
                                            "graceful_tls_passwords"));
+
+// A master that stops answering and keeps its connections open — a node gone without a word, a
+// partition: no reset ever comes — is replaced by the sentinels. A relay waiting idle for a job
+// on it (BLMOVE, for the default queue_pop_timeout of 5 minutes) is on the new master within
+// seconds and runs the jobs submitted there; the gateway's requests go there too, its job
+// notices (a long-poll hears of its job's end) and its completion consumer (which had waited 30 s
+// on the silent master: each job's end — webhooks, metrics, quota — came that late). Woken, the
+// old master is made a replica, and the record is the new master's: one terminal event per job.
+TEST(RedisSentinel, ARelayWaitingOnAMasterThatFellSilentMovesToTheNewOne) {
+  SentinelRedis redis;
+  TempDir files, logs;
+  InferenceServer inference({.delay_ms = 2000});
+  auto [gw_env, relay_env] = stack_env(redis, files, inference);
+  gw_env["RELAY_REDIS_RETRY_TIMEOUT"] = "30s";
+  GatewayServer gateway(gw_env);
+  ASSERT_TRUE(wait_until([&] { return http("GET", gateway.url() + "/readyz").status == 200; }))
+      << gateway.log();
+  Process relay({relay_binary(), "--max-jobs", "0"}, relay_env, logs.path() + "/relay.log");
+  auto submit = [&](int i) {
+    return http("POST", gateway.url() + "/jobs/echo", {}, {},
+                {{"file", "job " + std::to_string(i), "in.txt", "text/plain"}});
+  };
+  std::vector<std::string> ids;
+  auto all_completed = [&] {
+    for (const auto& id : ids)
+      if (field(http("GET", gateway.url() + "/jobs/echo/" + id), "status") != "completed")
+        return false;
+    return true;
+  };
+  auto r = submit(0);
+  ASSERT_EQ(r.status, 202) << r.body;
+  ids.push_back(field(r, "id"));
+  ASSERT_TRUE(wait_until(all_completed, 30s)) << relay.log();
+
+  // The relay waits for the next job on the master, which has everything on its replica.
+  const int before = redis.master_port();
+  RedisServer& old = redis.node(redis.node(0).port() == before ? 0 : 1);
+  ASSERT_TRUE(wait_until([&] { return old.has_blocked_client(); }, 20s)) << relay.log();
+  {
+    auto master = old.connect();  // a write of its own, then WAIT: the replica has all before it
+    master.command({"SET", "probe", "1"});
+    ASSERT_EQ(redis::as_integer(master.command({"WAIT", "1", "5000"}).get()), 1);
+  }
+  redis.freeze_master();
+
+  std::future<HttpResult> poll;
+  for (int i = 1; i <= 3; ++i) {
+    r = submit(i);
+    ASSERT_EQ(r.status, 202) << r.body;
+    ids.push_back(field(r, "id"));
+    // A wait longer than the client's: answered only if the job's end reaches the gateway.
+    if (i == 1)
+      poll = std::async(std::launch::async, [&, id = ids.back()] {
+        return http("GET", gateway.url() + "/jobs/echo/" + id + "?wait=60", {}, {}, {}, 20'000);
+      });
+  }
+  // (Before, the relay's one BLMOVE held it on the silent master for its 5 minutes.)
+  EXPECT_TRUE(wait_until(all_completed, 60s)) << relay.log();
+  // The completion consumer has each end, on the new master.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const auto log = gateway.log();
+        return std::all_of(ids.begin(), ids.end(), [&](const std::string& id) {
+          return log.find("\"job finished\",\"job_id\":\"" + id) != std::string::npos;
+        });
+      },
+      15s))
+      << gateway.log();
+  EXPECT_TRUE(relay.running()) << relay.log();
+  const auto polled = poll.get();
+  EXPECT_EQ(polled.status, 200) << polled.body << gateway.log();
+  EXPECT_EQ(field(polled, "status"), "completed") << polled.body;
+
+  redis.thaw();
+  auto master = redis::Connection::open(redis.endpoint());
+  EXPECT_NE(redis.master_port(), before);
+  EXPECT_EQ(redis::as_integer(master.command({"XLEN", "jobs:m1:events"}).get()),
+            static_cast<long long>(ids.size()))
+      << "one terminal event per job";
+  relay.signal(SIGTERM);
+  EXPECT_EQ(relay.wait_exit(10s), 0) << relay.log();
+}
 
 // Sentinels that require a password (their requirepass; Bitnami's chart sets one by default)
 // answer NOAUTH to a client that does not give it, the master's password being another: without

@@ -214,6 +214,7 @@ void RedisServer::freeze() {
 
 void RedisServer::thaw() {
   for (auto& p : procs_) p->signal(SIGCONT);
+  if (cluster_ && formed_) wait_cluster_ok();  // (a frozen master rejoins as a replica)
 }
 
 bool RedisServer::tls_by_default() {
@@ -366,11 +367,36 @@ void RedisServer::add_replicas() {
   wait_cluster_ok();
 }
 
-void RedisServer::failover(int i) {
-  int replica = -1;
+int RedisServer::replica_of(int i) const {
   for (size_t n = 0; n < ports_.size(); ++n)
-    if (replica_of_[n] == i) replica = static_cast<int>(n);
-  if (replica < 0) throw std::logic_error("failover: node has no replica (add_replicas first)");
+    if (replica_of_[n] == i) return static_cast<int>(n);
+  throw std::logic_error("node " + std::to_string(i) + " has no replica (add_replicas first)");
+}
+
+bool RedisServer::says_master_within(int node, std::chrono::milliseconds within) const {
+  return wait_until(
+      [&] {
+        try {
+          auto role = redis::Connection::open(node_endpoint(node)).command({"ROLE"});
+          return redis::as_string(role->element[0]) == "master";
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      within);
+}
+
+void RedisServer::freeze_and_fail_over(int i) {
+  const int replica = replica_of(i);
+  procs_[static_cast<size_t>(i)]->signal(SIGSTOP);
+  if (!says_master_within(replica, 30s))
+    throw std::runtime_error("the replica of a frozen master did not take over");
+  replica_of_[static_cast<size_t>(i)] = replica;
+  replica_of_[static_cast<size_t>(replica)] = -1;
+}
+
+void RedisServer::failover(int i) {
+  const int replica = replica_of(i);
   // A manual failover gives up after 5 s (CLUSTER_MF_TIMEOUT) when the master is slow to pause
   // its clients — a loaded machine: ask again, as an operator would.
   bool done = false;
@@ -380,16 +406,7 @@ void RedisServer::failover(int i) {
     } catch (const redis::ReplyError&) {
       // e.g. "a manual failover is already in progress"
     }
-    done = wait_until(
-        [&] {
-          try {
-            auto role = redis::Connection::open(node_endpoint(replica)).command({"ROLE"});
-            return redis::as_string(role->element[0]) == "master";
-          } catch (const std::exception&) {
-            return false;
-          }
-        },
-        7s);
+    done = says_master_within(replica, 7s);
   }
   if (!done) throw std::runtime_error("CLUSTER FAILOVER did not complete");
   std::swap(replica_of_[static_cast<size_t>(replica)], replica_of_[static_cast<size_t>(i)]);

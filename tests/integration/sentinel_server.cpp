@@ -182,22 +182,41 @@ void SentinelRedis::kill_master() {
     if (n->port() == before) killed = n.get();
   killed->stop();
   wait_for_new_master(before);
-  const int promoted = master_port();
   // Back as a replica of the new master, as an orchestrator would restart it: the sentinels
   // reconfigure it (until then the new master has no replica to acknowledge writes). Waited
   // for, so that the test goes on with the topology settled.
   killed->start();
+  wait_until_replica(*killed);
+}
+
+void SentinelRedis::freeze_master() {
+  const int before = master_port();
+  for (auto& n : nodes_)
+    if (n->port() == before) frozen_ = n.get();
+  frozen_->freeze();
+  wait_for_new_master(before);
+}
+
+void SentinelRedis::thaw() {
+  if (!frozen_) return;
+  std::exchange(frozen_, nullptr)->thaw();
+  for (auto& n : nodes_)
+    if (n->port() != master_port()) wait_until_replica(*n);
+}
+
+void SentinelRedis::wait_until_replica(RedisServer& node) {
+  const int master = master_port();
   const bool settled = wait_until(
       [&] {
         try {
-          auto role = redis::Connection::open(data_node(killed->port())).command({"ROLE"});
-          return redis::as_string(role->element[0]) == "slave" && master_port() == promoted;
+          auto role = redis::Connection::open(data_node(node.port())).command({"ROLE"});
+          return redis::as_string(role->element[0]) == "slave" && master_port() == master;
         } catch (const std::exception&) {
           return false;
         }
       },
       30s);
-  if (!settled) throw std::runtime_error("the restarted master did not become a replica");
+  if (!settled) throw std::runtime_error("the former master did not become a replica");
 }
 
 void SentinelRedis::wait_for_new_master(int before) {
