@@ -32,10 +32,10 @@ inline constexpr std::chrono::milliseconds kFollowUpWait{100};
 
 // Entries read (or claimed) per call.
 inline constexpr int kBatch = 100;
-// How long the consumer waits for each reply (its read's 1 s block included): a master that
-// stops answering without closing the connection — a node gone without a word, a partition —
-// is left for a new connection (after a failover, the new master) within it, where the
-// connection's default (30 s) held every job's end — long-polls, webhooks — that long.
+// How long the consumer (and the webhook sender) waits for each reply, the read's 1 s block
+// included: a master that stops answering without closing the connection — a node gone without
+// a word, a partition — is left for a new connection (after a failover, the new master) within
+// it, where the connection's default (30 s) held every job's end (webhooks, metrics) that long.
 inline constexpr std::chrono::milliseconds kReplyWait{5'000};
 // How long a stopping consumer waits for each reply while it settles what it read last.
 inline constexpr std::chrono::milliseconds kStopWait{500};
@@ -64,7 +64,7 @@ struct CompletionConsumerParams {
 class CompletionConsumer {
  public:
   explicit CompletionConsumer(CompletionConsumerParams p)
-      : p_(std::move(p)), conn_(with_reply_wait(p_.endpoint)) {}
+      : p_(std::move(p)), conn_(p_.endpoint.with_read_timeout(kReplyWait)) {}
   // One round now: claim stale entries, then settle the batch read last round and read new
   // ones in one round trip (blocking up to block, kFollowUpWait while a batch is settled).
   // Returns the number settled. Throws redis::IoError.
@@ -72,10 +72,6 @@ class CompletionConsumer {
   void run(std::stop_token stop);
 
  private:
-  static redis::Endpoint with_reply_wait(redis::Endpoint ep) {
-    ep.read_timeout = kReplyWait;
-    return ep;
-  }
   // Once per connection: the groups made (an existing one is fine), and this consumer's own
   // pending entries adopted.
   void prepare(redis::Connection& c, redis::EventLog& events);

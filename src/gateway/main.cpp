@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   http::Resolver submissions_dns(dns);
   dns.max_waiting = static_cast<std::size_t>(cfg.webhook_concurrency);
   http::Resolver webhooks_dns(dns);
-  gateway::WebhookSender webhooks({.endpoint = endpoint,
+  gateway::WebhookSender webhooks({.endpoint = endpoint.with_read_timeout(gateway::kReplyWait),
                                    .keys = keys,
                                    .models = models,
                                    .key = webhook_key,

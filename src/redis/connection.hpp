@@ -148,6 +148,14 @@ struct Endpoint {
   // Cluster mode: when cluster_seeds is set, host/port are not used; the slot map is asked from
   // these nodes (or any node learnt since) and each command goes to the master of its key's slot.
   std::vector<std::pair<std::string, int>> cluster_seeds;
+
+  // This endpoint, its connections waiting for each reply at most `t`: a loop whose steps
+  // Redis answers at once leaves a master gone silent within it, not kReadTimeout later.
+  Endpoint with_read_timeout(std::chrono::milliseconds t) const {
+    Endpoint e = *this;
+    e.read_timeout = t;
+    return e;
+  }
 };
 // Throws std::invalid_argument with a message fit for a config error.
 Endpoint parse_url(std::string_view url);

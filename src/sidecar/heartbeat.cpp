@@ -72,7 +72,8 @@ void Heartbeat::run(std::stop_token stop) {
           continue;
         }
         redis_down = redis_down || b == Beat::failed;
-        w.next = Clock::now() + interval;
+        // (A failed beat is tried again soon: its lease may still have time to be kept.)
+        w.next = Clock::now() + (b == Beat::failed ? std::min(interval, kRetryAfter) : interval);
       }
       if (!redis_down && w.progress && now >= w.next_progress) {
         write_progress(id, w);

@@ -11,6 +11,7 @@
 // One thread for the relay's life, watching each job in hand (several with relay.concurrency)
 // from watch() to unwatch().
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -28,7 +29,8 @@
 namespace relay::sidecar {
 
 struct HeartbeatParams {
-  redis::LazyConnection* conn;  // used only by the heartbeat thread
+  // Used only by the heartbeat thread; its endpoint's read_timeout should be beat_wait().
+  redis::LazyConnection* conn;
   redis::Keys keys;
   std::string model;
   std::chrono::milliseconds lease_ttl;
@@ -39,6 +41,18 @@ struct HeartbeatParams {
 
 class Heartbeat {
  public:
+  // How long a beat waits for each reply: a sixth of the lease, at least kLeastReadWait and at
+  // most kReadTimeout. A master that stops answering without closing the connection (a node gone
+  // without a word, a partition) is then given up on while the lease has most of its life left,
+  // and a failed beat is tried again within kRetryAfter on a new connection — after a failover,
+  // on the new master. (With the default 30 s a beat on a silent master outlived a 60 s lease's
+  // last renewal, and every job in hand lost its lease to the failover and ran again.)
+  static std::chrono::milliseconds beat_wait(std::chrono::milliseconds lease_ttl) {
+    return std::clamp<std::chrono::milliseconds>(lease_ttl / 6, redis::kLeastReadWait,
+                                                 redis::kReadTimeout);
+  }
+  static constexpr std::chrono::milliseconds kRetryAfter{1'000};
+
   explicit Heartbeat(HeartbeatParams p) : p_(std::move(p)) {}
   // Beats for this job from lease_ttl/3 after now on — or after leased_at, when its lease was
   // set earlier (a job taken ahead; at once if that beat is due). progress_webhooks: the job

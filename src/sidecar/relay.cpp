@@ -275,7 +275,8 @@ int Relay::run() {
 
   subscribed.wait();
 
-  redis::LazyConnection hb_conn(endpoint);  // the heartbeat thread's
+  redis::LazyConnection hb_conn(  // the heartbeat thread's
+      endpoint.with_read_timeout(Heartbeat::beat_wait(cfg_.lease_ttl)));
   Heartbeat heartbeat({&hb_conn, keys, cfg_.model, cfg_.lease_ttl, cfg_.progress_interval,
                        cfg_.progress_webhook_interval});
   std::jthread heartbeat_thread([&heartbeat](std::stop_token st) { heartbeat.run(st); });

@@ -148,22 +148,28 @@ INSTANTIATE_TEST_SUITE_P(Sentinel, SentinelFailover,
 // partition: no reset ever comes — is replaced by the sentinels. A relay waiting idle for a job
 // on it (BLMOVE, for the default queue_pop_timeout of 5 minutes) is on the new master within
 // seconds and runs the jobs submitted there; the gateway's requests go there too, its job
-// notices (a long-poll hears of its job's end) and its completion consumer (which had waited 30 s
-// on the silent master: each job's end — webhooks, metrics, quota — came that late). Woken, the
-// old master is made a replica, and the record is the new master's: one terminal event per job.
+// notices (a long-poll hears of its job's end), its completion consumer and its webhook sender
+// (each had waited 30 s on the silent master: every job's end and webhook came that late). Woken,
+// the old master is made a replica, and the record is the new master's: one terminal event per
+// job.
 TEST(RedisSentinel, ARelayWaitingOnAMasterThatFellSilentMovesToTheNewOne) {
   SentinelRedis redis;
   TempDir files, logs;
   InferenceServer inference({.delay_ms = 2000});
+  WebhookReceiver receiver;
+  receiver.start();
   auto [gw_env, relay_env] = stack_env(redis, files, inference);
   gw_env["RELAY_REDIS_RETRY_TIMEOUT"] = "30s";
+  gw_env["RELAY_WEBHOOKS_SECRET"] = WebhookReceiver::kSecret;
+  gw_env["RELAY_WEBHOOKS_ALLOW_PRIVATE"] = "true";  // the receiver is on loopback
   GatewayServer gateway(gw_env);
   ASSERT_TRUE(wait_until([&] { return http("GET", gateway.url() + "/readyz").status == 200; }))
       << gateway.log();
   Process relay({relay_binary(), "--max-jobs", "0"}, relay_env, logs.path() + "/relay.log");
   auto submit = [&](int i) {
     return http("POST", gateway.url() + "/jobs/echo", {}, {},
-                {{"file", "job " + std::to_string(i), "in.txt", "text/plain"}});
+                {{"file", "job " + std::to_string(i), "in.txt", "text/plain"},
+                 {"callback_url", receiver.url()}});
   };
   std::vector<std::string> ids;
   auto all_completed = [&] {
@@ -201,7 +207,7 @@ TEST(RedisSentinel, ARelayWaitingOnAMasterThatFellSilentMovesToTheNewOne) {
   }
   // (Before, the relay's one BLMOVE held it on the silent master for its 5 minutes.)
   EXPECT_TRUE(wait_until(all_completed, 60s)) << relay.log();
-  // The completion consumer has each end, on the new master.
+  // The completion consumer has each end, on the new master, and each job's webhook went out.
   EXPECT_TRUE(wait_until(
       [&] {
         const auto log = gateway.log();
@@ -210,6 +216,17 @@ TEST(RedisSentinel, ARelayWaitingOnAMasterThatFellSilentMovesToTheNewOne) {
         });
       },
       15s))
+      << gateway.log();
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::string all;
+        for (const auto& line : receiver.lines()) all += line;
+        return std::all_of(ids.begin(), ids.end(), [&](const std::string& id) {
+          return all.find(id) != std::string::npos;
+        });
+      },
+      15s))
+      << receiver.lines().size() << " webhooks\n"
       << gateway.log();
   EXPECT_TRUE(relay.running()) << relay.log();
   const auto polled = poll.get();
@@ -224,6 +241,48 @@ TEST(RedisSentinel, ARelayWaitingOnAMasterThatFellSilentMovesToTheNewOne) {
       << "one terminal event per job";
   relay.signal(SIGTERM);
   EXPECT_EQ(relay.wait_exit(10s), 0) << relay.log();
+}
+
+// A job running when its master falls silent keeps its lease: the heartbeat thread's steps (its
+// beats, the model's progress reports it records, each second here) wait a sixth of the lease for
+// a reply (at least 2 s) and a failed beat is tried again a second later, so the lease is renewed
+// on the new master before it runs out, and the job runs once. (Each waited 30 s on the silent
+// master: the beats came too late, the lease lapsed, and the job was stopped.)
+TEST(RedisSentinel, AJobRunningWhenItsMasterFellSilentKeepsItsLease) {
+  SentinelRedis redis;
+  TempDir files, logs;
+  InferenceServer inference({.delay_ms = 28'000, .progress_steps = 28});  // outliving its lease
+  auto [gw_env, relay_env] = stack_env(redis, files, inference);
+  GatewayServer gateway(gw_env);
+  ASSERT_TRUE(wait_until([&] { return http("GET", gateway.url() + "/readyz").status == 200; }))
+      << gateway.log();
+  relay_env["RELAY_LEASE_TTL"] = "24s";
+  Process relay({relay_binary(), "--max-jobs", "1"}, relay_env, logs.path() + "/relay.log");
+  auto r = http("POST", gateway.url() + "/jobs/echo", {}, {},
+                {{"file", "a long job", "in.txt", "text/plain"}});
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string id = field(r, "id");
+  // Its first report recorded: the heartbeat thread's connection is open, on the master.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto j = http("GET", gateway.url() + "/jobs/echo/" + id);
+        return j.status == 200 && boost::json::parse(j.body).at("progress").is_object();
+      },
+      20s))
+      << relay.log();
+  {
+    const int port = redis.master_port();
+    auto master = redis.node(redis.node(0).port() == port ? 0 : 1).connect();
+    master.command({"SET", "probe", "1"});  // then WAIT: the replica has the lease
+    ASSERT_EQ(redis::as_integer(master.command({"WAIT", "1", "5000"}).get()), 1);
+  }
+  redis.freeze_master();
+
+  ASSERT_EQ(relay.wait_exit(60s), 0) << relay.log();  // after its one job
+  EXPECT_EQ(field(http("GET", gateway.url() + "/jobs/echo/" + id), "status"), "completed");
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 1u) << inference.events();
+  EXPECT_EQ(relay.log().find("lease lost"), std::string::npos) << relay.log();
+  redis.thaw();
 }
 
 // Sentinels that require a password (their requirepass; Bitnami's chart sets one by default)
