@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <map>
 #include <set>
 #include <shared_mutex>
 #include <thread>
@@ -67,6 +68,13 @@ class SlotMap {
     std::unique_lock lock(mu_);
     stale_ = true;
   }
+  // A node that failed (a connection cut, a reply that never came): the map is stale, and the
+  // node is asked last in the next refreshes.
+  void unanswered(const std::string& addr) {
+    std::unique_lock lock(mu_);
+    stale_ = true;
+    unanswered_[addr] = Clock::now();
+  }
 
   void refresh_if_stale(const Endpoint& ep) {
     {
@@ -79,15 +87,30 @@ class SlotMap {
  private:
   using Clock = std::chrono::steady_clock;
   static constexpr auto kMinInterval = std::chrono::milliseconds(100);
+  // How long a node that failed is asked after the others.
+  static constexpr auto kUnansweredFor = std::chrono::seconds(30);
 
-  // Asks the known masters, then the seeds, until one answers.
+  // Asks the known masters, then the seeds, each once, until one answers — those that failed
+  // lately last: each silent node asked costs a connect_timeout, and a frozen master (whose
+  // replica is taking over) would otherwise be asked first by every refresh.
   void refresh(const Endpoint& ep) {
     std::vector<std::string> candidates;
+    std::map<std::string, Clock::time_point> unanswered;
     {
       std::shared_lock lock(mu_);
       candidates = masters_;
+      unanswered = unanswered_;
     }
-    for (const auto& [h, p] : ep.cluster_seeds) candidates.push_back(address(h, p));
+    for (const auto& [h, p] : ep.cluster_seeds) {
+      const std::string addr = address(h, p);
+      if (std::find(candidates.begin(), candidates.end(), addr) == candidates.end())
+        candidates.push_back(addr);
+    }
+    const auto now = Clock::now();
+    std::stable_partition(candidates.begin(), candidates.end(), [&](const std::string& addr) {
+      auto it = unanswered.find(addr);
+      return it == unanswered.end() || now - it->second >= kUnansweredFor;
+    });
     std::string errors;
     for (const auto& addr : candidates) {
       try {
@@ -96,12 +119,16 @@ class SlotMap {
         ReadWithin connecting(c, ep.connect_timeout);
         auto r = c.command({"CLUSTER", "SLOTS"});
         load(r.get(), node_endpoint(ep, addr).host);
+        std::unique_lock lock(mu_);
+        unanswered_.erase(addr);
         return;
       } catch (const ReplyError& e) {
         throw ReplyError(std::string(e.what()) + " (from " + addr +
                          "; is it a Redis Cluster node? redis.mode is cluster)");
       } catch (const IoError& e) {
         errors += std::string(" ") + e.what() + ";";
+        std::unique_lock lock(mu_);
+        unanswered_[addr] = Clock::now();
       }
     }
     throw IoError("redis: no cluster node answered CLUSTER SLOTS:" + errors);
@@ -138,6 +165,7 @@ class SlotMap {
   std::vector<std::string> masters_;
   bool stale_ = true;
   Clock::time_point refreshed_{};
+  std::map<std::string, Clock::time_point> unanswered_;  // node -> when it last failed
 };
 
 namespace {
@@ -180,29 +208,41 @@ Connection& Connection::Cluster::node(const std::string& addr) {
       nodes.erase(it);
     }
   }
-  Connection c = Connection::open(node_endpoint(ep, addr));
+  Connection c = Connection::open(node_endpoint(bounded_ep(), addr));
   c.set_read_timeout(read_timeout);
   std::lock_guard lock(mu);
   return nodes.insert_or_assign(addr, std::move(c)).first->second;
 }
 void Connection::Cluster::drop(Connection* c) {
-  std::lock_guard lock(mu);
-  for (auto it = nodes.begin(); it != nodes.end(); ++it)
-    if (&it->second == c) {
-      nodes.erase(it);
-      break;
-    }
-  if (last == c) last = nullptr;
-  map->mark_stale();
+  std::string addr;
+  {
+    std::lock_guard lock(mu);
+    for (auto it = nodes.begin(); it != nodes.end(); ++it)
+      if (&it->second == c) {
+        addr = it->first;
+        nodes.erase(it);
+        break;
+      }
+    if (last == c) last = nullptr;
+  }
+  if (addr.empty())
+    map->mark_stale();
+  else
+    map->unanswered(addr);
+}
+Endpoint Connection::Cluster::bounded_ep() const {
+  Endpoint e = ep;
+  if (read_timeout.count() > 0) e.connect_timeout = std::min(e.connect_timeout, read_timeout);
+  return e;
 }
 Connection& Connection::Cluster::for_key(std::optional<std::string_view> key) {
   if (!key) {
     if (last && !last->stale()) return *last;
-    auto masters = map->masters(ep);
+    auto masters = map->masters(bounded_ep());
     return node(masters[std::hash<std::thread::id>{}(std::this_thread::get_id()) % masters.size()]);
   }
   int slot = key_slot(*key);
-  std::string addr = map->owner(ep, slot);
+  std::string addr = map->owner(bounded_ep(), slot);
   if (addr.empty()) {
     map->mark_stale();
     throw TransientError("redis: CLUSTERDOWN no master serves slot " + std::to_string(slot), false);

@@ -156,6 +156,9 @@ struct Connection::Cluster {
   Connection& node(const std::string& addr);  // opened if needed
   void drop(Connection* c);                   // a failed node
   Connection& for_key(std::optional<std::string_view> key);
+  // ep, its connects (a node's, a refresh's) given no longer than each reply now is: a caller
+  // that can wait only so long (ReadWithin) is not held connect_timeout per silent node.
+  Endpoint bounded_ep() const;
 };
 
 // sentinel.cpp: the master generation now (connections of an older one are stale).
