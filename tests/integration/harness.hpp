@@ -176,7 +176,8 @@ class RedisServer {
   void start();  // again on the same port, with the same data directory
   // SIGSTOP, SIGCONT (every node): a Redis that stops answering without closing a connection —
   // as a process blocked by a slow command, a paused VM, a network dropping packets. The kernel
-  // still accepts connections and takes what clients send; Redis runs it when it wakes.
+  // still accepts connections and takes what clients send; Redis runs it when it wakes. A
+  // formed cluster's thaw() returns once every node says the cluster is ok again.
   void freeze();
   void thaw();
 
