@@ -32,10 +32,13 @@ inline constexpr std::chrono::milliseconds kFollowUpWait{100};
 
 // Entries read (or claimed) per call.
 inline constexpr int kBatch = 100;
-// How long the consumer (and the webhook sender) waits for each reply, the read's 1 s block
-// included: a master that stops answering without closing the connection — a node gone without
-// a word, a partition — is left for a new connection (after a failover, the new master) within
-// it, where the connection's default (30 s) held every job's end (webhooks, metrics) that long.
+// How long the consumer and the gateway's other background loops (webhook sender, reaper, due
+// sweep, GC) wait for each reply, the consumer read's 1 s block included: a master that stops
+// answering without closing the connection — a node gone without a word, a partition — is left
+// for a new connection (after a failover, the new master) within it, where the connection's
+// default (30 s) held every job's end (webhooks, metrics), a dead relay's job and a job's
+// deadline that long. Their steps are small (one job or a batch of 100 ids each), answered in
+// milliseconds by a Redis that answers at all.
 inline constexpr std::chrono::milliseconds kReplyWait{5'000};
 // How long a stopping consumer waits for each reply while it settles what it read last.
 inline constexpr std::chrono::milliseconds kStopWait{500};

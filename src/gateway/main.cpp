@@ -84,10 +84,12 @@ int main(int argc, char** argv) {
     for (const auto& [tenant, q] : cfg.tenant_quotas) all.insert(tenant);
     tenants.assign(all.begin(), all.end());
   }
+  // The background loops' connections leave a master gone silent within seconds (kReplyWait).
+  const redis::Endpoint loops = endpoint.with_read_timeout(gateway::kReplyWait);
   gateway::Reaper reaper(
-      {endpoint, keys, models, cfg.reap_interval, cfg.reap_grace, cfg.max_reap_attempts, tenants,
+      {loops, keys, models, cfg.reap_interval, cfg.reap_grace, cfg.max_reap_attempts, tenants,
        std::max(2 * cfg.idempotency_reservation, std::chrono::milliseconds(60'000))});
-  gateway::DueSweep due_sweep({endpoint, keys, models, cfg.expire_interval});
+  gateway::DueSweep due_sweep({loops, keys, models, cfg.expire_interval});
   auto on_completion = [&](redis::Connection&, const gateway::CompletionEvent& ev) {
     gateway::metrics().jobs_finished.add({ev.model, ev.status});
     gateway::observe_timings(ev.model, ev.status, ev.timings);
@@ -117,7 +119,7 @@ int main(int argc, char** argv) {
   http::Resolver submissions_dns(dns);
   dns.max_waiting = static_cast<std::size_t>(cfg.webhook_concurrency);
   http::Resolver webhooks_dns(dns);
-  gateway::WebhookSender webhooks({.endpoint = endpoint.with_read_timeout(gateway::kReplyWait),
+  gateway::WebhookSender webhooks({.endpoint = loops,
                                    .keys = keys,
                                    .models = models,
                                    .key = webhook_key,
@@ -131,7 +133,7 @@ int main(int argc, char** argv) {
   // Inputs of submissions refused whose job may exist: the API lists them, the GC settles them.
   gateway::Unsettled unsettled;
   // Leftovers of crashed uploads: untouched for twice the longest an upload may stall.
-  gateway::Gc gc({endpoint, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval,
+  gateway::Gc gc({loops, keys, models, storage.get(), cfg.keep_objects, cfg.gc_interval,
                   std::chrono::duration_cast<std::chrono::seconds>(2 * cfg.body_idle_timeout),
                   &unsettled, cfg.idempotency_reservation});
   // Outlives what it bounds (declared before): the server's pools, the loops below.

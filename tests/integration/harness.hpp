@@ -233,6 +233,9 @@ class SentinelRedis {
   // it a replica of the new master.
   void freeze_master();
   void thaw();
+  // A write of its own on the master, then WAIT: true once the replica has every write the
+  // master took before it (what a failover then keeps).
+  bool replica_caught_up();
   RedisServer& node(int i) { return *nodes_[i]; }
   std::string tls_dir() const { return dir_.path() + "/tls"; }
 

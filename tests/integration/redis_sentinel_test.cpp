@@ -187,11 +187,7 @@ TEST(RedisSentinel, ARelayWaitingOnAMasterThatFellSilentMovesToTheNewOne) {
   const int before = redis.master_port();
   RedisServer& old = redis.node(redis.node(0).port() == before ? 0 : 1);
   ASSERT_TRUE(wait_until([&] { return old.has_blocked_client(); }, 20s)) << relay.log();
-  {
-    auto master = old.connect();  // a write of its own, then WAIT: the replica has all before it
-    master.command({"SET", "probe", "1"});
-    ASSERT_EQ(redis::as_integer(master.command({"WAIT", "1", "5000"}).get()), 1);
-  }
+  ASSERT_TRUE(redis.replica_caught_up());
   redis.freeze_master();
 
   std::future<HttpResult> poll;
@@ -270,18 +266,69 @@ TEST(RedisSentinel, AJobRunningWhenItsMasterFellSilentKeepsItsLease) {
       },
       20s))
       << relay.log();
-  {
-    const int port = redis.master_port();
-    auto master = redis.node(redis.node(0).port() == port ? 0 : 1).connect();
-    master.command({"SET", "probe", "1"});  // then WAIT: the replica has the lease
-    ASSERT_EQ(redis::as_integer(master.command({"WAIT", "1", "5000"}).get()), 1);
-  }
+  ASSERT_TRUE(redis.replica_caught_up());
   redis.freeze_master();
 
   ASSERT_EQ(relay.wait_exit(60s), 0) << relay.log();  // after its one job
   EXPECT_EQ(field(http("GET", gateway.url() + "/jobs/echo/" + id), "status"), "completed");
   EXPECT_EQ(occurrences(inference.events(), "request /predict"), 1u) << inference.events();
   EXPECT_EQ(relay.log().find("lease lost"), std::string::npos) << relay.log();
+  redis.thaw();
+}
+
+// The gateway's reaper and due sweep leave a master gone silent within seconds, as its other
+// loops do (each step's reply waited for kReplyWait, 5 s): a job whose relay died shortly before
+// is requeued, and a job whose ttl ran out in pending is failed `expired`, on the new master soon
+// after the failover. (Each loop's step had waited 30 s on the silent master, holding crash
+// recovery and every deadline that long.)
+TEST(RedisSentinel, TheReaperAndTheDueSweepLeaveAMasterThatFellSilent) {
+  SentinelRedis redis;
+  TempDir files, logs;
+  InferenceServer inference({.delay_ms = 60'000});  // the relay dies holding its job
+  auto [gw_env, relay_env] = stack_env(redis, files, inference);
+  gw_env["RELAY_GC_REAP_INTERVAL"] = "500ms";
+  gw_env["RELAY_GC_REAP_GRACE"] = "1s";
+  gw_env["RELAY_GC_EXPIRE_INTERVAL"] = "500ms";
+  GatewayServer gateway(gw_env);
+  ASSERT_TRUE(wait_until([&] { return http("GET", gateway.url() + "/readyz").status == 200; }))
+      << gateway.log();
+  relay_env["RELAY_LEASE_TTL"] = "4s";
+  Process relay({relay_binary(), "--max-jobs", "1"}, relay_env, logs.path() + "/relay.log");
+  auto r = http("POST", gateway.url() + "/jobs/echo", {}, {},
+                {{"file", "crashed", "in.txt", "text/plain"}});
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string crashed = field(r, "id");
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s)) << relay.log();
+  relay.signal(SIGKILL);
+  ASSERT_NE(relay.wait_exit(10s), 0);
+  // Nothing takes it now: it fails `expired` once its ttl runs out, after the failover.
+  r = http("POST", gateway.url() + "/jobs/echo?ttl=5s", {"Content-Type: text/plain"}, "late");
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string late = field(r, "id");
+  auto status = [&](const std::string& id) {
+    return http("GET", gateway.url() + "/jobs/echo/" + id);
+  };
+  ASSERT_TRUE(redis.replica_caught_up());
+  // Neither is due yet: each loop's next pass finds the master silent.
+  ASSERT_EQ(field(status(crashed), "status"), "processing");
+  ASSERT_EQ(field(status(late), "status"), "pending");
+  redis.freeze_master();  // returns once the replica is the master
+
+  // Both by one deadline (each loop's pass had waited 30 s on the silent master).
+  bool requeued = false, expired = false;
+  wait_until(
+      [&] {
+        auto j = status(crashed);
+        requeued =
+            field(j, "status") == "pending" && boost::json::parse(j.body).at("attempts") == 1;
+        j = status(late);
+        expired = field(j, "status") == "failed" &&
+                  boost::json::parse(j.body).at("error").at("code") == "expired";
+        return requeued && expired;
+      },
+      15s);
+  EXPECT_TRUE(requeued) << status(crashed).body << gateway.log();
+  EXPECT_TRUE(expired) << status(late).body << gateway.log();
   redis.thaw();
 }
 

@@ -197,6 +197,13 @@ void SentinelRedis::freeze_master() {
   wait_for_new_master(before);
 }
 
+bool SentinelRedis::replica_caught_up() {
+  const int port = master_port();
+  auto master = (nodes_[0]->port() == port ? nodes_[0] : nodes_[1])->connect();
+  master.command({"SET", "probe", "1"});
+  return redis::as_integer(master.command({"WAIT", "1", "5000"}).get()) == 1;
+}
+
 void SentinelRedis::thaw() {
   if (!frozen_) return;
   std::exchange(frozen_, nullptr)->thaw();
