@@ -47,6 +47,7 @@
 #include <set>
 #include <span>
 #include <thread>
+#include <unordered_map>
 #include <variant>
 
 #include "common/cgroup.hpp"
@@ -81,6 +82,12 @@ using Clock = std::chrono::steady_clock;
 using namespace boost::asio::experimental::awaitable_operators;
 
 constexpr auto kHeaderTimeout = std::chrono::seconds(60);  // idle keep-alive and slow headers
+// On shutdown, how long a kept-alive connection waiting for its next request may still bring
+// one (answered, with `Connection: close`) before it is closed: a client sending on its pooled
+// connections now and then (an in-cluster client whose connections kube-proxy keeps on this pod)
+// gets answers, not resets, while those that send nothing (an ingress's idle upstream pool, a
+// client done for now) no longer hold the process for all of server.shutdown_timeout.
+constexpr auto kIdleGraceOnShutdown = std::chrono::seconds(2);
 // Readiness and metrics: a probe and a scrape at a time, each quick (one attempt at Redis).
 constexpr std::size_t kProbeThreads = 2;
 // Read before the handler runs: a body this small costs one trip to the request pool.
@@ -443,6 +450,13 @@ struct HttpServer::Impl {
   // that io destroys unfinished unregister themselves on the way out.
   std::mutex sockets_mu;
   std::set<int> sockets;
+  // Sessions waiting for their next request (io thread only): a shutdown closes those with no
+  // byte of one yet, after kIdleGraceOnShutdown. By socket.
+  struct Idle {
+    beast::tcp_stream* stream;
+    const beast::flat_buffer* buffer;  // holds the bytes of a request arriving
+  };
+  std::unordered_map<int, Idle> idle;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   WorkPool pool;             // request handlers (server.blocking_threads)
@@ -485,10 +499,15 @@ struct HttpServer::Impl {
                  {"open_files", budget.open_files}});
   }
 
-  void drain(Clock::time_point deadline) {
+  void drain(Clock::time_point deadline, Clock::time_point close_idle) {
     if (connections.load() == 0) {
       io.stop();
       return;
+    }
+    if (Clock::now() >= close_idle) {
+      // The read of what never came ends (operation_aborted): its session returns, closing.
+      for (auto& [fd, waiting] : idle)
+        if (waiting.buffer->size() == 0) waiting.stream->cancel();
     }
     if (Clock::now() >= deadline) {
       std::lock_guard lock(sockets_mu);
@@ -499,7 +518,8 @@ struct HttpServer::Impl {
       return;
     }
     auto t = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
-    t->async_wait([this, t, deadline](beast::error_code) { drain(deadline); });
+    t->async_wait(
+        [this, t, deadline, close_idle](beast::error_code) { drain(deadline, close_idle); });
   }
 
   asio::awaitable<void> accept_loop() {
@@ -583,10 +603,18 @@ struct HttpServer::Impl {
       stream.expires_after(kHeaderTimeout);
       if (buffer.capacity() < kFirstRead) buffer.reserve(kFirstRead);
       beast::error_code read_error;
-      try {
-        co_await http::async_read_header(stream, buffer, parser, asio::use_awaitable);
-      } catch (const beast::system_error& e) {
-        read_error = e.code();
+      {
+        idle.insert_or_assign(fd, Idle{&stream, &buffer});
+        struct Busy {
+          Impl& impl;
+          int fd;
+          ~Busy() { impl.idle.erase(fd); }
+        } busy{*this, fd};
+        try {
+          co_await http::async_read_header(stream, buffer, parser, asio::use_awaitable);
+        } catch (const beast::system_error& e) {
+          read_error = e.code();
+        }
       }
       if (read_error) {
         if (read_error == http::error::end_of_stream || read_error == asio::error::eof) co_return;
@@ -1277,10 +1305,15 @@ void HttpServer::stop() {
     impl_->stopping = true;
     beast::error_code ec;
     impl_->acceptor.close(ec);
-    // Long-polls answer now; in-flight requests finish; idle keep-alive connections are cut
-    // at the drain deadline. The I/O thread returns as soon as no connection is left.
+    // Long-polls answer now; in-flight requests finish, each answer closing its connection;
+    // kept-alive connections that bring no request within kIdleGraceOnShutdown are closed, and
+    // whatever is left is cut at the drain deadline. The I/O thread returns as soon as no
+    // connection is left.
     impl_->notifier.wake_all();
-    impl_->drain(Clock::now() + impl_->cfg.shutdown_timeout);
+    const auto now = Clock::now();
+    impl_->drain(
+        now + impl_->cfg.shutdown_timeout,
+        now + std::min<Clock::duration>(kIdleGraceOnShutdown, impl_->cfg.shutdown_timeout));
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include <ctime>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -56,6 +57,44 @@ TEST_F(GatewayTest, SigtermWithStalledUploadsExitsInTime) {
   EXPECT_EQ(gateway_->stop(), 0) << gateway_->log();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << gateway_->log();
   for (int fd : stalled) ::close(fd);
+}
+
+// SIGTERM with clients holding kept-alive connections, as pools and ingresses do: one that
+// brings a request within the shutdown's grace for idle connections (kIdleGraceOnShutdown, 2 s)
+// is answered, with `Connection: close`; those that bring none are closed after it, and the
+// process exits long before server.shutdown_timeout. (They held it for all of that timeout,
+// then were cut with a warning: every rolling update behind an ingress waited it out.)
+TEST_F(GatewayTest, KeptAliveConnectionsThatBringNoRequestDoNotHoldAShutdown) {
+  start_gateway({{"RELAY_SERVER_SHUTDOWN_TIMEOUT", "30s"}});
+  const std::string probe = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::vector<int> kept;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = raw_connect(gateway_->url());
+    ASSERT_GT(::send(fd, probe.data(), probe.size(), MSG_NOSIGNAL), 0);
+    const auto answer = recv_some(fd, 10);
+    ASSERT_NE(answer.find("200 OK"), std::string::npos) << answer;
+    ASSERT_EQ(answer.find("Connection: close"), std::string::npos) << answer;
+    kept.push_back(fd);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stopped = std::async(std::launch::async, [&] { return gateway_->stop(); });
+  ASSERT_TRUE(wait_until(
+      [&] { return gateway_->log().find("shutdown requested") != std::string::npos; }, 10s));
+  // A request on a kept connection, within the grace: answered, and the connection closed.
+  ASSERT_GT(::send(kept[0], probe.data(), probe.size(), MSG_NOSIGNAL), 0);
+  std::string answer, more;
+  while (!(more = recv_some(kept[0], 10)).empty()) answer += more;  // to the close
+  EXPECT_NE(answer.find("200 OK"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+  // The others, silent, are closed by the gateway (a read ends: no byte, no timeout).
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ(recv_some(kept[i], 20), "");
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s) << "kept open past the grace";
+  }
+  EXPECT_EQ(stopped.get(), 0) << gateway_->log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s) << gateway_->log();
+  EXPECT_EQ(gateway_->log().find("shutdown deadline passed"), std::string::npos) << gateway_->log();
+  for (int fd : kept) ::close(fd);
 }
 
 // SIGTERM while Redis is down, with event streams open: each stream's re-read (woken by the
