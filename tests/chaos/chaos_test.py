@@ -1,0 +1,356 @@
+#!/usr/bin/python3
+"""The whole system under faults at random: two gateway replicas, four relays of concurrency 2,
+Redis with AOF (appendfsync always), the no-op model with jobs of 5 ms to 0.8 s, a webhook receiver
+that fails its first answers. While clients submit (with an Idempotency-Key, priority now and
+then, each retried on another replica while refused), long-poll and cancel, this kills relays
+(SIGKILL, or SIGTERM), gateways (SIGKILL, or SIGTERM) and Redis (SIGKILL, or SIGSTOP for up to
+6 s), one at a time, each started again at once.
+
+Then every promise is checked: every submission accepted once (one id per key); every job ends,
+completed with its own input's digest in its result, or cancelled when a cancel was accepted;
+one terminal event per job; every job's webhook delivered, signed, under one webhook id;
+nothing left in processing; no relay or gateway exited on its own; a SIGTERM ends a gateway
+with exit code 0 within seconds (its requests answered; a connection kept alive and left idle,
+as an ingress's pool holds one to each replica, does not hold it to server.shutdown_timeout),
+and a relay with exit code 0.
+
+RELAY_BIN_DIR: the binaries. RELAY_CHAOS_SEED replays a run (the seed is printed); argv:
+[jobs] [seconds of faults]."""
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import httpx
+
+BIN = os.environ.get("RELAY_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin"))
+RECEIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../webhooks/receiver.py")
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+JOBS = int(sys.argv[1]) if len(sys.argv) > 1 else 400
+FAULT_SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40
+SHUTDOWN_TIMEOUT = 15  # the gateways' server.shutdown_timeout, seconds
+RETRY_TIMEOUT = 4  # their redis.retry_timeout: a request waits for Redis that long at most
+# A SIGTERMed gateway is gone within: 2 s for a kept-alive connection to bring a request, the
+# longest a request in flight may wait for Redis, and a margin. (Well within SHUTDOWN_TIMEOUT:
+# nothing here may hold a shutdown to its deadline.)
+STOPS_WITHIN = 2 + RETRY_TIMEOUT + 2
+RELAYS = 4
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, seconds=20):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class Stack:
+    """The processes, each started again by name after a fault."""
+
+    def __init__(self, root, rng):
+        self.root, self.rng = root, rng
+        self.procs = {}
+        self.problems = []  # found while running: a process that exited on its own, a slow stop
+        self.idle = []  # kept-alive connections left idle
+        self.redis_port, self.model_port, self.hook_port = free_port(), free_port(), free_port()
+        self.gateway_ports = {1: free_port(), 2: free_port()}
+        os.makedirs(f"{root}/files")
+        os.makedirs(f"{root}/redis")
+        os.makedirs(f"{root}/logs")
+        common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}",
+                  "RELAY_STORAGE_URL": f"file://{root}/files"}
+        self.gateway_env = {
+            **common, "RELAY_SERVICE_TYPES": "echo=m1", "RELAY_AUTH_ENABLED": "false",
+            "RELAY_WEBHOOKS_SECRET": SECRET, "RELAY_WEBHOOKS_ALLOW_PRIVATE": "true",
+            "RELAY_WEBHOOKS_INITIAL_BACKOFF": "200ms", "RELAY_GC_REAP_INTERVAL": "500ms",
+            "RELAY_GC_REAP_GRACE": "1s", "RELAY_GC_MAX_REAP_ATTEMPTS": "1000",
+            "RELAY_EVENTS_CLAIM_IDLE": "2s", "RELAY_SERVER_SHUTDOWN_TIMEOUT": f"{SHUTDOWN_TIMEOUT}s",
+            "RELAY_REDIS_RETRY_TIMEOUT": f"{RETRY_TIMEOUT}s"}
+        self.relay_env = {
+            **common, "RELAY_MODEL": "m1", "RELAY_INFERENCE_URL": f"http://127.0.0.1:{self.model_port}",
+            "RELAY_LEASE_TTL": "2s", "RELAY_RELAY_CONCURRENCY": "2", "RELAY_QUEUE_POP_TIMEOUT": "10m"}
+
+    def start(self, name, argv, env=None):
+        log = open(f"{self.root}/logs/{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log,
+                                            stderr=log)
+
+    def redis(self):
+        self.start("redis", ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+                             "--dir", f"{self.root}/redis", "--appendonly", "yes",
+                             "--appendfsync", "always", "--save", ""])
+
+    def gateway(self, i):
+        self.start(f"gateway{i}", [f"{BIN}/relay-gateway"],
+                   {**self.gateway_env, "RELAY_SERVER_LISTEN": f"127.0.0.1:{self.gateway_ports[i]}",
+                    "RELAY_EVENTS_CONSUMER": f"gateway{i}"})
+        wait_port(self.gateway_ports[i])
+        # A connection kept alive after one answer and then left idle, as an ingress's upstream
+        # pool holds one: it must not keep the gateway from stopping.
+        try:
+            idle = socket.create_connection(("127.0.0.1", self.gateway_ports[i]), 5)
+            idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: chaos\r\n\r\n")
+            if b" 200 " not in idle.recv(4096):
+                self.problems.append(f"gateway{i}: /healthz not 200 after a start")
+            self.idle.append(idle)
+        except OSError as e:
+            self.problems.append(f"gateway{i}: no answer after a start ({e})")
+
+    def relay(self, i):
+        self.start(f"relay{i}", [f"{BIN}/relay", "--max-jobs", "0"], self.relay_env)
+
+    def up(self):
+        self.redis()
+        assert wait_port(self.redis_port), "redis-server did not start"
+        delays = [str(self.rng.choice([5, 20, 50, 200, 800])) for _ in range(50)]
+        self.start("model", [f"{BIN}/relay-inference-noop", "--listen",
+                             f"127.0.0.1:{self.model_port}", "--delays-ms", *delays])
+        self.start("receiver", ["/usr/bin/python3", RECEIVER, "--port", str(self.hook_port),
+                                "--secret", SECRET, "--log", f"{self.root}/hooks.jsonl",
+                                "--fail-first", "40"])
+        for i in self.gateway_ports:
+            self.gateway(i)
+        for i in range(RELAYS):
+            self.relay(i)
+        assert all(wait_port(p) for p in [self.model_port, self.hook_port,
+                                          *self.gateway_ports.values()]), "the stack did not start"
+
+    def still_running(self, name):
+        code = self.procs[name].poll()
+        if code is not None:
+            self.problems.append(f"{name} exited on its own with {code}")
+        return code is None
+
+    def stop(self, name, sig, within):
+        p = self.procs[name]
+        started = time.monotonic()
+        p.send_signal(sig)
+        try:
+            code = p.wait(within)
+        except subprocess.TimeoutExpired:
+            self.problems.append(f"{name} still running {within} s after {sig.name}")
+            p.kill()
+            code = p.wait()
+        if sig == signal.SIGTERM and code != 0:
+            self.problems.append(f"{name} exited {code} on SIGTERM")
+        return time.monotonic() - started
+
+    def down(self):
+        for s in self.idle:
+            s.close()
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def url(self, i=None):
+        return f"http://127.0.0.1:{self.gateway_ports[i or self.rng.choice([1, 2])]}"
+
+
+def faults(stack, rng, until):
+    """One fault at a time, every 0.3–2 s; what it hit started again at once."""
+    while time.monotonic() < until:
+        time.sleep(rng.uniform(0.3, 2.0))
+        roll = rng.random()
+        if roll < 0.5:
+            name = f"relay{rng.randrange(RELAYS)}"
+            sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
+            if stack.still_running(name):
+                stack.stop(name, sig, within=15)
+            print(f"{time.strftime('%X')} {name} <- {sig.name}", flush=True)
+            stack.relay(int(name[-1]))
+        elif roll < 0.8:
+            i = rng.choice([1, 2])
+            sig = rng.choice([signal.SIGKILL, signal.SIGTERM])
+            took = 0.0
+            if stack.still_running(f"gateway{i}"):
+                took = stack.stop(f"gateway{i}", sig, within=STOPS_WITHIN)
+            print(f"{time.strftime('%X')} gateway{i} <- {sig.name} (gone in {took:.1f} s)", flush=True)
+            time.sleep(rng.uniform(0, 1))
+            stack.gateway(i)
+        elif roll < 0.9:
+            pause = rng.uniform(0.5, 6)
+            print(f"{time.strftime('%X')} redis <- SIGSTOP for {pause:.1f} s", flush=True)
+            stack.procs["redis"].send_signal(signal.SIGSTOP)
+            time.sleep(pause)
+            stack.procs["redis"].send_signal(signal.SIGCONT)
+        else:
+            print(f"{time.strftime('%X')} redis <- SIGKILL", flush=True)
+            stack.stop("redis", signal.SIGKILL, within=10)
+            time.sleep(rng.uniform(0, 2))
+            stack.redis()
+
+
+class Clients:
+    """Submitters: each submission retried (same Idempotency-Key, either replica) until accepted;
+    a tenth long-polled, a tenth cancelled."""
+
+    def __init__(self, stack, rng):
+        self.stack, self.rng = stack, rng
+        self.lock = threading.Lock()
+        self.jobs = {}  # key -> {"id", "sha256", "cancelled": a cancel was sent}
+        self.problems = []
+
+    def run(self, count, name):
+        rng = random.Random(self.rng.random())
+        http = httpx.Client(timeout=30)
+        for n in range(count):
+            key = f"{name}-{n}"
+            payload = os.urandom(rng.choice([10, 1000, 50_000]))
+            headers = {"Idempotency-Key": key}
+            if rng.random() < 0.2:
+                headers["X-Priority"] = "1"
+            job_id = None
+            for _ in range(300):
+                try:
+                    r = http.post(self.stack.url() + "/jobs/echo", headers=headers,
+                                  files={"file": ("in.bin", payload, "application/octet-stream")},
+                                  data={"callback_url": f"http://127.0.0.1:{self.stack.hook_port}/hook"})
+                    if r.status_code in (200, 202):
+                        job_id = r.json()["id"]
+                        break
+                    if r.status_code != 503:
+                        self.problems.append(f"submission {key}: {r.status_code} {r.text[:200]}")
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+            if job_id is None:
+                self.problems.append(f"submission {key} never accepted")
+                continue
+            with self.lock:
+                if key in self.jobs and self.jobs[key]["id"] != job_id:
+                    self.problems.append(f"{key}: two jobs")
+                self.jobs[key] = {"id": job_id, "sha256": hashlib.sha256(payload).hexdigest(),
+                                  "cancelled": False}
+            if rng.random() < 0.1:
+                try:
+                    r = http.get(f"{self.stack.url()}/jobs/echo/{job_id}?wait=3")
+                    if r.status_code not in (200, 503):
+                        self.problems.append(f"long-poll: {r.status_code} {r.text[:200]}")
+                except httpx.HTTPError:
+                    pass
+            if rng.random() < 0.1:
+                # (Sent is enough: a cancel whose answer was lost may have been done.)
+                self.jobs[key]["cancelled"] = True
+                for _ in range(100):
+                    try:
+                        r = http.delete(f"{self.stack.url()}/jobs/echo/{job_id}")
+                        if r.status_code in (200, 202, 409):  # 202: asked of its relay; 409: ended
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    time.sleep(0.2)
+            time.sleep(rng.random() * 0.05)
+
+
+def check(stack, clients):
+    problems = stack.problems + clients.problems
+    http = httpx.Client(timeout=30)
+    ended, left = {}, dict(clients.jobs)
+    deadline = time.monotonic() + 120
+    while left and time.monotonic() < deadline:
+        for key, job in list(left.items()):
+            try:
+                r = http.get(f"{stack.url(1)}/jobs/echo/{job['id']}")
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200 and r.json()["status"] in TERMINAL:
+                ended[key] = r.json()
+                del left[key]
+        time.sleep(0.5)
+    problems += [f"never ended: {job['id']}" for job in list(left.values())[:10]]
+    counts = {}
+    for key, j in ended.items():
+        counts[j["status"]] = counts.get(j["status"], 0) + 1
+        if j["status"] == "failed":
+            problems.append(f"failed: {json.dumps(j)[:400]}")
+        elif j["status"] == "cancelled" and not clients.jobs[key]["cancelled"]:
+            problems.append(f"cancelled, never asked to be: {j['id']}")
+        elif j["status"] == "completed":
+            r = http.get(f"{stack.url(1)}/jobs/echo/{j['id']}/result")
+            if r.status_code != 200 or r.json()["parts"][0]["sha256"] != clients.jobs[key]["sha256"]:
+                problems.append(f"result of {j['id']}: {r.status_code} {r.text[:200]}")
+    print(f"{len(clients.jobs)} jobs accepted: {counts}", flush=True)
+
+    # Webhooks: each job's, under one webhook id (retries and redeliveries reuse it).
+    ids = {j["id"] for j in ended.values()}
+    webhook_ids = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        webhook_ids = {}
+        with open(f"{stack.root}/hooks.jsonl") as f:
+            for line in f:
+                h = json.loads(line)
+                if not h["valid"]:
+                    problems.append(f"a webhook with a bad signature: {h['id']}")
+                if h["status"] < 300:
+                    webhook_ids.setdefault(h["body"]["id"], set()).add(h["id"])
+        if ids <= webhook_ids.keys():
+            break
+        time.sleep(0.5)
+    problems += [f"no webhook delivered for {i}" for i in sorted(ids - webhook_ids.keys())[:10]]
+    problems += [f"{i}: webhooks under {len(w)} ids" for i, w in webhook_ids.items() if len(w) > 1]
+
+    def redis(*args):
+        return subprocess.run(["redis-cli", "-p", str(stack.redis_port), *args],
+                              capture_output=True, text=True).stdout.strip()
+    events = int(redis("XLEN", "jobs:m1:events"))
+    if events != len(ended):
+        problems.append(f"{events} terminal events for {len(ended)} jobs")
+    if redis("LLEN", "relay:m1:processing") != "0":
+        problems.append(f"left in processing: {redis('LRANGE', 'relay:m1:processing', '0', '-1')}")
+    found = len(stack.problems)
+    for name in stack.procs:
+        if name.startswith(("relay", "gateway")):
+            stack.still_running(name)
+    return problems + stack.problems[found:]
+
+
+def main():
+    seed = int(os.environ.get("RELAY_CHAOS_SEED") or random.randrange(1 << 30))
+    print(f"seed {seed} (RELAY_CHAOS_SEED={seed} replays it)", flush=True)
+    rng = random.Random(seed)
+    root = tempfile.mkdtemp(prefix="relay-chaos-")
+    stack = Stack(root, rng)
+    try:
+        stack.up()
+        clients = Clients(stack, rng)
+        submitters = [threading.Thread(target=clients.run, args=(JOBS // 4, f"c{t}")) for t in range(4)]
+        fault = threading.Thread(target=faults, args=(stack, rng, time.monotonic() + FAULT_SECONDS))
+        fault.start()
+        for t in submitters:
+            t.start()
+        for t in submitters + [fault]:
+            t.join()
+        problems = check(stack, clients)
+    finally:
+        stack.down()
+    if problems:
+        print(f"FAILED (seed {seed}); logs in {root}", *problems[:40], sep="\n")
+        sys.exit(1)
+    shutil.rmtree(root, ignore_errors=True)
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
