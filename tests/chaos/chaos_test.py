@@ -4,18 +4,21 @@ Redis with AOF (appendfsync always), the no-op model with jobs of 5 ms to 0.8 s,
 that fails its first answers. While clients submit (with an Idempotency-Key, priority now and
 then, each retried on another replica while refused), long-poll and cancel, this kills relays
 (SIGKILL, or SIGTERM), gateways (SIGKILL, or SIGTERM) and Redis (SIGKILL, or SIGSTOP for up to
-6 s), one at a time, each started again at once.
+6 s), one at a time, each started again at once. With --sentinel, Redis is a master, a replica
+and three sentinels, its faults hit whichever node is master (a pause of up to 8 s: past 2 s the
+sentinels fail over), and writes wait for the replica (redis.wait_replicas 1).
 
 Then every promise is checked: every submission accepted once (one id per key); every job ends,
-completed with its own input's digest in its result, or cancelled when a cancel was accepted;
+completed with its own input's digest in its result, or cancelled when a cancel was sent;
 one terminal event per job; every job's webhook delivered, signed, under one webhook id;
 nothing left in processing; no relay or gateway exited on its own; a SIGTERM ends a gateway
 with exit code 0 within seconds (its requests answered; a connection kept alive and left idle,
 as an ingress's pool holds one to each replica, does not hold it to server.shutdown_timeout),
 and a relay with exit code 0.
 
-RELAY_BIN_DIR: the binaries. RELAY_CHAOS_SEED replays a run (the seed is printed); argv:
-[jobs] [seconds of faults]."""
+RELAY_BIN_DIR: the binaries. RELAY_CHAOS_SEED replays a run's faults (the seed is printed).
+--jobs N, --seconds S (of faults), --sentinel."""
+import argparse
 import hashlib
 import json
 import os
@@ -34,8 +37,12 @@ import httpx
 BIN = os.environ.get("RELAY_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin"))
 RECEIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../webhooks/receiver.py")
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-JOBS = int(sys.argv[1]) if len(sys.argv) > 1 else 400
-FAULT_SECONDS = float(sys.argv[2]) if len(sys.argv) > 2 else 40
+ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ARGS.add_argument("--jobs", type=int, default=400)
+ARGS.add_argument("--seconds", type=float, default=40, help="of faults")
+ARGS.add_argument("--sentinel", action="store_true",
+                  help="Redis under Sentinel (two nodes, three sentinels): its faults hit the "
+                       "master, and a pause past 2 s is a failover")
 SHUTDOWN_TIMEOUT = 15  # the gateways' server.shutdown_timeout, seconds
 RETRY_TIMEOUT = 4  # their redis.retry_timeout: a request waits for Redis that long at most
 # A SIGTERMed gateway is gone within: 2 s for a kept-alive connection to bring a request, the
@@ -63,21 +70,37 @@ def wait_port(port, seconds=20):
     return False
 
 
+def cli(port, *args):
+    return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
+                          text=True).stdout.strip()
+
+
 class Stack:
     """The processes, each started again by name after a fault."""
 
-    def __init__(self, root, rng):
+    def __init__(self, root, rng, sentinel):
         self.root, self.rng = root, rng
         self.procs = {}
         self.problems = []  # found while running: a process that exited on its own, a slow stop
         self.idle = []  # kept-alive connections left idle
-        self.redis_port, self.model_port, self.hook_port = free_port(), free_port(), free_port()
+        self.model_port, self.hook_port = free_port(), free_port()
+        # Redis: one server, or (sentinel) two nodes — the second first the first's replica —
+        # and three sentinels watching them.
+        self.sentinel = sentinel
+        self.node_ports = [free_port()] + ([free_port()] if sentinel else [])
+        self.sentinel_ports = [free_port() for _ in range(3)] if sentinel else []
         self.gateway_ports = {1: free_port(), 2: free_port()}
         os.makedirs(f"{root}/files")
         os.makedirs(f"{root}/redis")
         os.makedirs(f"{root}/logs")
-        common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{self.redis_port}",
+        common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{self.node_ports[0]}",
                   "RELAY_STORAGE_URL": f"file://{root}/files"}
+        if sentinel:
+            # Writes a client is told of wait for the replica: a failover keeps them.
+            common.update({"RELAY_REDIS_MODE": "sentinel", "RELAY_REDIS_SENTINEL_MASTER": "chaos",
+                           "RELAY_REDIS_WAIT_REPLICAS": "1",
+                           "RELAY_REDIS_URL": "redis://" + ",".join(
+                               f"127.0.0.1:{p}" for p in self.sentinel_ports)})
         self.gateway_env = {
             **common, "RELAY_SERVICE_TYPES": "echo=m1", "RELAY_AUTH_ENABLED": "false",
             "RELAY_WEBHOOKS_SECRET": SECRET, "RELAY_WEBHOOKS_ALLOW_PRIVATE": "true",
@@ -94,10 +117,46 @@ class Stack:
         self.procs[name] = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log,
                                             stderr=log)
 
-    def redis(self):
-        self.start("redis", ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
-                             "--dir", f"{self.root}/redis", "--appendonly", "yes",
-                             "--appendfsync", "always", "--save", ""])
+    def redis(self, i=0):
+        os.makedirs(f"{self.root}/redis{i}", exist_ok=True)
+        argv = ["redis-server", "--port", str(self.node_ports[i]), "--bind", "127.0.0.1",
+                "--dir", f"{self.root}/redis{i}", "--appendonly", "yes", "--appendfsync", "always",
+                "--save", "", "--repl-diskless-sync-delay", "0"]
+        # (A node started again finds its role from the sentinels, as an orchestrator's would.)
+        if i == 1 and "redis1" not in self.procs:
+            argv += ["--replicaof", "127.0.0.1", str(self.node_ports[0])]
+        self.start(f"redis{i}", argv)
+
+    def sentinels(self):
+        for i, port in enumerate(self.sentinel_ports):
+            conf = f"{self.root}/sentinel{i}.conf"  # (rewritten by the sentinel)
+            with open(conf, "w") as f:
+                f.write(f"port {port}\nbind 127.0.0.1\ndir {self.root}\n"
+                        f"sentinel monitor chaos 127.0.0.1 {self.node_ports[0]} 2\n"
+                        "sentinel down-after-milliseconds chaos 2000\n"
+                        "sentinel failover-timeout chaos 10000\n")
+            self.start(f"sentinel{i}", ["redis-server", conf, "--sentinel"])
+        # Ready once the replica is in sync and every sentinel sees it and its two peers.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready = "master_link_status:up" in cli(self.node_ports[1], "INFO", "replication")
+            for port in self.sentinel_ports:
+                ready = ready and cli(port, "SENTINEL", "replicas", "chaos").count("name") == 1 and \
+                    cli(port, "SENTINEL", "sentinels", "chaos").count("name") == 2
+            if ready:
+                return
+            time.sleep(0.2)
+        raise AssertionError("the sentinels did not see the replica and each other")
+
+    def master(self):
+        """The node the sentinels name master now (its index)."""
+        if not self.sentinel:
+            return 0
+        for port in self.sentinel_ports:
+            addr = cli(port, "SENTINEL", "get-master-addr-by-name", "chaos").split()
+            if len(addr) == 2 and int(addr[1]) in self.node_ports:
+                return self.node_ports.index(int(addr[1]))
+        return 0
 
     def gateway(self, i):
         self.start(f"gateway{i}", [f"{BIN}/relay-gateway"],
@@ -119,8 +178,11 @@ class Stack:
         self.start(f"relay{i}", [f"{BIN}/relay", "--max-jobs", "0"], self.relay_env)
 
     def up(self):
-        self.redis()
-        assert wait_port(self.redis_port), "redis-server did not start"
+        for i in range(len(self.node_ports)):
+            self.redis(i)
+            assert wait_port(self.node_ports[i]), "redis-server did not start"
+        if self.sentinel:
+            self.sentinels()
         delays = [str(self.rng.choice([5, 20, 50, 200, 800])) for _ in range(50)]
         self.start("model", [f"{BIN}/relay-inference-noop", "--listen",
                              f"127.0.0.1:{self.model_port}", "--delays-ms", *delays])
@@ -188,16 +250,20 @@ def faults(stack, rng, until):
             time.sleep(rng.uniform(0, 1))
             stack.gateway(i)
         elif roll < 0.9:
-            pause = rng.uniform(0.5, 6)
-            print(f"{time.strftime('%X')} redis <- SIGSTOP for {pause:.1f} s", flush=True)
-            stack.procs["redis"].send_signal(signal.SIGSTOP)
+            # With sentinels, a pause past down-after-milliseconds (2 s) is a failover: the node
+            # wakes a master no longer, and is made the new master's replica.
+            i = stack.master()
+            pause = rng.uniform(0.5, 8 if stack.sentinel else 6)
+            print(f"{time.strftime('%X')} redis{i} (master) <- SIGSTOP for {pause:.1f} s", flush=True)
+            stack.procs[f"redis{i}"].send_signal(signal.SIGSTOP)
             time.sleep(pause)
-            stack.procs["redis"].send_signal(signal.SIGCONT)
+            stack.procs[f"redis{i}"].send_signal(signal.SIGCONT)
         else:
-            print(f"{time.strftime('%X')} redis <- SIGKILL", flush=True)
-            stack.stop("redis", signal.SIGKILL, within=10)
+            i = stack.master()
+            print(f"{time.strftime('%X')} redis{i} (master) <- SIGKILL", flush=True)
+            stack.stop(f"redis{i}", signal.SIGKILL, within=10)
             time.sleep(rng.uniform(0, 2))
-            stack.redis()
+            stack.redis(i)
 
 
 class Clients:
@@ -312,8 +378,7 @@ def check(stack, clients):
     problems += [f"{i}: webhooks under {len(w)} ids" for i, w in webhook_ids.items() if len(w) > 1]
 
     def redis(*args):
-        return subprocess.run(["redis-cli", "-p", str(stack.redis_port), *args],
-                              capture_output=True, text=True).stdout.strip()
+        return cli(stack.node_ports[stack.master()], *args)
     events = int(redis("XLEN", "jobs:m1:events"))
     if events != len(ended):
         problems.append(f"{events} terminal events for {len(ended)} jobs")
@@ -327,16 +392,17 @@ def check(stack, clients):
 
 
 def main():
+    args = ARGS.parse_args()
     seed = int(os.environ.get("RELAY_CHAOS_SEED") or random.randrange(1 << 30))
     print(f"seed {seed} (RELAY_CHAOS_SEED={seed} replays it)", flush=True)
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix="relay-chaos-")
-    stack = Stack(root, rng)
+    stack = Stack(root, rng, args.sentinel)
     try:
         stack.up()
         clients = Clients(stack, rng)
-        submitters = [threading.Thread(target=clients.run, args=(JOBS // 4, f"c{t}")) for t in range(4)]
-        fault = threading.Thread(target=faults, args=(stack, rng, time.monotonic() + FAULT_SECONDS))
+        submitters = [threading.Thread(target=clients.run, args=(args.jobs // 4, f"c{t}")) for t in range(4)]
+        fault = threading.Thread(target=faults, args=(stack, rng, time.monotonic() + args.seconds))
         fault.start()
         for t in submitters:
             t.start()
