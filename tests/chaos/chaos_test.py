@@ -4,9 +4,10 @@ Redis with AOF (appendfsync always), the no-op model with jobs of 5 ms to 0.8 s,
 that fails its first answers. While clients submit (with an Idempotency-Key, priority now and
 then, each retried on another replica while refused), long-poll and cancel, this kills relays
 (SIGKILL, or SIGTERM), gateways (SIGKILL, or SIGTERM) and Redis (SIGKILL, or SIGSTOP for up to
-6 s), one at a time, each started again at once. With --sentinel, Redis is a master, a replica
-and three sentinels, its faults hit whichever node is master (a pause of up to 8 s: past 2 s the
-sentinels fail over), and writes wait for the replica (redis.wait_replicas 1).
+6 s), one at a time, each started again at once. With --redis=sentinel, Redis is a master, a
+replica and three sentinels; with --redis=cluster, a cluster of three masters with a replica each;
+either way its faults hit a master (a pause of up to 8 s: past 2 s the sentinels, or the cluster,
+fail it over) and writes wait for a replica (redis.wait_replicas 1).
 
 Then every promise is checked: every submission accepted once (one id per key); every job ends,
 completed with its own input's digest in its result, or cancelled when a cancel was sent;
@@ -17,7 +18,7 @@ as an ingress's pool holds one to each replica, does not hold it to server.shutd
 and a relay with exit code 0.
 
 RELAY_BIN_DIR: the binaries. RELAY_CHAOS_SEED replays a run's faults (the seed is printed).
---jobs N, --seconds S (of faults), --sentinel."""
+--jobs N, --seconds S (of faults), --redis=standalone|sentinel|cluster."""
 import argparse
 import hashlib
 import json
@@ -40,9 +41,9 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ARGS.add_argument("--jobs", type=int, default=400)
 ARGS.add_argument("--seconds", type=float, default=40, help="of faults")
-ARGS.add_argument("--sentinel", action="store_true",
-                  help="Redis under Sentinel (two nodes, three sentinels): its faults hit the "
-                       "master, and a pause past 2 s is a failover")
+ARGS.add_argument("--redis", choices=["standalone", "sentinel", "cluster"], default="standalone",
+                  help="sentinel: two nodes, three sentinels; cluster: three masters, a replica "
+                       "each. Faults hit a master; a pause past 2 s is a failover")
 SHUTDOWN_TIMEOUT = 15  # the gateways' server.shutdown_timeout, seconds
 RETRY_TIMEOUT = 4  # their redis.retry_timeout: a request waits for Redis that long at most
 # A SIGTERMed gateway is gone within: 2 s for a kept-alive connection to bring a request, the
@@ -70,6 +71,14 @@ def wait_port(port, seconds=20):
     return False
 
 
+def until(condition, what, seconds=60):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(what)
+        time.sleep(0.2)
+
+
 def cli(port, *args):
     return subprocess.run(["redis-cli", "-p", str(port), *args], capture_output=True,
                           text=True).stdout.strip()
@@ -78,29 +87,35 @@ def cli(port, *args):
 class Stack:
     """The processes, each started again by name after a fault."""
 
-    def __init__(self, root, rng, sentinel):
+    def __init__(self, root, rng, topology):
         self.root, self.rng = root, rng
         self.procs = {}
         self.problems = []  # found while running: a process that exited on its own, a slow stop
         self.idle = []  # kept-alive connections left idle
         self.model_port, self.hook_port = free_port(), free_port()
-        # Redis: one server, or (sentinel) two nodes — the second first the first's replica —
-        # and three sentinels watching them.
-        self.sentinel = sentinel
-        self.node_ports = [free_port()] + ([free_port()] if sentinel else [])
-        self.sentinel_ports = [free_port() for _ in range(3)] if sentinel else []
+        # Redis: one server; or (sentinel) two nodes — the second first the first's replica —
+        # and three sentinels watching them; or (cluster) six nodes, the last three first the
+        # first three's replicas.
+        self.topology = topology
+        self.node_ports = [free_port() for _ in range({"sentinel": 2, "cluster": 6}.get(topology, 1))]
+        self.bus_ports = [free_port() for _ in self.node_ports]
+        self.sentinel_ports = [free_port() for _ in range(3)] if topology == "sentinel" else []
         self.gateway_ports = {1: free_port(), 2: free_port()}
         os.makedirs(f"{root}/files")
         os.makedirs(f"{root}/redis")
         os.makedirs(f"{root}/logs")
         common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{self.node_ports[0]}",
                   "RELAY_STORAGE_URL": f"file://{root}/files"}
-        if sentinel:
-            # Writes a client is told of wait for the replica: a failover keeps them.
+        # Writes a client is told of wait for a replica: a failover keeps them.
+        if topology == "sentinel":
             common.update({"RELAY_REDIS_MODE": "sentinel", "RELAY_REDIS_SENTINEL_MASTER": "chaos",
                            "RELAY_REDIS_WAIT_REPLICAS": "1",
                            "RELAY_REDIS_URL": "redis://" + ",".join(
                                f"127.0.0.1:{p}" for p in self.sentinel_ports)})
+        elif topology == "cluster":
+            common.update({"RELAY_REDIS_MODE": "cluster", "RELAY_REDIS_WAIT_REPLICAS": "1",
+                           "RELAY_REDIS_URL": "redis://" + ",".join(
+                               f"127.0.0.1:{p}" for p in self.node_ports)})
         self.gateway_env = {
             **common, "RELAY_SERVICE_TYPES": "echo=m1", "RELAY_AUTH_ENABLED": "false",
             "RELAY_WEBHOOKS_SECRET": SECRET, "RELAY_WEBHOOKS_ALLOW_PRIVATE": "true",
@@ -122,10 +137,27 @@ class Stack:
         argv = ["redis-server", "--port", str(self.node_ports[i]), "--bind", "127.0.0.1",
                 "--dir", f"{self.root}/redis{i}", "--appendonly", "yes", "--appendfsync", "always",
                 "--save", "", "--repl-diskless-sync-delay", "0"]
-        # (A node started again finds its role from the sentinels, as an orchestrator's would.)
-        if i == 1 and "redis1" not in self.procs:
+        # (A node started again finds its role from the sentinels, or its cluster.)
+        if self.topology == "sentinel" and i == 1 and "redis1" not in self.procs:
             argv += ["--replicaof", "127.0.0.1", str(self.node_ports[0])]
+        if self.topology == "cluster":
+            argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                     "--cluster-port", str(self.bus_ports[i]), "--cluster-node-timeout", "2000"]
         self.start(f"redis{i}", argv)
+
+    def cluster(self):
+        ports = self.node_ports
+        for m, (first, last) in enumerate([(0, 5460), (5461, 10922), (10923, 16383)]):
+            cli(ports[m], "CLUSTER", "ADDSLOTSRANGE", str(first), str(last))
+        for i in range(1, 6):
+            cli(ports[0], "CLUSTER", "MEET", "127.0.0.1", str(ports[i]), str(self.bus_ports[i]))
+        until(lambda: all(cli(p, "CLUSTER", "NODES").count("connected") == 6 for p in ports),
+              "the cluster's nodes did not meet")
+        for r in range(3, 6):
+            cli(ports[r], "CLUSTER", "REPLICATE", cli(ports[r - 3], "CLUSTER", "MYID"))
+        until(lambda: all("cluster_state:ok" in cli(p, "CLUSTER", "INFO") for p in ports) and
+              all("master_link_status:up" in cli(ports[r], "INFO", "replication")
+                  for r in range(3, 6)), "the cluster did not form")
 
     def sentinels(self):
         for i, port in enumerate(self.sentinel_ports):
@@ -137,25 +169,24 @@ class Stack:
                         "sentinel failover-timeout chaos 10000\n")
             self.start(f"sentinel{i}", ["redis-server", conf, "--sentinel"])
         # Ready once the replica is in sync and every sentinel sees it and its two peers.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            ready = "master_link_status:up" in cli(self.node_ports[1], "INFO", "replication")
-            for port in self.sentinel_ports:
-                ready = ready and cli(port, "SENTINEL", "replicas", "chaos").count("name") == 1 and \
-                    cli(port, "SENTINEL", "sentinels", "chaos").count("name") == 2
-            if ready:
-                return
-            time.sleep(0.2)
-        raise AssertionError("the sentinels did not see the replica and each other")
+        until(lambda: "master_link_status:up" in cli(self.node_ports[1], "INFO", "replication") and
+              all(cli(p, "SENTINEL", "replicas", "chaos").count("name") == 1 and
+                  cli(p, "SENTINEL", "sentinels", "chaos").count("name") == 2
+                  for p in self.sentinel_ports),
+              "the sentinels did not see the replica and each other")
 
     def master(self):
-        """The node the sentinels name master now (its index)."""
-        if not self.sentinel:
-            return 0
-        for port in self.sentinel_ports:
-            addr = cli(port, "SENTINEL", "get-master-addr-by-name", "chaos").split()
-            if len(addr) == 2 and int(addr[1]) in self.node_ports:
-                return self.node_ports.index(int(addr[1]))
+        """A master node now (its index): the sentinels', or one of the cluster's at random."""
+        if self.topology == "sentinel":
+            for port in self.sentinel_ports:
+                addr = cli(port, "SENTINEL", "get-master-addr-by-name", "chaos").split()
+                if len(addr) == 2 and int(addr[1]) in self.node_ports:
+                    return self.node_ports.index(int(addr[1]))
+        if self.topology == "cluster":
+            masters = [i for i, p in enumerate(self.node_ports)
+                       if cli(p, "ROLE").split("\n")[0] == "master"]
+            if masters:
+                return self.rng.choice(masters)
         return 0
 
     def gateway(self, i):
@@ -181,8 +212,10 @@ class Stack:
         for i in range(len(self.node_ports)):
             self.redis(i)
             assert wait_port(self.node_ports[i]), "redis-server did not start"
-        if self.sentinel:
+        if self.topology == "sentinel":
             self.sentinels()
+        if self.topology == "cluster":
+            self.cluster()
         delays = [str(self.rng.choice([5, 20, 50, 200, 800])) for _ in range(50)]
         self.start("model", [f"{BIN}/relay-inference-noop", "--listen",
                              f"127.0.0.1:{self.model_port}", "--delays-ms", *delays])
@@ -253,7 +286,7 @@ def faults(stack, rng, until):
             # With sentinels, a pause past down-after-milliseconds (2 s) is a failover: the node
             # wakes a master no longer, and is made the new master's replica.
             i = stack.master()
-            pause = rng.uniform(0.5, 8 if stack.sentinel else 6)
+            pause = rng.uniform(0.5, 6 if stack.topology == "standalone" else 8)
             print(f"{time.strftime('%X')} redis{i} (master) <- SIGSTOP for {pause:.1f} s", flush=True)
             stack.procs[f"redis{i}"].send_signal(signal.SIGSTOP)
             time.sleep(pause)
@@ -262,7 +295,8 @@ def faults(stack, rng, until):
             i = stack.master()
             print(f"{time.strftime('%X')} redis{i} (master) <- SIGKILL", flush=True)
             stack.stop(f"redis{i}", signal.SIGKILL, within=10)
-            time.sleep(rng.uniform(0, 2))
+            # (Down for over 2 s, a master with a replica is failed over.)
+            time.sleep(rng.uniform(0, 2 if stack.topology == "standalone" else 5))
             stack.redis(i)
 
 
@@ -357,6 +391,9 @@ def check(stack, clients):
             if r.status_code != 200 or r.json()["parts"][0]["sha256"] != clients.jobs[key]["sha256"]:
                 problems.append(f"result of {j['id']}: {r.status_code} {r.text[:200]}")
     print(f"{len(clients.jobs)} jobs accepted: {counts}", flush=True)
+    if stack.topology != "standalone":  # (failed over: another node than at the start)
+        print("masters at the end:", [f"redis{i}" for i, p in enumerate(stack.node_ports)
+                                      if cli(p, "ROLE").split("\n")[0] == "master"], flush=True)
 
     # Webhooks: each job's, under one webhook id (retries and redeliveries reuse it).
     ids = {j["id"] for j in ended.values()}
@@ -377,13 +414,16 @@ def check(stack, clients):
     problems += [f"no webhook delivered for {i}" for i in sorted(ids - webhook_ids.keys())[:10]]
     problems += [f"{i}: webhooks under {len(w)} ids" for i, w in webhook_ids.items() if len(w) > 1]
 
-    def redis(*args):
-        return cli(stack.node_ports[stack.master()], *args)
-    events = int(redis("XLEN", "jobs:m1:events"))
+    def redis(*args):  # (in a cluster, -c follows the key to its node)
+        return cli(stack.node_ports[stack.master()], "-c", *args) if stack.topology == "cluster" \
+            else cli(stack.node_ports[stack.master()], *args)
+    tag = "{m1}" if stack.topology == "cluster" else "m1"  # (keys.hpp: the hash tag)
+    events = int(redis("XLEN", f"jobs:{tag}:events") or -1)
     if events != len(ended):
         problems.append(f"{events} terminal events for {len(ended)} jobs")
-    if redis("LLEN", "relay:m1:processing") != "0":
-        problems.append(f"left in processing: {redis('LRANGE', 'relay:m1:processing', '0', '-1')}")
+    processing = f"relay:{tag}:processing"
+    if redis("LLEN", processing) != "0":
+        problems.append(f"left in processing: {redis('LRANGE', processing, '0', '-1')}")
     found = len(stack.problems)
     for name in stack.procs:
         if name.startswith(("relay", "gateway")):
@@ -397,7 +437,7 @@ def main():
     print(f"seed {seed} (RELAY_CHAOS_SEED={seed} replays it)", flush=True)
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix="relay-chaos-")
-    stack = Stack(root, rng, args.sentinel)
+    stack = Stack(root, rng, args.redis)
     try:
         stack.up()
         clients = Clients(stack, rng)
