@@ -114,8 +114,11 @@ export class Job {
   readonly done: boolean;
   readonly path: string;
   refresh(): Promise<Job>;
-  /** Resolves when the job completed; rejects with JobFailed, JobCancelled or WaitTimeout. */
-  wait(timeoutSeconds?: number | null): Promise<Job>;
+  /**
+   * Resolves when the job completed; rejects with JobFailed, JobCancelled or WaitTimeout. A poll
+   * without an answer or answered 502/503/504 is sent again, up to `reconnect` (5) times in a row.
+   */
+  wait(timeoutSeconds?: number | null, options?: { reconnect?: number }): Promise<Job>;
   /** Parsed JSON, or the bytes for other content types. */
   result(): Promise<unknown>;
   /** Node: the result streamed into a file, resumed after cuts; resolves with its size. */

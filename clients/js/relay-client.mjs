@@ -65,6 +65,14 @@ export class WebhookVerificationError extends Error {
 
 const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
 
+// Worth sending the same request again (a submission with its Idempotency-Key): no answer, or
+// one that says to try later — a 503 (Redis restarting or failing over), a proxy's 502 or 504
+// (a gateway restarting behind an ingress) —, or the key's first submission in progress.
+const retryable = (e) => e instanceof RelayError &&
+  ([0, 502, 503, 504].includes(e.status) || e.code === "idempotency_in_progress");
+// Seconds before the next try: the server's Retry-After, else 0.5 s doubling, at most 10.
+const backoff = (attempt, e) => Math.min(e.retryAfter ?? 0.5 * 2 ** attempt, 10);
+
 async function errorFrom(response) {
   let code = "http_" + response.status, message = response.statusText;
   try {
@@ -199,10 +207,8 @@ export class Client {
         const r = await this.request("POST", `/jobs/${encodeURIComponent(serviceType)}`, build());
         return new Job(this, await r.json());
       } catch (e) {
-        const again = e instanceof RelayError &&
-          (e.status === 0 || e.status === 503 || e.code === "idempotency_in_progress");
-        if (!again || attempt >= this.retries) throw e;
-        await sleep(Math.min(e.retryAfter ?? 0.5 * 2 ** attempt, 10));
+        if (!retryable(e) || attempt >= this.retries) throw e;
+        await sleep(backoff(attempt, e));
       }
     }
   }
@@ -266,15 +272,26 @@ export class Job {
   /**
    * Long-polls until the job ends (`timeoutSeconds`: at most that long, else WaitTimeout).
    * Resolves with the job when it completed; rejects with JobFailed or JobCancelled otherwise.
+   * A poll the gateway did not answer, or answered 502/503/504 (restarting, Redis failing
+   * over), is sent again after a backoff, up to `reconnect` times in a row.
    */
-  async wait(timeoutSeconds = null) {
+  async wait(timeoutSeconds = null, { reconnect = 5 } = {}) {
     const deadline = timeoutSeconds == null ? null : Date.now() + timeoutSeconds * 1000;
-    for (;;) {
+    for (let failed = 0; ;) {
       if (this.done) break;
       const left = deadline == null ? 60 : (deadline - Date.now()) / 1000;
       if (left <= 0) throw new WaitTimeout(this.data, timeoutSeconds);
       const wait = Math.max(1, Math.min(60, Math.floor(left)));
-      this.data = await (await this.client.request("GET", this.path, { query: { wait } })).json();
+      let response;
+      try {
+        response = await this.client.request("GET", this.path, { query: { wait } });
+      } catch (e) {
+        if (failed >= reconnect || !retryable(e)) throw e;
+        await sleep(Math.min(backoff(failed++, e), left));
+        continue;
+      }
+      failed = 0;
+      this.data = await response.json();
     }
     if (this.data.status === "failed") throw new JobFailed(this.data);
     if (this.data.status === "cancelled") throw new JobCancelled(this.data);

@@ -22,7 +22,7 @@ const KEY = "js-client-key", OTHER = "js-other-tenant";
 const WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const sha = (s) => createHash("sha256").update(s).digest("hex");
 const procs = [];
-let root, url;
+let root, url, common;
 
 async function freePort() {
   return new Promise((resolve) => {
@@ -53,7 +53,7 @@ before(async () => {
   const redisPort = await freePort();
   start(["redis-server", "--port", String(redisPort), "--save", "", "--appendonly", "no", "--dir", root], {});
   await listening(redisPort, "redis-server");
-  const common = { RELAY_REDIS_URL: `redis://127.0.0.1:${redisPort}`, RELAY_STORAGE_URL: `file://${root}/storage` };
+  common = { RELAY_REDIS_URL: `redis://127.0.0.1:${redisPort}`, RELAY_STORAGE_URL: `file://${root}/storage` };
   // echo: the no-op model at once; slow: 1.5 s with three progress reports; broken: HTTP 500;
   // big: a 400 kB answer.
   for (const [model, extra] of [["m1", []], ["m2", ["--delay-ms", "1500", "--progress-steps", "3"]],
@@ -69,15 +69,21 @@ before(async () => {
       });
   }
   const gwPort = await freePort();
-  start([join(BIN, "relay-gateway")], {
-    ...common, RELAY_SERVER_LISTEN: `127.0.0.1:${gwPort}`, RELAY_SERVICE_TYPES: "echo=m1,slow=m2,broken=m3,big=m4",
-    RELAY_AUTH_ENABLED: "true", RELAY_AUTH_API_KEYS: `${sha(KEY)}=js,${sha(OTHER)}=other`,
-    RELAY_WEBHOOKS_SECRET: WEBHOOK_SECRET, RELAY_WEBHOOKS_ALLOW_PRIVATE: "true",
-    RELAY_WEBHOOKS_INITIAL_BACKOFF: "100ms",
-  });
-  await listening(gwPort, "relay-gateway");
+  await startGateway(gwPort);
   url = `http://127.0.0.1:${gwPort}`;
 });
+
+// A gateway replica on port (the suite's own, or another sharing its Redis), listening.
+async function startGateway(port) {
+  const p = start([join(BIN, "relay-gateway")], {
+    ...common, RELAY_SERVER_LISTEN: `127.0.0.1:${port}`, RELAY_SERVICE_TYPES: "echo=m1,slow=m2,broken=m3,big=m4",
+    RELAY_AUTH_ENABLED: "true", RELAY_AUTH_API_KEYS: `${sha(KEY)}=js,${sha(OTHER)}=other`,
+    RELAY_WEBHOOKS_SECRET: WEBHOOK_SECRET, RELAY_WEBHOOKS_ALLOW_PRIVATE: "true",
+    RELAY_WEBHOOKS_INITIAL_BACKOFF: "100ms", RELAY_EVENTS_CONSUMER: `gateway-${port}`,
+  });
+  await listening(port, "relay-gateway");
+  return p;
+}
 
 after(async () => {
   for (const p of procs.reverse()) p.kill("SIGTERM");
@@ -197,6 +203,41 @@ test("a submission whose answer was lost is sent again and makes one job", async
   for await (const j of client().jobs({ serviceType: "echo", limit: 100 }))
     if (j.data.input.filename === "once-js.txt") named.push(j.id);
   assert.deepEqual(named, [job.id]);
+});
+
+test("a wait rides out a gateway restart", async () => {
+  // Its own replica, stopped and started by this test; the real fetch, its refusals counted.
+  const port = await freePort();
+  let replica = await startGateway(port);
+  let refused = 0;
+  const counting = async (input, init) => {
+    try {
+      return await fetch(input, init);
+    } catch (e) {
+      refused++;
+      throw e;
+    }
+  };
+  const c = new Client(`http://127.0.0.1:${port}`, { apiKey: KEY, fetch: counting });
+  try {
+    const job = await c.submit("echo", "ridden out");
+    const stopped = new Promise((r) => replica.once("exit", r));
+    replica.kill("SIGTERM");
+    await stopped;
+    let error = null;
+    const waiting = job.wait(60).catch((e) => { error = e; });
+    // (It rejected at the first refused poll.)
+    const deadline = Date.now() + 20000;
+    while (refused < 2 && !error && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(error, null);
+    assert.ok(refused >= 2, "polls refused while the gateway was down");
+    replica = await startGateway(port);
+    await waiting;
+    assert.equal(error, null);
+    assert.equal(job.status, "completed");
+  } finally {
+    replica.kill("SIGTERM");
+  }
 });
 
 test("live events until the end, resumed after a cut", async () => {

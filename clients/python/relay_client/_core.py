@@ -332,10 +332,17 @@ class SseParser:
 
 
 def retryable(error: Exception) -> bool:
-    """Worth sending the same submission again (with its Idempotency-Key)."""
+    """Worth sending the same request again (a submission with its Idempotency-Key): no answer,
+    or one that says to try later — a 503 (Redis restarting or failing over), a proxy's 502 or
+    504 (a gateway restarting behind an ingress) —, or the key's first submission in progress."""
     if isinstance(error, RelayError):
-        return error.status in (0, 503) or error.code == "idempotency_in_progress"
+        return error.status in (0, 502, 503, 504) or error.code == "idempotency_in_progress"
     return False
+
+
+def backoff(attempt: int, error: RelayError) -> float:
+    """Seconds before the next try: the server's Retry-After, else 0.5 s doubling, at most 10."""
+    return min(error.retry_after or 0.5 * 2**attempt, 10.0)
 
 
 # --- The operations as flows ----------------------------------------------------------------
@@ -368,13 +375,17 @@ def submit_flow(build: Callable[[], Request], opened: Optional[Opened], retries:
                 raise
             if opened is not None and not opened.rewind():
                 raise
-            yield Sleep(min(e.retry_after or 0.5 * 2**attempt, 10.0))
+            yield Sleep(backoff(attempt, e))
     raise AssertionError("unreachable")
 
 
-def wait_flow(job: Dict[str, Any], path: str, timeout: Optional[float]) -> Flow:
-    """Long-polls (60 s at a time, within timeout) until the job ends; its final JSON."""
+def wait_flow(job: Dict[str, Any], path: str, timeout: Optional[float],
+              reconnect: int = 5) -> Flow:
+    """Long-polls (60 s at a time, within timeout) until the job ends; its final JSON. A poll
+    without an answer, or told to try later (retryable), is sent again after a backoff, up to
+    `reconnect` times in a row: a wait rides out a gateway's restart and a Redis failover."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    failed = 0
     while job["status"] not in TERMINAL:
         left = 60.0 if deadline is None else deadline - time.monotonic()
         if left <= 0:
@@ -382,7 +393,15 @@ def wait_flow(job: Dict[str, Any], path: str, timeout: Optional[float]) -> Flow:
 
             raise WaitTimeout(job, timeout or 0)
         wait = max(1, min(60, int(left)))
-        response = yield Request("GET", path, params={"wait": str(wait)}, timeout=wait + 30)
+        try:
+            response = yield Request("GET", path, params={"wait": str(wait)}, timeout=wait + 30)
+        except RelayError as e:
+            if failed >= reconnect or not retryable(e):
+                raise
+            yield Sleep(min(backoff(failed, e), left))
+            failed += 1
+            continue
+        failed = 0
         job = response.json()
     return job
 

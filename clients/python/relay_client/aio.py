@@ -183,8 +183,9 @@ class AsyncJob:
         self.data = (await self._client._send(_core.Request("GET", self._path))).json()
         return self
 
-    async def wait(self, timeout: Optional[float] = None) -> "AsyncJob":
-        self.data = await self._client._drive(_core.wait_flow(self.data, self._path, timeout))
+    async def wait(self, timeout: Optional[float] = None, reconnect: int = 5) -> "AsyncJob":
+        self.data = await self._client._drive(
+            _core.wait_flow(self.data, self._path, timeout, reconnect))
         _core.job_or_raise(self.data)
         return self
 

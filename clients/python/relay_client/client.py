@@ -192,10 +192,13 @@ class Job:
         self.data = self._client._send(_core.Request("GET", self._path)).json()
         return self
 
-    def wait(self, timeout: Optional[float] = None) -> "Job":
+    def wait(self, timeout: Optional[float] = None, reconnect: int = 5) -> "Job":
         """Long-polls until the job ends (or `timeout` seconds pass: WaitTimeout). A failed or
-        cancelled job raises JobFailed / JobCancelled; the completed job is returned."""
-        self.data = self._client._drive(_core.wait_flow(self.data, self._path, timeout))
+        cancelled job raises JobFailed / JobCancelled; the completed job is returned. A poll
+        the gateway did not answer, or answered 502/503/504 (restarting, Redis failing over),
+        is sent again after a backoff, up to `reconnect` times in a row."""
+        self.data = self._client._drive(
+            _core.wait_flow(self.data, self._path, timeout, reconnect))
         _core.job_or_raise(self.data)
         return self
 

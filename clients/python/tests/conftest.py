@@ -80,18 +80,24 @@ class Stack:
                     "RELAY_INFERENCE_ROUTES": "default=/predict,transcribe=/transcribe",
                     "RELAY_QUEUE_POP_TIMEOUT": "1h", "RELAY_RELAY_PROGRESS_INTERVAL": "50ms",
                     "RELAY_RELAY_HEALTH_INTERVAL": "50ms"}, f"relay-{model}-{i}")
+        self.gateway(self.gateway_port)
+
+    def gateway(self, port: int) -> subprocess.Popen:
+        """A gateway replica on port (the stack's own, or another sharing its Redis), listening."""
         keys = ",".join(f"{hashlib.sha256(k.encode()).hexdigest()}={t}"
                         for k, t in ((API_KEY, "py"), (OTHER_KEY, "other")))
         gw = self.spawn([str(BIN / "relay-gateway")], {
-            "RELAY_SERVER_LISTEN": f"127.0.0.1:{self.gateway_port}",
+            "RELAY_SERVER_LISTEN": f"127.0.0.1:{port}",
             "RELAY_REDIS_URL": self.redis_url,
             "RELAY_STORAGE_URL": f"file://{self.root}/storage",
             "RELAY_SERVICE_TYPES": "echo=m1,slow=m2",
             "RELAY_AUTH_ENABLED": "true", "RELAY_AUTH_API_KEYS": keys,
             "RELAY_WEBHOOKS_SECRET": WEBHOOK_SECRET, "RELAY_WEBHOOKS_ALLOW_PRIVATE": "true",
             "RELAY_WEBHOOKS_INITIAL_BACKOFF": "100ms", "RELAY_SERVER_MAX_BODY_SIZE": str(8 << 20),
-        }, "gateway")
-        wait_port(self.gateway_port, gw, "relay-gateway")
+            "RELAY_EVENTS_CONSUMER": f"gateway-{port}",
+        }, f"gateway-{port}")
+        wait_port(port, gw, "relay-gateway")
+        return gw
 
     def stop(self) -> None:
         for p in reversed(self.procs):

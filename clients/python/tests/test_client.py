@@ -6,11 +6,12 @@ import asyncio
 import hashlib
 import io
 import json
+import threading
 
 import httpx
 import pytest
 
-from conftest import API_KEY, OTHER_KEY, WEBHOOK_SECRET, wait_for
+from conftest import API_KEY, OTHER_KEY, WEBHOOK_SECRET, free_port, wait_for
 from relay_client import (AsyncClient, AuthenticationFailed, Client, Conflict, InvalidRequest,
                           JobCancelled, NotFound, TransportError, WaitTimeout,
                           WebhookVerificationError,
@@ -141,6 +142,51 @@ def test_a_retried_submit_makes_one_job(stack):
     with Client(stack.url, api_key=API_KEY) as c:
         named = [j for j in c.jobs("echo", limit=100) if j.data["input"]["filename"] == "once.txt"]
     assert [j.id for j in named] == [job.id]
+
+
+class CountingRefusals(httpx.HTTPTransport):
+    """The real transport, counting the connections refused (a gateway down)."""
+
+    def __init__(self):
+        super().__init__()
+        self.refused = 0
+
+    def handle_request(self, request):
+        try:
+            return super().handle_request(request)
+        except httpx.ConnectError:
+            self.refused += 1
+            raise
+
+
+def test_a_wait_rides_out_a_gateway_restart(stack):
+    """A wait whose gateway is down (a restart, a rolling update) polls again after a backoff,
+    and ends once the gateway is back; it raised at the first refused poll."""
+    port = free_port()
+    replica = stack.gateway(port)  # a replica of its own, stopped and started by this test
+    transport = CountingRefusals()
+    try:
+        with Client(f"http://127.0.0.1:{port}", api_key=API_KEY, transport=transport) as c:
+            job = c.submit("echo", b"ridden out")
+            replica.terminate()
+            replica.wait(10)
+            ended = {}
+
+            def wait():
+                try:
+                    ended["job"] = job.wait(timeout=60)
+                except Exception as e:  # (the assertion below says which)
+                    ended["error"] = e
+            waiting = threading.Thread(target=wait, daemon=True)
+            waiting.start()
+            assert wait_for(lambda: transport.refused >= 2 or "error" in ended), ended
+            replica = stack.gateway(port)
+            waiting.join(60)
+        assert "error" not in ended, ended
+        assert ended["job"].status == "completed"
+    finally:
+        replica.terminate()
+        replica.wait(10)
 
 
 def test_events_until_the_end(client):
