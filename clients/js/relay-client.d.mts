@@ -83,6 +83,7 @@ export interface ListOptions {
 export interface ClientOptions {
   /** Defaults to $RELAY_API_KEY under Node. */
   apiKey?: string | null;
+  /** Tries again, after a backoff, of a submission or a read that got no answer or a 502/503/504 (3). */
   retries?: number;
   priorityHeader?: string;
   fetch?: typeof fetch;
@@ -95,6 +96,12 @@ export class Client {
     query?: Record<string, string | number | null | undefined>;
     headers?: Record<string, string>;
     body?: BodyInit | null;
+    signal?: AbortSignal;
+  }): Promise<Response>;
+  /** A GET, sent again (`retries` times) after no answer or a 502/503/504. */
+  read(path: string, options?: {
+    query?: Record<string, string | number | null | undefined>;
+    headers?: Record<string, string>;
     signal?: AbortSignal;
   }): Promise<Response>;
   submit(serviceType: string, input: Input | null, options?: SubmitOptions): Promise<Job>;

@@ -139,8 +139,10 @@ export class Client {
   /**
    * @param {string} baseUrl the gateway, e.g. "https://relay.example.com"
    * @param {{apiKey?: string, retries?: number, priorityHeader?: string, fetch?: typeof fetch}} options
-   *   apiKey defaults to $RELAY_API_KEY under Node; submissions are retried `retries` times
-   *   (the same Idempotency-Key: never a second job) when the gateway is unreachable or answers 503.
+   *   apiKey defaults to $RELAY_API_KEY under Node; submissions and reads (a job, its result, a
+   *   listing's pages) are retried `retries` times, after a backoff, when the gateway is
+   *   unreachable or answers 502, 503 or 504 — a submission with the same Idempotency-Key: never a
+   *   second job. (A cancel is not: its second try could find the job it cancelled ended.)
    */
   constructor(baseUrl, { apiKey, retries = 3, priorityHeader = "X-Priority", fetch: f } = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, "");
@@ -165,6 +167,18 @@ export class Client {
     }
     if (response.status >= 400) throw await errorFrom(response);
     return response;
+  }
+
+  /** A read (GET), sent again after no answer or a 502/503/504, up to `retries` times. */
+  async read(path, options = {}) {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.request("GET", path, options);
+      } catch (e) {
+        if (!retryable(e) || attempt >= this.retries || options.signal?.aborted) throw e;
+        await sleep(backoff(attempt, e));
+      }
+    }
   }
 
   /**
@@ -242,7 +256,7 @@ export class Client {
       if (want <= 0) return;
       const query = { limit: want, status: Array.isArray(status) ? status.join(",") : status,
                       since, until, idempotency_key: idempotencyKey, cursor };
-      const page = await (await this.request("GET", path, { query })).json();
+      const page = await (await this.read(path, { query })).json();
       for (const j of page.jobs) {
         given++;
         yield new Job(this, j);
@@ -265,7 +279,7 @@ export class Job {
   get path() { return `/jobs/${encodeURIComponent(this.serviceType)}/${this.id}`; }
 
   async refresh() {
-    this.data = await (await this.client.request("GET", this.path)).json();
+    this.data = await (await this.client.read(this.path)).json();
     return this;
   }
 
@@ -300,7 +314,7 @@ export class Job {
 
   /** The completed job's result: parsed JSON, or a Uint8Array for any other content type. */
   async result() {
-    const r = await this.client.request("GET", this.path + "/result");
+    const r = await this.client.read(this.path + "/result");
     const type = (r.headers.get("content-type") || "").split(";")[0].trim().toLowerCase();
     return type === "application/json" ? r.json() : new Uint8Array(await r.arrayBuffer());
   }

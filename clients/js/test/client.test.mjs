@@ -205,40 +205,53 @@ test("a submission whose answer was lost is sent again and makes one job", async
   assert.deepEqual(named, [job.id]);
 });
 
-test("a wait rides out a gateway restart", async () => {
-  // Its own replica, stopped and started by this test; the real fetch, its refusals counted.
-  const port = await freePort();
-  let replica = await startGateway(port);
-  let refused = 0;
-  const counting = async (input, init) => {
+for (const call of ["wait", "refresh", "result", "listing"])
+  test(`a ${call} rides out a gateway restart`, async () => {
+    // Its own replica, stopped and started by this test; the real fetch, its refusals counted.
+    const port = await freePort();
+    let replica = await startGateway(port);
+    let refused = 0;
+    const counting = async (input, init) => {
+      try {
+        return await fetch(input, init);
+      } catch (e) {
+        refused++;
+        throw e;
+      }
+    };
+    const c = new Client(`http://127.0.0.1:${port}`, { apiKey: KEY, fetch: counting, retries: 5 });
     try {
-      return await fetch(input, init);
-    } catch (e) {
-      refused++;
-      throw e;
+      const key = `restart-js-${call}`;
+      const job = await c.submit("echo", "ridden out", { idempotencyKey: key });
+      if (call !== "wait") await job.wait(30);
+      const stopped = new Promise((r) => replica.once("exit", r));
+      replica.kill("SIGTERM");
+      await stopped;
+      const calls = {
+        wait: async () => (await job.wait(60)).status,
+        refresh: async () => (await job.refresh()).status,
+        result: async () => filePart(await job.result()).size,
+        listing: async () => {
+          const ids = [];
+          for await (const j of c.jobs({ idempotencyKey: key })) ids.push(j.id);
+          return ids;
+        },
+      };
+      let error = null, answer;
+      const running = calls[call]().then((a) => { answer = a; }, (e) => { error = e; });
+      // (It rejected at the first refused connection.)
+      const deadline = Date.now() + 20000;
+      while (refused < 2 && !error && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      assert.equal(error, null);
+      assert.ok(refused >= 2, "calls refused while the gateway was down");
+      replica = await startGateway(port);
+      await running;
+      assert.equal(error, null);
+      assert.deepEqual(answer, { wait: "completed", refresh: "completed", result: 10, listing: [job.id] }[call]);
+    } finally {
+      replica.kill("SIGTERM");
     }
-  };
-  const c = new Client(`http://127.0.0.1:${port}`, { apiKey: KEY, fetch: counting });
-  try {
-    const job = await c.submit("echo", "ridden out");
-    const stopped = new Promise((r) => replica.once("exit", r));
-    replica.kill("SIGTERM");
-    await stopped;
-    let error = null;
-    const waiting = job.wait(60).catch((e) => { error = e; });
-    // (It rejected at the first refused poll.)
-    const deadline = Date.now() + 20000;
-    while (refused < 2 && !error && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    assert.equal(error, null);
-    assert.ok(refused >= 2, "polls refused while the gateway was down");
-    replica = await startGateway(port);
-    await waiting;
-    assert.equal(error, null);
-    assert.equal(job.status, "completed");
-  } finally {
-    replica.kill("SIGTERM");
-  }
-});
+  });
 
 test("live events until the end, resumed after a cut", async () => {
   const job = await client().submit("slow", "x");

@@ -379,6 +379,19 @@ def submit_flow(build: Callable[[], Request], opened: Optional[Opened], retries:
     raise AssertionError("unreachable")
 
 
+def read_flow(request: Request, retries: int) -> Flow:
+    """A read (GET): sent again after no answer or a 502/503/504, up to `retries` times; the
+    response."""
+    for attempt in range(retries + 1):
+        try:
+            return (yield request)
+        except RelayError as e:
+            if attempt == retries or not retryable(e):
+                raise
+            yield Sleep(backoff(attempt, e))
+    raise AssertionError("unreachable")
+
+
 def wait_flow(job: Dict[str, Any], path: str, timeout: Optional[float],
               reconnect: int = 5) -> Flow:
     """Long-polls (60 s at a time, within timeout) until the job ends; its final JSON. A poll
@@ -407,7 +420,7 @@ def wait_flow(job: Dict[str, Any], path: str, timeout: Optional[float],
 
 
 def list_flow(path: str, params: Callable[[int, Optional[str]], Dict[str, str]],
-              limit: Optional[int], page_size: int) -> Flow:
+              limit: Optional[int], page_size: int, retries: int) -> Flow:
     """The listing's pages, followed: yields an Item per job."""
     cursor: Optional[str] = None
     given = 0
@@ -415,7 +428,8 @@ def list_flow(path: str, params: Callable[[int, Optional[str]], Dict[str, str]],
         want = page_size if limit is None else min(page_size, limit - given)
         if want <= 0:
             return None
-        page = (yield Request("GET", path, params=params(want, cursor))).json()
+        page = (yield from read_flow(Request("GET", path, params=params(want, cursor)),
+                                     retries)).json()
         for j in page["jobs"]:
             given += 1
             yield Item(j)

@@ -74,6 +74,9 @@ class AsyncClient:
         except StopIteration as done:
             return True, done.value
 
+    async def _read(self, path: str) -> httpx.Response:
+        return await self._drive(_core.read_flow(_core.Request("GET", path), self.retries))
+
     async def _drive(self, flow: _core.Flow) -> Any:
         """Drives a flow without items (_core); its result."""
         done, step = await self._step(flow, _core.Item(None))  # (an Item starts it: send(None))
@@ -126,7 +129,7 @@ class AsyncClient:
                 opened.close()
 
     async def job(self, service_type: str, job_id: str) -> "AsyncJob":
-        r = await self._send(_core.Request("GET", f"/jobs/{service_type}/{job_id}"))
+        r = await self._read(f"/jobs/{service_type}/{job_id}")
         return AsyncJob(self, r.json())
 
     async def run(self, service_type: str, input: Optional[Input] = None, *,
@@ -153,7 +156,7 @@ class AsyncClient:
         def params(want: int, cursor: Optional[str]) -> Dict[str, str]:
             return _core.list_params(status, since, until, idempotency_key, want, cursor)
 
-        async for data in self._iterate(_core.list_flow(path, params, limit, page_size)):
+        async for data in self._iterate(_core.list_flow(path, params, limit, page_size, self.retries)):
             yield AsyncJob(self, data)
 
 
@@ -180,7 +183,7 @@ class AsyncJob:
         return f"/jobs/{self.service_type}/{self.id}"
 
     async def refresh(self) -> "AsyncJob":
-        self.data = (await self._client._send(_core.Request("GET", self._path))).json()
+        self.data = (await self._client._read(self._path)).json()
         return self
 
     async def wait(self, timeout: Optional[float] = None, reconnect: int = 5) -> "AsyncJob":
@@ -190,7 +193,7 @@ class AsyncJob:
         return self
 
     async def result(self) -> Any:
-        r = await self._client._send(_core.Request("GET", f"{self._path}/result"))
+        r = await self._client._read(f"{self._path}/result")
         return _core.decode_result(r.content, r.headers.get("content-type", ""))
 
     async def download(self, path: FilePath, reconnect: int = 5) -> int:

@@ -13,9 +13,11 @@ from .errors import RelayError, TransportError
 
 
 class Client:
-    """A Relay gateway. `api_key` defaults to $RELAY_API_KEY. Submissions are retried (up to
-    `retries` times, with the same Idempotency-Key, so a retry never makes a second job) when the
-    gateway cannot be reached or answers 503."""
+    """A Relay gateway. `api_key` defaults to $RELAY_API_KEY. Submissions and reads (a job, its
+    result, a listing's pages) are retried up to `retries` times, after a backoff, when the
+    gateway cannot be reached or answers 502, 503 or 504 — a submission with the same
+    Idempotency-Key, so a retry never makes a second job. (A cancel is not: its second try could
+    find the job it cancelled ended, and say so.)"""
 
     def __init__(
         self,
@@ -81,6 +83,9 @@ class Client:
         except StopIteration as done:
             return done.value
 
+    def _read(self, path: str) -> httpx.Response:
+        return self._drive(_core.read_flow(_core.Request("GET", path), self.retries))
+
     def _drive(self, flow: _core.Flow) -> Any:
         run = self._run(flow)
         try:
@@ -131,7 +136,7 @@ class Client:
                 opened.close()
 
     def job(self, service_type: str, job_id: str) -> "Job":
-        return Job(self, self._send(_core.Request("GET", f"/jobs/{service_type}/{job_id}")).json())
+        return Job(self, self._read(f"/jobs/{service_type}/{job_id}").json())
 
     def run(self, service_type: str, input: Optional[Input] = None, *,
             wait_timeout: Optional[float] = None, **options: Any) -> Any:
@@ -159,7 +164,7 @@ class Client:
         def params(want: int, cursor: Optional[str]) -> Dict[str, str]:
             return _core.list_params(status, since, until, idempotency_key, want, cursor)
 
-        for data in self._run(_core.list_flow(path, params, limit, page_size)):
+        for data in self._run(_core.list_flow(path, params, limit, page_size, self.retries)):
             yield Job(self, data)
 
 
@@ -189,7 +194,7 @@ class Job:
         return f"/jobs/{self.service_type}/{self.id}"
 
     def refresh(self) -> "Job":
-        self.data = self._client._send(_core.Request("GET", self._path)).json()
+        self.data = self._client._read(self._path).json()
         return self
 
     def wait(self, timeout: Optional[float] = None, reconnect: int = 5) -> "Job":
@@ -204,7 +209,7 @@ class Job:
 
     def result(self) -> Any:
         """The completed job's result: parsed JSON when the model answered JSON, else bytes."""
-        r = self._client._send(_core.Request("GET", f"{self._path}/result"))
+        r = self._client._read(f"{self._path}/result")
         return _core.decode_result(r.content, r.headers.get("content-type", ""))
 
     def download(self, path: FilePath, reconnect: int = 5) -> int:

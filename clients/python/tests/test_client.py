@@ -159,31 +159,40 @@ class CountingRefusals(httpx.HTTPTransport):
             raise
 
 
-def test_a_wait_rides_out_a_gateway_restart(stack):
-    """A wait whose gateway is down (a restart, a rolling update) polls again after a backoff,
-    and ends once the gateway is back; it raised at the first refused poll."""
+@pytest.mark.parametrize("call", ["wait", "refresh", "result", "listing"])
+def test_a_call_rides_out_a_gateway_restart(stack, call):
+    """A call whose gateway is down (a restart, a rolling update) is sent again after a backoff,
+    and answered once the gateway is back; it raised at the first refused connection."""
     port = free_port()
     replica = stack.gateway(port)  # a replica of its own, stopped and started by this test
     transport = CountingRefusals()
     try:
-        with Client(f"http://127.0.0.1:{port}", api_key=API_KEY, transport=transport) as c:
-            job = c.submit("echo", b"ridden out")
+        with Client(f"http://127.0.0.1:{port}", api_key=API_KEY, transport=transport,
+                    retries=5) as c:
+            job = c.submit("echo", b"ridden out", idempotency_key=f"restart-{call}")
+            if call != "wait":
+                job.wait(30)
             replica.terminate()
             replica.wait(10)
-            ended = {}
+            calls = {"wait": lambda: job.wait(timeout=60).status,
+                     "refresh": lambda: job.refresh().status,
+                     "result": lambda: file_part(job.result())["size"],
+                     "listing": lambda: [j.id for j in c.jobs(idempotency_key=f"restart-{call}")]}
+            got = {}
 
-            def wait():
+            def run():
                 try:
-                    ended["job"] = job.wait(timeout=60)
+                    got["answer"] = calls[call]()
                 except Exception as e:  # (the assertion below says which)
-                    ended["error"] = e
-            waiting = threading.Thread(target=wait, daemon=True)
-            waiting.start()
-            assert wait_for(lambda: transport.refused >= 2 or "error" in ended), ended
+                    got["error"] = e
+            running = threading.Thread(target=run, daemon=True)
+            running.start()
+            assert wait_for(lambda: transport.refused >= 2 or "error" in got), got
             replica = stack.gateway(port)
-            waiting.join(60)
-        assert "error" not in ended, ended
-        assert ended["job"].status == "completed"
+            running.join(60)
+        assert "error" not in got, got
+        assert got["answer"] == {"wait": "completed", "refresh": "completed", "result": 10,
+                                 "listing": [job.id]}[call]
     finally:
         replica.terminate()
         replica.wait(10)
