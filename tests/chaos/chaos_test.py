@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The whole system under faults at random: two gateway replicas, four relays of concurrency 2,
-Redis with AOF (appendfsync always), the no-op model with jobs of 5 ms to 0.8 s, a webhook receiver
+"""The whole system under faults at random: two gateway replicas, four relays (two taking jobs
+two at a time until stopped, two running one job each and started again after it, as KEDA's
+ScaledJob does), Redis with AOF (appendfsync always), the no-op model with jobs of 5 ms to 0.8 s, a webhook receiver
 that fails its first answers. While clients submit (with an Idempotency-Key, priority now and
 then, each retried on another replica while refused), long-poll and cancel, this kills relays
 (SIGKILL, or SIGTERM), gateways (SIGKILL, or SIGTERM) and Redis (SIGKILL, or SIGSTOP for up to
@@ -12,7 +13,8 @@ fail it over) and writes wait for a replica (redis.wait_replicas 1).
 Then every promise is checked: every submission accepted once (one id per key); every job ends,
 completed with its own input's digest in its result, or cancelled when a cancel was sent;
 one terminal event per job; every job's webhook delivered, signed, under one webhook id;
-nothing left in processing; no relay or gateway exited on its own; a SIGTERM ends a gateway
+nothing left in processing; no relay or gateway exited on its own (a one-shot relay only with
+exit code 0, after its job); a SIGTERM ends a gateway
 with exit code 0 within seconds (its requests answered; a connection kept alive and left idle,
 as an ingress's pool holds one to each replica, does not hold it to server.shutdown_timeout),
 and a relay with exit code 0.
@@ -51,6 +53,9 @@ RETRY_TIMEOUT = 4  # their redis.retry_timeout: a request waits for Redis that l
 # nothing here may hold a shutdown to its deadline.)
 STOPS_WITHIN = 2 + RETRY_TIMEOUT + 2
 RELAYS = 4
+# The first relays run one job each and exit 0, each started again by a supervisor, as KEDA starts
+# a pod per waiting job (a ScaledJob); the others take jobs until stopped, two at a time.
+ONE_SHOT = 2
 TERMINAL = ("completed", "failed", "cancelled")
 
 
@@ -92,6 +97,8 @@ class Stack:
         self.procs = {}
         self.problems = []  # found while running: a process that exited on its own, a slow stop
         self.idle = []  # kept-alive connections left idle
+        self.relays = threading.Lock()  # (the faults and the supervisor both start relays)
+        self.one_shot_runs = 0
         self.model_port, self.hook_port = free_port(), free_port()
         # Redis: one server; or (sentinel) two nodes — the second first the first's replica —
         # and three sentinels watching them; or (cluster) six nodes, the last three first the
@@ -206,7 +213,24 @@ class Stack:
             self.problems.append(f"gateway{i}: no answer after a start ({e})")
 
     def relay(self, i):
-        self.start(f"relay{i}", [f"{BIN}/relay", "--max-jobs", "0"], self.relay_env)
+        if i < ONE_SHOT:
+            self.start(f"relay{i}", [f"{BIN}/relay", "--max-jobs", "1"],
+                       {**self.relay_env, "RELAY_RELAY_CONCURRENCY": "1"})
+        else:
+            self.start(f"relay{i}", [f"{BIN}/relay", "--max-jobs", "0"], self.relay_env)
+
+    def supervise(self, done):
+        """Starts a one-shot relay again once it exited; one that exited non-zero is a problem."""
+        while not done.is_set():
+            for i in range(ONE_SHOT):
+                with self.relays:
+                    code = self.procs[f"relay{i}"].poll()
+                    if code is not None:
+                        if code != 0:
+                            self.problems.append(f"one-shot relay{i} exited {code}")
+                        self.one_shot_runs += 1
+                        self.relay(i)
+            time.sleep(0.05)
 
     def up(self):
         for i in range(len(self.node_ports)):
@@ -267,12 +291,15 @@ def faults(stack, rng, until):
         time.sleep(rng.uniform(0.3, 2.0))
         roll = rng.random()
         if roll < 0.5:
-            name = f"relay{rng.randrange(RELAYS)}"
+            i = rng.randrange(RELAYS)
             sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
-            if stack.still_running(name):
-                stack.stop(name, sig, within=15)
-            print(f"{time.strftime('%X')} {name} <- {sig.name}", flush=True)
-            stack.relay(int(name[-1]))
+            with stack.relays:
+                if i < ONE_SHOT and stack.procs[f"relay{i}"].poll() == 0:
+                    pass  # (its job done, between runs: the supervisor's)
+                elif stack.still_running(f"relay{i}"):
+                    stack.stop(f"relay{i}", sig, within=15)
+                print(f"{time.strftime('%X')} relay{i} <- {sig.name}", flush=True)
+                stack.relay(i)
         elif roll < 0.8:
             i = rng.choice([1, 2])
             sig = rng.choice([signal.SIGKILL, signal.SIGTERM])
@@ -364,7 +391,7 @@ class Clients:
 
 
 def check(stack, clients):
-    problems = stack.problems + clients.problems
+    problems = list(clients.problems)  # (and the stack's, which main adds once all stopped)
     http = httpx.Client(timeout=30)
     ended, left = {}, dict(clients.jobs)
     deadline = time.monotonic() + 120
@@ -390,7 +417,8 @@ def check(stack, clients):
             r = http.get(f"{stack.url(1)}/jobs/echo/{j['id']}/result")
             if r.status_code != 200 or r.json()["parts"][0]["sha256"] != clients.jobs[key]["sha256"]:
                 problems.append(f"result of {j['id']}: {r.status_code} {r.text[:200]}")
-    print(f"{len(clients.jobs)} jobs accepted: {counts}", flush=True)
+    print(f"{len(clients.jobs)} jobs accepted: {counts}; one-shot relays ran {stack.one_shot_runs} "
+          "times", flush=True)
     if stack.topology != "standalone":  # (failed over: another node than at the start)
         print("masters at the end:", [f"redis{i}" for i, p in enumerate(stack.node_ports)
                                       if cli(p, "ROLE").split("\n")[0] == "master"], flush=True)
@@ -424,11 +452,10 @@ def check(stack, clients):
     processing = f"relay:{tag}:processing"
     if redis("LLEN", processing) != "0":
         problems.append(f"left in processing: {redis('LRANGE', processing, '0', '-1')}")
-    found = len(stack.problems)
     for name in stack.procs:
-        if name.startswith(("relay", "gateway")):
+        if name.startswith("gateway") or name.startswith("relay") and int(name[5:]) >= ONE_SHOT:
             stack.still_running(name)
-    return problems + stack.problems[found:]
+    return problems
 
 
 def main():
@@ -438,11 +465,14 @@ def main():
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix="relay-chaos-")
     stack = Stack(root, rng, args.redis)
+    done, supervisor = threading.Event(), None
     try:
         stack.up()
         clients = Clients(stack, rng)
         submitters = [threading.Thread(target=clients.run, args=(args.jobs // 4, f"c{t}")) for t in range(4)]
         fault = threading.Thread(target=faults, args=(stack, rng, time.monotonic() + args.seconds))
+        supervisor = threading.Thread(target=stack.supervise, args=(done,))
+        supervisor.start()
         fault.start()
         for t in submitters:
             t.start()
@@ -450,7 +480,11 @@ def main():
             t.join()
         problems = check(stack, clients)
     finally:
+        done.set()
+        if supervisor:
+            supervisor.join()
         stack.down()
+    problems += stack.problems
     if problems:
         print(f"FAILED (seed {seed}); logs in {root}", *problems[:40], sep="\n")
         sys.exit(1)
