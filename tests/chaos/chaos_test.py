@@ -109,7 +109,6 @@ class Stack:
         self.sentinel_ports = [free_port() for _ in range(3)] if topology == "sentinel" else []
         self.gateway_ports = {1: free_port(), 2: free_port()}
         os.makedirs(f"{root}/files")
-        os.makedirs(f"{root}/redis")
         os.makedirs(f"{root}/logs")
         common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{self.node_ports[0]}",
                   "RELAY_STORAGE_URL": f"file://{root}/files"}
@@ -135,9 +134,9 @@ class Stack:
             "RELAY_LEASE_TTL": "2s", "RELAY_RELAY_CONCURRENCY": "2", "RELAY_QUEUE_POP_TIMEOUT": "10m"}
 
     def start(self, name, argv, env=None):
-        log = open(f"{self.root}/logs/{name}.log", "ab")
-        self.procs[name] = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log,
-                                            stderr=log)
+        with open(f"{self.root}/logs/{name}.log", "ab") as log:
+            self.procs[name] = subprocess.Popen(argv, env={**os.environ, **(env or {})},
+                                                stdout=log, stderr=log)
 
     def redis(self, i=0):
         os.makedirs(f"{self.root}/redis{i}", exist_ok=True)
