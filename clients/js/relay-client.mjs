@@ -380,12 +380,13 @@ export class Job {
   /**
    * The job's live events until its end ({id, name, job}, `name` the status), read with fetch
    * (an EventSource cannot send the API key); a dropped stream is resumed with Last-Event-ID,
-   * `reconnect` times in a row at most.
+   * as is one refused for now (502, 503, 504), `reconnect` times in a row at most.
    */
   async *events({ reconnect = 5, signal } = {}) {
     let lastId = "", tries = 0;
     for (;;) {
       const parser = new SseParser();
+      let refused = null;
       try {
         const headers = lastId ? { "Last-Event-ID": lastId } : {};
         const r = await this.client.request("GET", this.path + "/events", { headers, signal });
@@ -410,11 +411,13 @@ export class Job {
         // cut (a gateway restarting): resume.
         if (this.done) return;
       } catch (e) {
-        if (!(e instanceof RelayError && e.status === 0) && !(e instanceof TypeError)) throw e;
+        // No answer, a cut, or refused for now (503: Redis failing over; a proxy's 502/504): again.
+        if (!retryable(e) && !(e instanceof TypeError)) throw e;
         if (signal?.aborted) throw e;
+        refused = e instanceof RelayError && e.status !== 0 ? e : null;
       }
-      if (++tries > reconnect) throw new RelayError(0, "unreachable", "the event stream kept dropping");
-      await sleep(Math.min(0.2 * 2 ** tries, 5));
+      if (++tries > reconnect) throw refused ?? new RelayError(0, "unreachable", "the event stream kept dropping");
+      await sleep(refused?.retryAfter ? Math.min(refused.retryAfter, 10) : Math.min(0.2 * 2 ** tries, 5));
     }
   }
 }

@@ -22,7 +22,7 @@ const KEY = "js-client-key", OTHER = "js-other-tenant";
 const WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const sha = (s) => createHash("sha256").update(s).digest("hex");
 const procs = [];
-let root, url, common;
+let root, url, common, redis;
 
 async function freePort() {
   return new Promise((resolve) => {
@@ -51,7 +51,7 @@ before(async () => {
   assert.ok(existsSync(join(BIN, "relay-gateway")), `no relay-gateway in ${BIN}: build first, or set RELAY_BIN_DIR`);
   root = mkdtempSync(join(tmpdir(), "relay-js-"));
   const redisPort = await freePort();
-  start(["redis-server", "--port", String(redisPort), "--save", "", "--appendonly", "no", "--dir", root], {});
+  redis = start(["redis-server", "--port", String(redisPort), "--save", "", "--appendonly", "no", "--dir", root], {});
   await listening(redisPort, "redis-server");
   common = { RELAY_REDIS_URL: `redis://127.0.0.1:${redisPort}`, RELAY_STORAGE_URL: `file://${root}/storage` };
   // echo: the no-op model at once; slow: 1.5 s with three progress reports; broken: HTTP 500;
@@ -73,13 +73,14 @@ before(async () => {
   url = `http://127.0.0.1:${gwPort}`;
 });
 
-// A gateway replica on port (the suite's own, or another sharing its Redis), listening.
-async function startGateway(port) {
+// A gateway replica on port (the suite's own, or another sharing its Redis), listening; env:
+// settings of its own.
+async function startGateway(port, env = {}) {
   const p = start([join(BIN, "relay-gateway")], {
     ...common, RELAY_SERVER_LISTEN: `127.0.0.1:${port}`, RELAY_SERVICE_TYPES: "echo=m1,slow=m2,broken=m3,big=m4",
     RELAY_AUTH_ENABLED: "true", RELAY_AUTH_API_KEYS: `${sha(KEY)}=js,${sha(OTHER)}=other`,
     RELAY_WEBHOOKS_SECRET: WEBHOOK_SECRET, RELAY_WEBHOOKS_ALLOW_PRIVATE: "true",
-    RELAY_WEBHOOKS_INITIAL_BACKOFF: "100ms", RELAY_EVENTS_CONSUMER: `gateway-${port}`,
+    RELAY_WEBHOOKS_INITIAL_BACKOFF: "100ms", RELAY_EVENTS_CONSUMER: `gateway-${port}`, ...env,
   });
   await listening(port, "relay-gateway");
   return p;
@@ -252,6 +253,41 @@ for (const call of ["wait", "refresh", "result", "listing"])
       replica.kill("SIGTERM");
     }
   });
+
+test("live events asked for while Redis does not answer are asked for again, to the end", async () => {
+  // Its own replica, refusing sooner (503 after redis.retry_timeout); the 503s counted.
+  const port = await freePort();
+  const replica = await startGateway(port, { RELAY_REDIS_RETRY_TIMEOUT: "1s" });
+  let refused = 0;
+  const counting = async (input, init) => {
+    const r = await fetch(input, init);
+    if (r.status === 503) refused++;
+    return r;
+  };
+  try {
+    const c = new Client(`http://127.0.0.1:${port}`, { apiKey: KEY, fetch: counting });
+    const job = await c.submit("slow", "followed");
+    const names = [];
+    let error = null;
+    redis.kill("SIGSTOP");
+    let following;
+    try {
+      following = (async () => { for await (const e of job.events()) names.push(e.name); })()
+        .catch((e) => { error = e; });
+      // (It rejected at the refusal.)
+      const deadline = Date.now() + 20000;
+      while (refused < 1 && !error && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    } finally {
+      redis.kill("SIGCONT");
+    }
+    assert.ok(refused >= 1, "refused while Redis did not answer");
+    await following;
+    assert.equal(error, null);
+    assert.equal(names.at(-1), "completed");
+  } finally {
+    replica.kill("SIGTERM");
+  }
+});
 
 test("live events until the end, resumed after a cut", async () => {
   const job = await client().submit("slow", "x");

@@ -379,6 +379,14 @@ def submit_flow(build: Callable[[], Request], opened: Optional[Opened], retries:
     raise AssertionError("unreachable")
 
 
+def reconnect_after(tries: int, refused: Optional[RelayError]) -> float:
+    """Seconds before an event stream's next try: Retry-After when refused, else 0.4 s doubling;
+    at most 5 (10 for Retry-After)."""
+    if refused is not None and refused.retry_after:
+        return min(refused.retry_after, 10.0)
+    return min(0.2 * 2**tries, 5.0)
+
+
 def read_flow(request: Request, retries: int) -> Flow:
     """A read (GET): sent again after no answer or a 502/503/504, up to `retries` times; the
     response."""

@@ -225,6 +225,7 @@ class AsyncJob:
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}
             parser = _core.SseParser()
+            refused: Optional[RelayError] = None
             try:
                 async with self._client._http.stream(
                         "GET", f"{self._path}/events", headers=headers,
@@ -243,7 +244,11 @@ class AsyncJob:
                     return
             except httpx.TransportError:
                 pass
+            except RelayError as e:  # 503 (Redis failing over), a proxy's 502/504: again
+                if not _core.retryable(e):
+                    raise
+                refused = e
             tries += 1
             if tries > reconnect:
-                raise TransportError(0, "unreachable", "the event stream kept dropping")
-            await asyncio.sleep(min(0.2 * 2**tries, 5.0))
+                raise refused or TransportError(0, "unreachable", "the event stream kept dropping")
+            await asyncio.sleep(_core.reconnect_after(tries, refused))

@@ -239,12 +239,14 @@ class Job:
         return self
 
     def events(self, reconnect: int = 5) -> Iterator[Event]:
-        """The job's live events until its end; a dropped stream is resumed (Last-Event-ID)."""
+        """The job's live events until its end; a dropped stream is resumed (Last-Event-ID), as is
+        one refused for now (502, 503, 504), up to `reconnect` times in a row."""
         last_id = ""
         tries = 0
         while True:
             headers = {"Last-Event-ID": last_id} if last_id else {}
             parser = _core.SseParser()
+            refused: Optional[RelayError] = None
             try:
                 with self._client._http.stream("GET", f"{self._path}/events", headers=headers,
                                                timeout=httpx.Timeout(60.0, read=None)) as r:
@@ -264,7 +266,11 @@ class Job:
                     return
             except httpx.TransportError:
                 pass
+            except RelayError as e:  # 503 (Redis failing over), a proxy's 502/504: again
+                if not _core.retryable(e):
+                    raise
+                refused = e
             tries += 1
             if tries > reconnect:
-                raise TransportError(0, "unreachable", "the event stream kept dropping")
-            time.sleep(min(0.2 * 2**tries, 5.0))
+                raise refused or TransportError(0, "unreachable", "the event stream kept dropping")
+            time.sleep(_core.reconnect_after(tries, refused))

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -66,6 +66,7 @@ class Stack:
         redis = self.spawn(["redis-server", "--port", str(self.redis_port), "--save", "",
                             "--appendonly", "no", "--dir", str(self.root)], {}, "redis")
         wait_port(self.redis_port, redis, "redis-server")
+        self.redis = redis
         # echo: the no-op model at once; slow: 1.5 s with three progress reports.
         for model, extra in (("m1", []), ("m2", ["--delay-ms", "1500", "--progress-steps", "3"])):
             port = free_port()
@@ -82,8 +83,9 @@ class Stack:
                     "RELAY_RELAY_HEALTH_INTERVAL": "50ms"}, f"relay-{model}-{i}")
         self.gateway(self.gateway_port)
 
-    def gateway(self, port: int) -> subprocess.Popen:
-        """A gateway replica on port (the stack's own, or another sharing its Redis), listening."""
+    def gateway(self, port: int, env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+        """A gateway replica on port (the stack's own, or another sharing its Redis), listening;
+        env: settings of its own."""
         keys = ",".join(f"{hashlib.sha256(k.encode()).hexdigest()}={t}"
                         for k, t in ((API_KEY, "py"), (OTHER_KEY, "other")))
         gw = self.spawn([str(BIN / "relay-gateway")], {
@@ -94,7 +96,7 @@ class Stack:
             "RELAY_AUTH_ENABLED": "true", "RELAY_AUTH_API_KEYS": keys,
             "RELAY_WEBHOOKS_SECRET": WEBHOOK_SECRET, "RELAY_WEBHOOKS_ALLOW_PRIVATE": "true",
             "RELAY_WEBHOOKS_INITIAL_BACKOFF": "100ms", "RELAY_SERVER_MAX_BODY_SIZE": str(8 << 20),
-            "RELAY_EVENTS_CONSUMER": f"gateway-{port}",
+            "RELAY_EVENTS_CONSUMER": f"gateway-{port}", **(env or {}),
         }, f"gateway-{port}")
         wait_port(port, gw, "relay-gateway")
         return gw

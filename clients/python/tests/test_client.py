@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import io
 import json
+import signal
 import threading
 
 import httpx
@@ -193,6 +194,48 @@ def test_a_call_rides_out_a_gateway_restart(stack, call):
         assert "error" not in got, got
         assert got["answer"] == {"wait": "completed", "refresh": "completed", "result": 10,
                                  "listing": [job.id]}[call]
+    finally:
+        replica.terminate()
+        replica.wait(10)
+
+
+def test_events_ride_out_a_redis_outage(stack):
+    """An event stream asked for while Redis does not answer is refused (503, after the
+    gateway's redis.retry_timeout) and asked for again after Retry-After, to the job's end once
+    Redis is back; it raised at the refusal."""
+    port = free_port()
+    replica = stack.gateway(port, {"RELAY_REDIS_RETRY_TIMEOUT": "1s"})  # (refuses sooner)
+
+    class CountingRefusals(httpx.HTTPTransport):
+        refused = 0
+
+        def handle_request(self, request):
+            response = super().handle_request(request)
+            if response.status_code == 503:
+                CountingRefusals.refused += 1
+            return response
+
+    try:
+        with Client(f"http://127.0.0.1:{port}", api_key=API_KEY,
+                    transport=CountingRefusals()) as c:
+            job = c.submit("slow", b"followed")
+            names, got = [], {}
+
+            def follow():
+                try:
+                    names.extend(e.name for e in job.events())
+                except Exception as e:  # (the assertion below says which)
+                    got["error"] = e
+            stack.redis.send_signal(signal.SIGSTOP)
+            try:
+                following = threading.Thread(target=follow, daemon=True)
+                following.start()
+                assert wait_for(lambda: CountingRefusals.refused >= 1 or "error" in got), got
+            finally:
+                stack.redis.send_signal(signal.SIGCONT)
+            following.join(60)
+        assert "error" not in got, got
+        assert names[-1] == "completed"
     finally:
         replica.terminate()
         replica.wait(10)
