@@ -108,20 +108,50 @@ std::optional<std::string> job_url(const Options& o, const std::string& r) {
   return o.gateway + "/jobs/" + r;
 }
 
-// Long-polls until the job ends or --timeout passes; the last answer.
+// An answer worth asking again after a pause: none, or one that says to try later — 503 (Redis
+// restarting or failing over), a proxy's 502 or 504 (the gateway restarting behind an ingress).
+bool try_again_later(const HttpAnswer& a) {
+  return a.status == 0 || a.status == 502 || a.status == 503 || a.status == 504;
+}
+
+// The pause before asking again: Retry-After, else 0.5 s doubling; at most 10 s.
+std::chrono::milliseconds pause_before_asking_again(int failed, const HttpAnswer& a) {
+  std::chrono::milliseconds pause(500 << std::min(failed, 5));
+  if (auto h = a.headers.find("retry-after"); h != a.headers.end())
+    if (auto seconds = std::atoi(h->second.c_str()); seconds > 0)
+      pause = std::chrono::seconds(seconds);
+  return std::min<std::chrono::milliseconds>(pause, std::chrono::seconds(10));
+}
+
+// Long-polls until the job ends or --timeout passes; the last answer. A poll without an answer,
+// or told to try later, is sent again after a pause (saying so on stderr), up to five times in a
+// row: a wait rides out the gateway's restart or a rolling update, and a Redis failover.
 HttpAnswer wait_for(const Options& o, const std::string& url) {
   auto limit = parse_duration(o.timeout).value_or(std::chrono::seconds(60));
   auto deadline = std::chrono::steady_clock::now() + limit;
   HttpAnswer a;
+  int failed = 0;
   do {
     auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline -
                                                                  std::chrono::steady_clock::now())
                     .count();
     a = http_call("GET", url + "?wait=" + std::to_string(std::clamp<long long>(left, 1, 60)),
                   auth(o));
-    if (a.status != 200) return a;
-    auto st = field(boost::json::parse(a.body).as_object(), "status");
-    if (exit_for(st) != 5) return a;
+    if (a.status == 200) {
+      failed = 0;
+      auto st = field(boost::json::parse(a.body).as_object(), "status");
+      if (exit_for(st) != 5) return a;
+      continue;
+    }
+    if (!try_again_later(a) || failed == 5) return a;
+    const auto pause = std::min<std::chrono::steady_clock::duration>(
+        pause_before_asking_again(failed++, a), deadline - std::chrono::steady_clock::now());
+    std::cerr << "relayctl: "
+              << (a.status == 0 ? "no answer from the gateway (" + a.error + ")"
+                                : "HTTP " + std::to_string(a.status) + " from the gateway")
+              << "; asking again in "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(pause).count() << " ms\n";
+    std::this_thread::sleep_for(pause);
   } while (std::chrono::steady_clock::now() < deadline);
   return a;
 }

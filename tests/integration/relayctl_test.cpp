@@ -379,5 +379,30 @@ TEST_F(RelayctlTest, WaitingOnATerminalShowsALiveStatusLine) {
   EXPECT_EQ(plain.find("\033[K"), std::string::npos);
 }
 
+// relayctl wait rides out its gateway's restart (a rolling update): a poll refused is asked
+// again after a pause, saying so on stderr, and the wait ends with the job. (It failed at the
+// first refused poll.)
+TEST(RelayctlWait, RidesOutAGatewayRestart) {
+  RedisServer redis;
+  TempDir files, logs;
+  GatewayServer gateway({{"RELAY_REDIS_URL", redis.url()},
+                         {"RELAY_STORAGE_URL", "file://" + files.path()},
+                         {"RELAY_SERVICE_TYPES", "echo=m1"},
+                         {"RELAY_AUTH_ENABLED", "false"}});
+  auto r = http("POST", gateway.url() + "/jobs/echo", {"Content-Type: text/plain"}, "waited on");
+  ASSERT_EQ(r.status, 202) << r.body;
+  const std::string id = field(r, "id");  // (no relay: it stays pending)
+  ASSERT_EQ(gateway.stop(), 0);
+  Process wait({RELAY_TEST_RELAYCTL_BIN, "--gateway", gateway.url(), "--json", "wait", "echo/" + id,
+                "--timeout", "60s"},
+               Env{}, logs.path() + "/wait.log");
+  ASSERT_TRUE(wait_until([&] { return wait.log().find("asking again") != std::string::npos; }, 20s))
+      << wait.log();
+  gateway.start();
+  ASSERT_EQ(http("DELETE", gateway.url() + "/jobs/echo/" + id).status, 200);
+  EXPECT_EQ(wait.wait_exit(30s), 4) << "the cancelled job's exit code\n" << wait.log();
+  EXPECT_NE(wait.log().find("\"cancelled\""), std::string::npos) << wait.log();
+}
+
 }  // namespace
 }  // namespace relay::testing
