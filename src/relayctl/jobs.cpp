@@ -123,9 +123,33 @@ std::chrono::milliseconds pause_before_asking_again(int failed, const HttpAnswer
   return std::min<std::chrono::milliseconds>(pause, std::chrono::seconds(10));
 }
 
+// After an answer worth asking again (try_again_later), up to five in a row: says so on stderr,
+// pauses (not past `until`) and returns true. False: the answer stands.
+bool ask_again(const HttpAnswer& a, int& failed, std::chrono::steady_clock::time_point until) {
+  if (!try_again_later(a) || failed == 5) return false;
+  const auto pause = std::min<std::chrono::steady_clock::duration>(
+      pause_before_asking_again(failed++, a), until - std::chrono::steady_clock::now());
+  std::cerr << "relayctl: "
+            << (a.status == 0 ? "no answer from the gateway (" + a.error + ")"
+                              : "HTTP " + std::to_string(a.status) + " from the gateway")
+            << "; asking again in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(pause).count() << " ms\n";
+  std::this_thread::sleep_for(pause);
+  return true;
+}
+
+// A GET, asked again while the gateway does not answer or says to try later (ask_again).
+HttpAnswer read(const Options& o, const std::string& url) {
+  HttpAnswer a;
+  for (int failed = 0;;) {
+    a = http_call("GET", url, auth(o));
+    if (!ask_again(a, failed, std::chrono::steady_clock::time_point::max())) return a;
+  }
+}
+
 // Long-polls until the job ends or --timeout passes; the last answer. A poll without an answer,
-// or told to try later, is sent again after a pause (saying so on stderr), up to five times in a
-// row: a wait rides out the gateway's restart or a rolling update, and a Redis failover.
+// or told to try later, is asked again (ask_again): a wait rides out the gateway's restart or a
+// rolling update, and a Redis failover.
 HttpAnswer wait_for(const Options& o, const std::string& url) {
   auto limit = parse_duration(o.timeout).value_or(std::chrono::seconds(60));
   auto deadline = std::chrono::steady_clock::now() + limit;
@@ -143,15 +167,7 @@ HttpAnswer wait_for(const Options& o, const std::string& url) {
       if (exit_for(st) != 5) return a;
       continue;
     }
-    if (!try_again_later(a) || failed == 5) return a;
-    const auto pause = std::min<std::chrono::steady_clock::duration>(
-        pause_before_asking_again(failed++, a), deadline - std::chrono::steady_clock::now());
-    std::cerr << "relayctl: "
-              << (a.status == 0 ? "no answer from the gateway (" + a.error + ")"
-                                : "HTTP " + std::to_string(a.status) + " from the gateway")
-              << "; asking again in "
-              << std::chrono::duration_cast<std::chrono::milliseconds>(pause).count() << " ms\n";
-    std::this_thread::sleep_for(pause);
+    if (!ask_again(a, failed, deadline)) return a;
   } while (std::chrono::steady_clock::now() < deadline);
   return a;
 }
@@ -197,7 +213,7 @@ HttpAnswer watch_live(const Options& o, const std::string& url) {
                               static_cast<long>(std::chrono::milliseconds(limit).count()));
   if (!line.empty()) std::fputc('\n', stderr);
   if (streamed.status >= 300 || streamed.status == 0) return wait_for(o, url);  // an old gateway
-  return http_call("GET", url, auth(o));
+  return read(o, url);
 }
 
 // Prints the job (JSON or a table); its status's exit code.
@@ -248,15 +264,13 @@ int job(const Options& o, JobVerb verb) {
   if (!url) throw std::invalid_argument("expected SERVICE_TYPE/ID, got '" + o.ref + "'");
   if (verb == JobVerb::status || verb == JobVerb::wait) {
     const bool live = verb == JobVerb::wait && !o.as_json && ::isatty(2);
-    auto a = live                    ? watch_live(o, *url)
-             : verb == JobVerb::wait ? wait_for(o, *url)
-                                     : http_call("GET", *url, auth(o));
+    auto a = live ? watch_live(o, *url) : verb == JobVerb::wait ? wait_for(o, *url) : read(o, *url);
     if (a.status != 200) return api_error(o, a);
     return show(o, a);
   }
   if (verb == JobVerb::result) {
     if (!o.out_file.empty()) return save_result(o, *url);
-    auto a = http_call("GET", *url + "/result", auth(o));
+    auto a = read(o, *url + "/result");
     if (a.status != 200) return api_error(o, a);
     std::cout << a.body << (a.body.ends_with("\n") ? "" : "\n");
     return 0;

@@ -379,10 +379,10 @@ TEST_F(RelayctlTest, WaitingOnATerminalShowsALiveStatusLine) {
   EXPECT_EQ(plain.find("\033[K"), std::string::npos);
 }
 
-// relayctl wait rides out its gateway's restart (a rolling update): a poll refused is asked
-// again after a pause, saying so on stderr, and the wait ends with the job. (It failed at the
-// first refused poll.)
-TEST(RelayctlWait, RidesOutAGatewayRestart) {
+// relayctl status and wait ride out their gateway's restart (a rolling update): a request
+// refused is asked again after a pause, saying so on stderr, and each ends with the answer.
+// (Each failed at the first refused request.)
+TEST(RelayctlReads, RideOutAGatewayRestart) {
   RedisServer redis;
   TempDir files, logs;
   GatewayServer gateway({{"RELAY_REDIS_URL", redis.url()},
@@ -393,15 +393,22 @@ TEST(RelayctlWait, RidesOutAGatewayRestart) {
   ASSERT_EQ(r.status, 202) << r.body;
   const std::string id = field(r, "id");  // (no relay: it stays pending)
   ASSERT_EQ(gateway.stop(), 0);
-  Process wait({RELAY_TEST_RELAYCTL_BIN, "--gateway", gateway.url(), "--json", "wait", "echo/" + id,
-                "--timeout", "60s"},
-               Env{}, logs.path() + "/wait.log");
-  ASSERT_TRUE(wait_until([&] { return wait.log().find("asking again") != std::string::npos; }, 20s))
-      << wait.log();
+  auto ctl = [&](const std::string& verb) {
+    std::vector<std::string> argv{
+        RELAY_TEST_RELAYCTL_BIN, "--gateway", gateway.url(), "--json", verb, "echo/" + id};
+    if (verb == "wait") argv.insert(argv.end(), {"--timeout", "60s"});
+    return std::make_unique<Process>(argv, Env{}, logs.path() + "/" + verb + ".log");
+  };
+  auto status = ctl("status"), wait = ctl("wait");
+  for (auto* p : {status.get(), wait.get()})
+    ASSERT_TRUE(wait_until([&] { return p->log().find("asking again") != std::string::npos; }, 20s))
+        << p->log();
   gateway.start();
+  EXPECT_EQ(status->wait_exit(30s), 5) << "still pending\n" << status->log();
+  EXPECT_NE(status->log().find("\"pending\""), std::string::npos) << status->log();
   ASSERT_EQ(http("DELETE", gateway.url() + "/jobs/echo/" + id).status, 200);
-  EXPECT_EQ(wait.wait_exit(30s), 4) << "the cancelled job's exit code\n" << wait.log();
-  EXPECT_NE(wait.log().find("\"cancelled\""), std::string::npos) << wait.log();
+  EXPECT_EQ(wait->wait_exit(30s), 4) << "the cancelled job's exit code\n" << wait->log();
+  EXPECT_NE(wait->log().find("\"cancelled\""), std::string::npos) << wait->log();
 }
 
 }  // namespace
