@@ -60,6 +60,21 @@ int api_error(const Options& o, const HttpAnswer& a) {
   return 1;
 }
 
+// An answer worth asking again after a pause: none, or one that says to try later — 503 (Redis
+// restarting or failing over), a proxy's 502 or 504 (the gateway restarting behind an ingress).
+bool try_again_later(const HttpAnswer& a) {
+  return a.status == 0 || a.status == 502 || a.status == 503 || a.status == 504;
+}
+
+// The pause before asking again: Retry-After, else 0.5 s doubling; at most 10 s.
+std::chrono::milliseconds pause_before_asking_again(int failed, const HttpAnswer& a) {
+  std::chrono::milliseconds pause(500 << std::min(failed, 5));
+  if (auto h = a.headers.find("retry-after"); h != a.headers.end())
+    if (auto seconds = std::atoi(h->second.c_str()); seconds > 0)
+      pause = std::chrono::seconds(seconds);
+  return std::min<std::chrono::milliseconds>(pause, std::chrono::seconds(10));
+}
+
 // A result saved to a file: written as <file>.part and renamed once whole (an answer that is not
 // the result leaves nothing, and never touches a file already at that name); a cut download
 // resumes from the bytes it has (Range, If-Range on the result's ETag), up to five cuts in a row
@@ -91,12 +106,13 @@ int save_result(const Options& o, const std::string& url) {
       std::filesystem::rename(part, o.out_file);
       return 0;
     }
-    if (a.status != 0 || now < 0) return fail(api_error(o, a));
+    if (!try_again_later(a) || now < 0) return fail(api_error(o, a));
     cuts = now > got ? 1 : cuts + 1;  // in a row without progress
     if (cuts > 5) return fail(api_error(o, a));
     if (auto t = a.headers.find("etag"); t != a.headers.end()) etag = t->second;
     got = now;
-    std::cerr << "relayctl: the download was cut (" << a.error << ") at " << got
+    std::cerr << "relayctl: the download was cut ("
+              << (a.status == 0 ? a.error : "HTTP " + std::to_string(a.status)) << ") at " << got
               << " bytes; resuming\n";
     std::this_thread::sleep_for(std::chrono::milliseconds(200 << std::min(cuts, 4)));
   }
@@ -106,21 +122,6 @@ std::optional<std::string> job_url(const Options& o, const std::string& r) {
   auto slash = r.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == r.size()) return std::nullopt;
   return o.gateway + "/jobs/" + r;
-}
-
-// An answer worth asking again after a pause: none, or one that says to try later — 503 (Redis
-// restarting or failing over), a proxy's 502 or 504 (the gateway restarting behind an ingress).
-bool try_again_later(const HttpAnswer& a) {
-  return a.status == 0 || a.status == 502 || a.status == 503 || a.status == 504;
-}
-
-// The pause before asking again: Retry-After, else 0.5 s doubling; at most 10 s.
-std::chrono::milliseconds pause_before_asking_again(int failed, const HttpAnswer& a) {
-  std::chrono::milliseconds pause(500 << std::min(failed, 5));
-  if (auto h = a.headers.find("retry-after"); h != a.headers.end())
-    if (auto seconds = std::atoi(h->second.c_str()); seconds > 0)
-      pause = std::chrono::seconds(seconds);
-  return std::min<std::chrono::milliseconds>(pause, std::chrono::seconds(10));
 }
 
 // After an answer worth asking again (try_again_later), up to five in a row: says so on stderr,

@@ -379,36 +379,73 @@ TEST_F(RelayctlTest, WaitingOnATerminalShowsALiveStatusLine) {
   EXPECT_EQ(plain.find("\033[K"), std::string::npos);
 }
 
-// relayctl status and wait ride out their gateway's restart (a rolling update): a request
-// refused is asked again after a pause, saying so on stderr, and each ends with the answer.
-// (Each failed at the first refused request.)
+// relayctl's reads ride out their gateway's restart (a rolling update): status, wait and
+// result (printed, and saved to a file) asked while the gateway is down are asked again after a
+// pause, saying so on stderr, and each ends with its answer. (Each failed at once.)
 TEST(RelayctlReads, RideOutAGatewayRestart) {
   RedisServer redis;
   TempDir files, logs;
-  GatewayServer gateway({{"RELAY_REDIS_URL", redis.url()},
-                         {"RELAY_STORAGE_URL", "file://" + files.path()},
-                         {"RELAY_SERVICE_TYPES", "echo=m1"},
-                         {"RELAY_AUTH_ENABLED", "false"}});
-  auto r = http("POST", gateway.url() + "/jobs/echo", {"Content-Type: text/plain"}, "waited on");
-  ASSERT_EQ(r.status, 202) << r.body;
-  const std::string id = field(r, "id");  // (no relay: it stays pending)
-  ASSERT_EQ(gateway.stop(), 0);
-  auto ctl = [&](const std::string& verb) {
-    std::vector<std::string> argv{
-        RELAY_TEST_RELAYCTL_BIN, "--gateway", gateway.url(), "--json", verb, "echo/" + id};
-    if (verb == "wait") argv.insert(argv.end(), {"--timeout", "60s"});
-    return std::make_unique<Process>(argv, Env{}, logs.path() + "/" + verb + ".log");
+  const Env env{{"RELAY_REDIS_URL", redis.url()}, {"RELAY_STORAGE_URL", "file://" + files.path()}};
+  Env gw_env = env;
+  gw_env["RELAY_SERVICE_TYPES"] = "echo=m1";
+  gw_env["RELAY_AUTH_ENABLED"] = "false";
+  gw_env["RELAY_REDIS_RETRY_TIMEOUT"] = "1s";  // (a 503 sooner, below)
+  GatewayServer gateway(gw_env);
+  auto submit = [&](const std::string& body) {
+    auto r = http("POST", gateway.url() + "/jobs/echo", {"Content-Type: text/plain"}, body);
+    EXPECT_EQ(r.status, 202) << r.body;
+    return field(r, "id");
   };
-  auto status = ctl("status"), wait = ctl("wait");
-  for (auto* p : {status.get(), wait.get()})
+  // One job completed (a relay runs it, then exits), one left pending.
+  const std::string done = submit("a result");
+  {
+    InferenceServer inference;
+    Env relay_env = env;
+    relay_env["RELAY_MODEL"] = "m1";
+    relay_env["RELAY_INFERENCE_URL"] = inference.url();
+    Process relay({relay_binary(), "--max-jobs", "1"}, relay_env, logs.path() + "/relay.log");
+    ASSERT_EQ(relay.wait_exit(30s), 0) << relay.log();
+  }
+  const std::string pending = submit("waited on");
+  ASSERT_EQ(gateway.stop(), 0);
+
+  auto ctl = [&](const std::string& name, std::vector<std::string> args) {
+    std::vector<std::string> argv{RELAY_TEST_RELAYCTL_BIN, "--gateway", gateway.url(), "--json"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<Process>(argv, Env{}, logs.path() + "/" + name + ".log");
+  };
+  const std::string saved = files.path() + "/result.json";
+  auto status = ctl("status", {"status", "echo/" + pending});
+  auto wait = ctl("wait", {"wait", "echo/" + pending, "--timeout", "60s"});
+  auto result = ctl("result", {"result", "echo/" + done});
+  auto save = ctl("save", {"result", "echo/" + done, "-o", saved});
+  for (auto* p : {status.get(), wait.get(), result.get()})
     ASSERT_TRUE(wait_until([&] { return p->log().find("asking again") != std::string::npos; }, 20s))
         << p->log();
+  ASSERT_TRUE(wait_until([&] { return save->log().find("resuming") != std::string::npos; }, 20s))
+      << save->log();
   gateway.start();
   EXPECT_EQ(status->wait_exit(30s), 5) << "still pending\n" << status->log();
   EXPECT_NE(status->log().find("\"pending\""), std::string::npos) << status->log();
-  ASSERT_EQ(http("DELETE", gateway.url() + "/jobs/echo/" + id).status, 200);
+  EXPECT_EQ(result->wait_exit(30s), 0) << result->log();
+  EXPECT_NE(result->log().find("\"sha256\""), std::string::npos) << result->log();
+  EXPECT_EQ(save->wait_exit(30s), 0) << save->log();
+  std::ifstream in(saved);
+  const std::string content((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(content.find("\"sha256\""), std::string::npos) << content;
+  ASSERT_EQ(http("DELETE", gateway.url() + "/jobs/echo/" + pending).status, 200);
   EXPECT_EQ(wait->wait_exit(30s), 4) << "the cancelled job's exit code\n" << wait->log();
   EXPECT_NE(wait->log().find("\"cancelled\""), std::string::npos) << wait->log();
+
+  // A result saved while Redis does not answer: the gateway's 503 is asked again, too.
+  redis.freeze();
+  auto again = ctl("again", {"result", "echo/" + done, "-o", saved + ".2"});
+  const bool refused =
+      wait_until([&] { return again->log().find("HTTP 503") != std::string::npos; }, 20s);
+  redis.thaw();
+  ASSERT_TRUE(refused) << again->log();
+  EXPECT_EQ(again->wait_exit(30s), 0) << again->log();
+  EXPECT_TRUE(fs::exists(saved + ".2"));
 }
 
 }  // namespace
