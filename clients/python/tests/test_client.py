@@ -206,18 +206,18 @@ def test_events_ride_out_a_redis_outage(stack):
     port = free_port()
     replica = stack.gateway(port, {"RELAY_REDIS_RETRY_TIMEOUT": "1s"})  # (refuses sooner)
 
-    class CountingRefusals(httpx.HTTPTransport):
+    class Counting503s(httpx.HTTPTransport):
         refused = 0
 
         def handle_request(self, request):
             response = super().handle_request(request)
             if response.status_code == 503:
-                CountingRefusals.refused += 1
+                Counting503s.refused += 1
             return response
 
     try:
         with Client(f"http://127.0.0.1:{port}", api_key=API_KEY,
-                    transport=CountingRefusals()) as c:
+                    transport=Counting503s()) as c:
             job = c.submit("slow", b"followed")
             names, got = [], {}
 
@@ -230,7 +230,7 @@ def test_events_ride_out_a_redis_outage(stack):
             try:
                 following = threading.Thread(target=follow, daemon=True)
                 following.start()
-                assert wait_for(lambda: CountingRefusals.refused >= 1 or "error" in got), got
+                assert wait_for(lambda: Counting503s.refused >= 1 or "error" in got), got
             finally:
                 stack.redis.send_signal(signal.SIGCONT)
             following.join(60)
