@@ -55,6 +55,14 @@ config::Schema schema(Config& c) {
              config::kZeroAllowed);
   s.duration("relay.health_interval", &c.health_interval, "500ms", "Pause between health checks.",
              std::chrono::milliseconds(10));
+  s.duration("relay.storage_retry_timeout", &c.storage_retry_timeout, "5m",
+             "How long a job's storage steps — reading its input, storing its result — keep "
+             "trying while storage is unavailable (unreachable, answering 5xx, throttling) before "
+             "the job fails `download_failed` or `upload_failed`. Meanwhile the job keeps its "
+             "lease and the model's answer is kept; a cancel, the job's timeout or SIGTERM still "
+             "end the wait. A storage outage (a store restarting) is waited out instead of "
+             "failing each job the relay takes in a few seconds.",
+             std::chrono::milliseconds(1));
   s.string("relay.pod_name", &c.pod_name, "",
            "Name in lease tokens and logs; default: the host name (the pod name in Kubernetes).");
   s.string("relay.spool_dir", &c.spool_dir, "",

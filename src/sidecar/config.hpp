@@ -30,6 +30,8 @@ struct Config {
   std::chrono::milliseconds take_ahead{};  // 0: off
   std::chrono::milliseconds health_timeout{};
   std::chrono::milliseconds health_interval{};
+  // A job's input read or result stored keeps trying while storage is unavailable this long.
+  std::chrono::milliseconds storage_retry_timeout{};
   std::string pod_name;   // lease tokens start with it; default: the host name
   std::string spool_dir;  // model answers over 1 MiB are kept here; default: $TMPDIR or /tmp
   std::int64_t max_result_size = 0;  // a larger answer fails its job (0: no limit)

@@ -23,7 +23,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Tries of the result's upload before the job fails upload_failed (storage unavailable only).
+// Tries of the result's upload, at least, before the job fails upload_failed (storage
+// unavailable only); then relay.storage_retry_timeout from the first failure bounds them.
 constexpr int kUploadAttempts = 4;
 
 double ms_since(Clock::time_point start) {
@@ -270,7 +271,9 @@ std::variant<JobResult, Answer> run_model(const Config& cfg, storage::Storage& s
       input = storage::open_input_url(cfg.storage, o, job.input_url, control.token());
     } else {
       // A dropped connection mid-way is resumed from where it stopped, unseen by the model.
-      input = std::make_unique<storage::ResumingSource>(storage, job.input_key, control.token());
+      // Storage away for longer is waited for, up to relay.storage_retry_timeout.
+      input = std::make_unique<storage::ResumingSource>(storage, job.input_key, control.token(), 0,
+                                                        std::nullopt, cfg.storage_retry_timeout);
     }
     download_ms += ms_since(t_open);
     TimedSource downloaded(*input);
@@ -335,7 +338,8 @@ std::variant<JobResult, Answer> run_model(const Config& cfg, storage::Storage& s
 }
 
 JobResult store_answer(storage::Storage& storage, const crypto::Encryption& enc,
-                       const JobRecord& job, JobControl& control, Answer answer) {
+                       const JobRecord& job, JobControl& control, Answer answer,
+                       std::chrono::milliseconds patience) {
   JobResult result;
   try {
     // (run_model() found the key: the keyring does not change while the relay runs.)
@@ -343,9 +347,10 @@ JobResult store_answer(storage::Storage& storage, const crypto::Encryption& enc,
     if (!job.key_id.empty()) key = enc.keyring.get(job.key_id);
     auto t_up = Clock::now();
     std::string result_key = result_object_key(job.service_type, job.id);
-    // The answer is in the spool: a storage blip (unreachable, 5xx, a reset) is retried here
-    // rather than fail the job and cost the model's work again.
+    // The answer is in the spool: a storage blip (unreachable, 5xx, a reset), or an outage up to
+    // `patience`, is retried here rather than fail the job and cost the model's work again.
     Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(4));
+    const auto first_try = Clock::now();
     for (int attempt = 1;; ++attempt) {
       try {
         auto body = answer.response.body.reader();
@@ -358,9 +363,12 @@ JobResult store_answer(storage::Storage& storage, const crypto::Encryption& enc,
         }
         break;
       } catch (const storage::StorageError& e) {
-        if (e.kind() != storage::ErrorKind::unavailable || attempt >= kUploadAttempts) throw;
-        log::warn("result upload failed; retrying",
-                  {{"job_id", job.id}, {"attempt", attempt}, {"error", e.what()}});
+        if (e.kind() != storage::ErrorKind::unavailable ||
+            (attempt >= kUploadAttempts && Clock::now() - first_try >= patience))
+          throw;
+        if (attempt < kUploadAttempts || attempt % 10 == 0)  // (an outage: every tenth)
+          log::warn("result upload failed; retrying",
+                    {{"job_id", job.id}, {"attempt", attempt}, {"error", e.what()}});
         if (!sleep_unless_stopped(backoff.next(), control.token())) throw Aborted();
       }
     }

@@ -76,7 +76,8 @@ struct Answer {
 // it ends there (a failure, a cancel...), else the answer. progress_url: sent to the model as
 // Relay-Progress-URL (empty: not sent); while_model_works: the caller's work while the model
 // works (InferenceRequest::while_model_works); input: the job's input read already (used when it
-// names this job; null or another job's: read now). store_answer(): the answer stored.
+// names this job; null or another job's: read now). store_answer(): the answer stored, tried
+// again while storage is unavailable, for `patience` at least (relay.storage_retry_timeout).
 std::variant<JobResult, Answer> run_model(const Config& config, storage::Storage& storage,
                                           InferenceClient& inference,
                                           const crypto::Encryption& encryption,
@@ -85,7 +86,8 @@ std::variant<JobResult, Answer> run_model(const Config& config, storage::Storage
                                           ModelAtWork while_model_works = {},
                                           const PrefetchedInput* input = nullptr);
 JobResult store_answer(storage::Storage& storage, const crypto::Encryption& encryption,
-                       const JobRecord& job, JobControl& control, Answer answer);
+                       const JobRecord& job, JobControl& control, Answer answer,
+                       std::chrono::milliseconds patience);
 
 // Reads a job's stored input whole into memory when it is at most max_bytes as stored (sealed,
 // when encrypted: the caller allows for the format's overhead); an input by reference, or a

@@ -663,7 +663,8 @@ Relay::Step Relay::process(Slot& slot, const JobRecord& job, const std::string& 
             job, token, std::move(owned), std::move(limit), std::move(traced), std::move(*answer)};
         return Step::next;
       }
-      result = store_answer(*storage_, enc_, job, control, std::move(*answer));
+      result = store_answer(*storage_, enc_, job, control, std::move(*answer),
+                            cfg_.storage_retry_timeout);
     } else {
       result = std::get<JobResult>(std::move(ran));
     }
@@ -686,7 +687,8 @@ void Relay::store_tail(Slot& slot, Heartbeat& heartbeat, bool ahead) {
   if (!slot.tail) return;
   Tail tail = std::move(*slot.tail);
   slot.tail.reset();
-  JobResult result = store_answer(*storage_, enc_, tail.job, *tail.control, std::move(tail.answer));
+  JobResult result = store_answer(*storage_, enc_, tail.job, *tail.control, std::move(tail.answer),
+                                  cfg_.storage_retry_timeout);
   tail.limit.reset();
   release(tail.job.id, heartbeat);
   // The finish takes the slot's next job with it: in the model's time (ahead), only while jobs

@@ -135,9 +135,10 @@ class ResumingHttpsSource final : public ByteSource {
           done_ += n;
           return n;
         },
-        kAttempts, backoff_, stop_, [&] { return length_ && !validator_.empty(); },
+        Persistence{.attempts = kAttempts}, backoff_, stop_,
+        [&] { return length_ && !validator_.empty(); },
         // (No log line: this module has no logger; the attempt's outcome says what happened.)
-        [&](const StorageError&) { source_.reset(); });
+        [&](const StorageError&, int) { source_.reset(); });
   }
   std::optional<std::uint64_t> size() const override { return length_; }
 

@@ -3,7 +3,11 @@
 // reader): a step tried again after a failure a retry may fix (ErrorKind::unavailable: a
 // connection reset, an origin unreachable or answering 5xx), with backoff, up to `attempts`
 // failures in a row — a read that got bytes starts the count again, since each call is one step.
+// With a patience besides, failures in a row go on being retried until that long has passed
+// since the first of them: the relay waits out a storage outage (a store restarting) this way
+// instead of failing the job it holds.
 
+#include <chrono>
 #include <stop_token>
 
 #include "common/backoff.hpp"
@@ -12,17 +16,29 @@
 
 namespace relay::storage {
 
-// step() again while it fails unavailable, resumable() holds and fewer than `attempts` failed
-// in a row; before each retry, retrying(the error) drops what failed (and may say so).
+// How long failures in a row are retried: `attempts` of them at least, and for `patience`
+// from the first of them (0: no longer than the attempts take).
+struct Persistence {
+  int attempts = 5;
+  std::chrono::milliseconds patience{0};
+};
+
+// step() again while it fails unavailable, resumable() holds and `persist` allows; before each
+// retry, retrying(the error, failures in a row so far) drops what failed (and may say so).
 template <class Step, class Resumable, class Retrying>
-auto resume_after_failures(Step&& step, int attempts, Backoff& backoff, const std::stop_token& stop,
-                           Resumable&& resumable, Retrying&& retrying) -> decltype(step()) {
+auto resume_after_failures(Step&& step, Persistence persist, Backoff& backoff,
+                           const std::stop_token& stop, Resumable&& resumable, Retrying&& retrying)
+    -> decltype(step()) {
+  std::chrono::steady_clock::time_point first_failure;
   for (int failures = 0;;) {
     try {
       return step();
     } catch (const StorageError& e) {
-      if (e.kind() != ErrorKind::unavailable || !resumable() || ++failures >= attempts) throw;
-      retrying(e);
+      if (e.kind() != ErrorKind::unavailable || !resumable()) throw;
+      const auto now = std::chrono::steady_clock::now();
+      if (failures++ == 0) first_failure = now;
+      if (failures >= persist.attempts && now - first_failure >= persist.patience) throw;
+      retrying(e, failures);
       if (!sleep_unless_stopped(backoff.next(), stop)) throw Aborted();
     }
   }

@@ -4,6 +4,8 @@
 // opened again from the byte the read stopped at (Storage::open_range), with backoff, a few
 // times in a row at most: one dropped connection no longer fails a long download — an input
 // streamed into the model (the model sees nothing of it), a result on its way to a client.
+// With a patience, for that long besides: the relay reading a job's input waits out a storage
+// outage (relay.storage_retry_timeout) rather than fail the job in seconds.
 // Needs the object's size (file storage and S3 give it); without it, the failure is passed on.
 
 #include <memory>
@@ -23,8 +25,13 @@ class ResumingSource final : public ByteSource {
   // The whole object (length nullopt), or bytes [first, first + length) of it. Opening is
   // retried as reading is.
   ResumingSource(Storage& storage, std::string key, std::stop_token stop, std::uint64_t first = 0,
-                 std::optional<std::uint64_t> length = std::nullopt)
-      : storage_(storage), key_(std::move(key)), stop_(std::move(stop)), first_(first) {
+                 std::optional<std::uint64_t> length = std::nullopt,
+                 std::chrono::milliseconds patience = {})
+      : storage_(storage),
+        key_(std::move(key)),
+        stop_(std::move(stop)),
+        first_(first),
+        persist_{kAttempts, patience} {
     retrying([&] {
       if (length) {
         source_ = storage_.open_range(key_, first, *length, stop_);
@@ -49,15 +56,19 @@ class ResumingSource final : public ByteSource {
   std::optional<std::uint64_t> size() const override { return length_; }
 
  private:
-  // f, again after a failure a retry may fix, up to kAttempts in a row. A read goes on from
-  // where the last one stopped, which needs the size (file storage and S3 give it).
+  // f, again after a failure a retry may fix, as persist_ allows. A read goes on from where the
+  // last one stopped, which needs the size (file storage and S3 give it).
   template <class F>
   size_t retrying(F&& f) {
     return resume_after_failures(
-        f, kAttempts, backoff_, stop_, [&] { return !opened_ || length_.has_value(); },
-        [&](const StorageError& e) {
-          log::warn("storage read failed; resuming",
-                    {{"key", key_}, {"at_byte", first_ + done_}, {"error", e.what()}});
+        f, persist_, backoff_, stop_, [&] { return !opened_ || length_.has_value(); },
+        [&](const StorageError& e, int failures) {
+          // Each blip's failures are said; an outage waited out, every tenth.
+          if (failures <= kAttempts || failures % 10 == 0)
+            log::warn("storage read failed; resuming", {{"key", key_},
+                                                        {"at_byte", first_ + done_},
+                                                        {"failures_in_a_row", failures},
+                                                        {"error", e.what()}});
           source_.reset();
         });
   }
@@ -68,6 +79,7 @@ class ResumingSource final : public ByteSource {
   std::uint64_t first_, done_ = 0;
   bool opened_ = false;
   std::optional<std::uint64_t> length_;
+  Persistence persist_;
   std::unique_ptr<ByteSource> source_;
   Backoff backoff_{std::chrono::milliseconds(200), std::chrono::seconds(3)};
 };

@@ -8,7 +8,11 @@ then, each retried on another replica while refused), long-poll and cancel, this
 6 s), one at a time, each started again at once. With --redis=sentinel, Redis is a master, a
 replica and three sentinels; with --redis=cluster, a cluster of three masters with a replica each;
 either way its faults hit a master (a pause of up to 8 s: past 2 s the sentinels, or the cluster,
-fail it over) and writes wait for a replica (redis.wait_replicas 1).
+fail it over) and writes wait for a replica (redis.wait_replicas 1). With --storage=s3, inputs and
+results are on the S3 test server (tests/s3/server.js), and storage has its outages too, longer
+than the blips the relay's retries ride out: the server killed and started again after 2–12 s, or
+stopped (SIGSTOP) for 1–15 s — submissions refused meanwhile are retried, relays wait for storage
+with their jobs in hand.
 
 Then every promise is checked: every submission accepted once (one id per key); every job ends,
 completed with its own input's digest in its result, or cancelled when a cancel was sent;
@@ -20,7 +24,8 @@ as an ingress's pool holds one to each replica, does not hold it to server.shutd
 and a relay with exit code 0.
 
 RELAY_BIN_DIR: the binaries. RELAY_CHAOS_SEED replays a run's faults (the seed is printed).
---jobs N, --seconds S (of faults), --redis=standalone|sentinel|cluster."""
+--jobs N, --seconds S (of faults), --redis=standalone|sentinel|cluster, --storage=file|s3
+(RELAY_TEST_NODE, RELAY_TEST_S3_SERVER: node and tests/s3/server.js, found by default)."""
 import argparse
 import hashlib
 import json
@@ -39,6 +44,9 @@ import httpx
 
 BIN = os.environ.get("RELAY_BIN_DIR", os.path.join(os.path.dirname(__file__), "../../build/bin"))
 RECEIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../webhooks/receiver.py")
+NODE = os.environ.get("RELAY_TEST_NODE") or shutil.which("node") or "node"
+S3_SERVER = os.environ.get("RELAY_TEST_S3_SERVER") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "../s3/server.js")
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 ARGS = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ARGS.add_argument("--jobs", type=int, default=400)
@@ -46,6 +54,8 @@ ARGS.add_argument("--seconds", type=float, default=40, help="of faults")
 ARGS.add_argument("--redis", choices=["standalone", "sentinel", "cluster"], default="standalone",
                   help="sentinel: two nodes, three sentinels; cluster: three masters, a replica "
                        "each. Faults hit a master; a pause past 2 s is a failover")
+ARGS.add_argument("--storage", choices=["file", "s3"], default="file",
+                  help="s3: the S3 test server, killed and stopped among the faults")
 SHUTDOWN_TIMEOUT = 15  # the gateways' server.shutdown_timeout, seconds
 RETRY_TIMEOUT = 4  # their redis.retry_timeout: a request waits for Redis that long at most
 # A SIGTERMed gateway is gone within: 2 s for a kept-alive connection to bring a request, the
@@ -92,7 +102,7 @@ def cli(port, *args):
 class Stack:
     """The processes, each started again by name after a fault."""
 
-    def __init__(self, root, rng, topology):
+    def __init__(self, root, rng, topology, storage="file"):
         self.root, self.rng = root, rng
         self.procs = {}
         self.problems = []  # found while running: a process that exited on its own, a slow stop
@@ -108,10 +118,20 @@ class Stack:
         self.bus_ports = [free_port() for _ in self.node_ports]
         self.sentinel_ports = [free_port() for _ in range(3)] if topology == "sentinel" else []
         self.gateway_ports = {1: free_port(), 2: free_port()}
+        self.storage = storage
+        self.s3_port = free_port()
         os.makedirs(f"{root}/files")
         os.makedirs(f"{root}/logs")
         common = {"RELAY_REDIS_URL": f"redis://127.0.0.1:{self.node_ports[0]}",
                   "RELAY_STORAGE_URL": f"file://{root}/files"}
+        if storage == "s3":
+            common.update({"RELAY_STORAGE_URL": "s3://relay-test/jobs",
+                           "RELAY_STORAGE_S3_ENDPOINT": f"http://127.0.0.1:{self.s3_port}",
+                           "RELAY_STORAGE_S3_PATH_STYLE": "true",
+                           "RELAY_STORAGE_S3_REGION": "us-east-1",
+                           "RELAY_STORAGE_S3_TIMEOUT": "2s",
+                           "AWS_ACCESS_KEY_ID": "relaytestkey",
+                           "AWS_SECRET_ACCESS_KEY": "relaytestsecret"})
         # Writes a client is told of wait for a replica: a failover keeps them.
         if topology == "sentinel":
             common.update({"RELAY_REDIS_MODE": "sentinel", "RELAY_REDIS_SENTINEL_MASTER": "chaos",
@@ -150,6 +170,10 @@ class Stack:
             argv += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                      "--cluster-port", str(self.bus_ports[i]), "--cluster-node-timeout", "2000"]
         self.start(f"redis{i}", argv)
+
+    def s3(self):
+        self.start("s3", [NODE, S3_SERVER, "--port", str(self.s3_port), "--dir", f"{self.root}/s3"])
+        assert wait_port(self.s3_port), "the S3 test server did not start"
 
     def cluster(self):
         ports = self.node_ports
@@ -239,6 +263,8 @@ class Stack:
             self.sentinels()
         if self.topology == "cluster":
             self.cluster()
+        if self.storage == "s3":
+            self.s3()
         delays = [str(self.rng.choice([5, 20, 50, 200, 800])) for _ in range(50)]
         self.start("model", [f"{BIN}/relay-inference-noop", "--listen",
                              f"127.0.0.1:{self.model_port}", "--delays-ms", *delays])
@@ -289,7 +315,21 @@ def faults(stack, rng, until):
     while time.monotonic() < until:
         time.sleep(rng.uniform(0.3, 2.0))
         roll = rng.random()
-        if roll < 0.5:
+        if stack.storage == "s3" and rng.random() < 0.35:
+            # Storage away: restarted (connections refused meanwhile), or silent.
+            if rng.random() < 0.5:
+                down = rng.uniform(2, 12)
+                print(f"{time.strftime('%X')} s3 <- SIGKILL, down {down:.1f} s", flush=True)
+                stack.stop("s3", signal.SIGKILL, within=10)
+                time.sleep(down)
+                stack.s3()
+            else:
+                pause = rng.uniform(1, 15)
+                print(f"{time.strftime('%X')} s3 <- SIGSTOP for {pause:.1f} s", flush=True)
+                stack.procs["s3"].send_signal(signal.SIGSTOP)
+                time.sleep(pause)
+                stack.procs["s3"].send_signal(signal.SIGCONT)
+        elif roll < 0.5:
             i = rng.randrange(RELAYS)
             sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
             with stack.relays:
@@ -463,7 +503,7 @@ def main():
     print(f"seed {seed} (RELAY_CHAOS_SEED={seed} replays it)", flush=True)
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix="relay-chaos-")
-    stack = Stack(root, rng, args.redis)
+    stack = Stack(root, rng, args.redis, args.storage)
     done, supervisor = threading.Event(), None
     try:
         stack.up()

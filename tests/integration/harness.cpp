@@ -233,16 +233,19 @@ std::string Process::log() const {
 }
 
 S3Server::S3Server(const std::string& credentials_file, std::vector<std::string> faults)
-    : port_(free_port()) {
-  std::vector<std::string> argv{RELAY_TEST_NODE, RELAY_TEST_S3_SERVER,
+    : port_(free_port()), argv_{RELAY_TEST_NODE, RELAY_TEST_S3_SERVER,
                                 "--port",        std::to_string(port_),
-                                "--dir",         dir_.path() + "/data"};
+                                "--dir",         dir_.path() + "/data"} {
   if (!credentials_file.empty()) {
-    argv.push_back("--credentials-file");
-    argv.push_back(credentials_file);
+    argv_.push_back("--credentials-file");
+    argv_.push_back(credentials_file);
   }
-  argv.insert(argv.end(), faults.begin(), faults.end());
-  proc_ = std::make_unique<Process>(argv, Env{}, dir_.path() + "/s3.log");
+  argv_.insert(argv_.end(), faults.begin(), faults.end());
+  start();
+}
+
+void S3Server::start() {
+  proc_ = std::make_unique<Process>(argv_, Env{}, dir_.path() + "/s3.log");  // (appended to)
   if (!wait_until([&] { return port_open(port_); }, 20s))
     throw std::runtime_error("S3 test server did not start: " + proc_->log());
 }
@@ -261,6 +264,14 @@ Env S3Server::env() const {
 void S3Server::kill() {
   proc_->signal(SIGKILL);
   proc_->wait_exit(5s);
+}
+
+void S3Server::pause() {
+  proc_->signal(SIGSTOP);
+}
+
+void S3Server::resume() {
+  proc_->signal(SIGCONT);
 }
 
 bool S3Server::aws_put(const std::string& local_path, const std::string& key) const {

@@ -265,6 +265,11 @@ class S3Server {
   std::string bucket() const { return "relay-test"; }
   Env env() const;  // the relay's storage settings and AWS credentials for this server
   void kill();
+  // After kill(): the server again, on the same port and with the same objects (a restart).
+  void start();
+  // SIGSTOP, SIGCONT: a store that stops answering without closing its connections.
+  void pause();
+  void resume();
   // Runs Debian's awscli (an independent S3 client) and returns its stdout; "" on failure.
   std::string aws_cat(const std::string& key) const;
   // Stores the file at local_path under s3://<bucket>/<key> with awscli; false on failure.
@@ -274,6 +279,7 @@ class S3Server {
  private:
   TempDir dir_;
   int port_;
+  std::vector<std::string> argv_;
   std::unique_ptr<Process> proc_;
 };
 

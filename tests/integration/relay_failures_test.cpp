@@ -89,11 +89,13 @@ TEST_F(RelayTest, MissingInputObjectOnS3FailsWithNoSuchKey) {
   EXPECT_NE(rec.error_message.find("NoSuchKey"), std::string::npos) << rec.error_message;
 }
 
+// Storage away for longer than relay.storage_retry_timeout: the job fails, and says why.
 TEST_F(RelayTest, S3UnreachableAtUploadFailsTheJob) {
   auto s3 = std::make_unique<S3Server>();
   InferenceServer inference({.delay_ms = 1500});
   auto env = base_env(inference, *s3);
   env["RELAY_STORAGE_S3_TIMEOUT"] = "2s";
+  env["RELAY_RELAY_STORAGE_RETRY_TIMEOUT"] = "3s";
   auto st = storage_for(env);
   auto id = submit(*st, "input");
   auto relay = start_relay(env);
@@ -104,6 +106,55 @@ TEST_F(RelayTest, S3UnreachableAtUploadFailsTheJob) {
   auto rec = record(id);
   EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "upload_failed") << rec.error_message;
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+}
+
+// A storage outage is waited out, not failed through: the job whose answer is in hand keeps it
+// until storage is back, and the jobs after it wait for their inputs. A relay left running
+// through an outage used to fail the job in hand within seconds and then each job it took
+// (download_failed, a few seconds each): the queue drained into failures, the model's work lost.
+// Either outage: the store restarting (connections refused), or gone silent (SIGSTOP: every
+// request waits out storage.s3_timeout).
+enum class Outage { restart, silence };
+class StorageOutage : public RelayTest, public ::testing::WithParamInterface<Outage> {};
+INSTANTIATE_TEST_SUITE_P(Relay, StorageOutage, ::testing::Values(Outage::restart, Outage::silence),
+                         [](const auto& info) {
+                           return info.param == Outage::restart ? "Restart" : "Silence";
+                         });
+
+TEST_P(StorageOutage, IsWaitedOutNotFailedThrough) {
+  S3Server s3;
+  InferenceServer inference({.delay_ms = 300});
+  auto env = base_env(inference, s3);
+  env["RELAY_STORAGE_S3_TIMEOUT"] = "1s";
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "30s";
+  auto st = storage_for(env);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(submit(*st, "input " + std::to_string(i)));
+  auto relay = start_relay(env, {"--max-jobs", "4"});
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  GetParam() == Outage::restart ? s3.kill() : s3.pause();
+  // Away for longer than a blip's retries — the result's four tries, each up to three PUTs by
+  // the S3 client (refused: about 8 s; silent, each PUT waiting out s3_timeout: about 16 s), an
+  // input's five reads (3 s; silent: 8 s) — and well within relay.storage_retry_timeout (5 min
+  // by default).
+  const auto back_at =
+      std::chrono::steady_clock::now() + (GetParam() == Outage::restart ? 15s : 25s);
+  while (std::chrono::steady_clock::now() < back_at) {
+    for (const auto& id : ids) ASSERT_NE(status(id), "failed") << record(id).error_message;
+    ASSERT_TRUE(relay->running()) << relay->log();
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 1u) << "no input, no request";
+  GetParam() == Outage::restart ? s3.start() : s3.resume();
+  ASSERT_EQ(relay->wait_exit(60s), 0) << relay->log();
+  for (const auto& id : ids) {
+    auto rec = record(id);
+    EXPECT_EQ(rec.status, JobStatus::completed) << id << ": " << rec.error_message;
+    EXPECT_TRUE(rec.failures.empty()) << rec.failures;
+    EXPECT_FALSE(s3.aws_cat("jobs/" + rec.result_key).empty()) << "its result is stored";
+  }
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 4u) << "each job once";
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
 }
 

@@ -57,6 +57,7 @@ TEST_F(GatewayTest, AnAttemptThatCouldNotReachStorageIsRetried) {
   start_gateway(env);
   InferenceServer inference;
   const std::string id = str(parse(submit("input", {}, {{"max_attempts", "2"}})), "id");
+  env["RELAY_RELAY_STORAGE_RETRY_TIMEOUT"] = "1ms";  // (the four tries only, not an outage's wait)
   env["RELAY_QUEUE_POP_TIMEOUT"] = "8s";
   auto relay = start_relay(inference, env, {"--max-jobs", "0"});
   ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 40s))
