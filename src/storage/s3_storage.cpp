@@ -487,6 +487,13 @@ void S3Storage::check() {
   Headers headers;
   std::string url = base_ + (config_.s3_path_style ? "" : "/");
   configure(easy.get(), "HEAD", url, &headers);
+  // A readiness probe: a store that has not answered within kCheckWait is unavailable. With
+  // s3_timeout alone (30 s), a store gone silent held each /readyz that long — past the probe's
+  // own timeout (1 s by Kubernetes's default) — and the gateway's two probe threads with them,
+  // so that its scrapes queued behind.
+  const long wait_ms = std::min<long>(kCheckWait.count(), config_.s3_timeout.count());
+  curl_easy_setopt(easy.get(), CURLOPT_CONNECTTIMEOUT_MS, wait_ms);
+  curl_easy_setopt(easy.get(), CURLOPT_TIMEOUT_MS, wait_ms);
   Transfer t(easy.get());
   CURLcode rc = t.run();
   if (rc != CURLE_OK) fail_transfer("HEAD bucket", rc);

@@ -30,7 +30,9 @@ class S3Storage final : public Storage {
   // object within one part takes.
   void put(const std::string& key, ByteSource& body, std::stop_token stop) override;
   void remove(const std::string& key) override;
+  // HEAD of the bucket, answered within kCheckWait (or s3_timeout, if shorter) or unavailable.
   void check() override;
+  static constexpr std::chrono::milliseconds kCheckWait{2'000};
 
   // Tries of a PUT (an object or a part from memory) when S3 is unavailable (see request()).
   static constexpr int kPutAttempts = 3;

@@ -639,6 +639,30 @@ TEST_F(SlowStoreTest, SmallSubmissionsHeldByIt) {
   expect_status_reads_not_behind("/input", "PUT", 1, [&](const std::string&) { submit("small"); });
 }
 
+// A store gone silent (SIGSTOP: it answers nothing and closes nothing) is reported unready within
+// a probe's bound, every time, and the scrapes go on. Found by trying (2026-12-07): each /readyz
+// waited out storage.s3_timeout (30 s), the two probe threads held by the first two, and a third
+// probe, and /metrics, queued behind them.
+TEST_F(GatewayTest, AStoreGoneSilentIsReportedUnreadyInTimeAndMetricsGoOn) {
+  S3Server s3;
+  start_gateway(s3.env());
+  ASSERT_EQ(http("GET", url("/readyz")).status, 200);
+  s3.pause();
+  std::vector<std::future<HttpResult>> probes;
+  for (int i = 0; i < 3; ++i)  // (as a kubelet whose probes time out sends them)
+    probes.push_back(std::async(std::launch::async,
+                                [&] { return http("GET", url("/readyz"), {}, {}, {}, 8'000); }));
+  for (auto& p : probes) {
+    auto ready = p.get();
+    EXPECT_EQ(ready.status, 503) << "not answered within 8 s";
+    EXPECT_NE(ready.body.find(R"("storage":"unavailable")"), std::string::npos) << ready.body;
+  }
+  auto metrics = http("GET", url("/metrics"), {}, {}, {}, 8'000);
+  EXPECT_EQ(metrics.status, 200);
+  s3.resume();
+  EXPECT_TRUE(wait_until([&] { return http("GET", url("/readyz")).status == 200; }, 10s));
+}
+
 // A download answered with Connection: close whose last bytes still wait in the kernel for a
 // slow reader keeps its socket until they are delivered: closed at once, it was an orphan with
 // data, which Linux kills first under TCP memory pressure ("TCP: out of memory") — seen as a cut
