@@ -88,13 +88,15 @@ struct InferenceClient::Impl {
     beast::error_code ec;
     auto results = resolver.resolve(host, port, ec);
     if (ec)
-      throw InferenceError("inference_unreachable", "cannot resolve " + host + ": " + ec.message());
+      throw InferenceError("inference_unreachable", "cannot resolve " + host + ": " + ec.message(),
+                           /*reached=*/false);
     sock.emplace(io);
     asio::connect(*sock, results, ec);
     if (ec) {
       drop();
       throw InferenceError("inference_unreachable",
-                           "cannot connect to " + host + ":" + port + ": " + ec.message());
+                           "cannot connect to " + host + ":" + port + ": " + ec.message(),
+                           /*reached=*/false);
     }
     sock->set_option(tcp::no_delay(true), ec);
     buffer.clear();

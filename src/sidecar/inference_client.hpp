@@ -27,12 +27,16 @@ namespace relay::sidecar {
 // The request could not be completed (as opposed to a non-200 answer, which is a response).
 class InferenceError : public std::runtime_error {
  public:
-  InferenceError(std::string code, const std::string& what)
-      : std::runtime_error(what), code_(std::move(code)) {}
+  InferenceError(std::string code, const std::string& what, bool reached = true)
+      : std::runtime_error(what), code_(std::move(code)), reached_(reached) {}
   const std::string& code() const { return code_; }  // inference_unreachable, inference_timeout
+  // False when nothing reached the model: its address did not resolve, or the connection was
+  // refused (a model server restarting). The job is not the model's failure then.
+  bool reached() const { return reached_; }
 
  private:
   std::string code_;
+  bool reached_;
 };
 
 // Called by post() while the model works on a request. Neither may throw.

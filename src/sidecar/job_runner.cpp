@@ -160,6 +160,14 @@ JobResult failure_of(std::exception_ptr error, Stage stage, const JobRecord& job
     result.storage_unavailable = e.kind() == storage::ErrorKind::unavailable;
     return result;
   } catch (const InferenceError& e) {
+    // Refused before the request (a model server restarting, its container OOM-killed): the job
+    // never reached it. Failing it — and each job after it, a connection refused in a
+    // millisecond — drained a long-running relay's queue into failures while the model came back.
+    if (!e.reached() && !control.token().stop_requested()) {
+      JobResult away = failed(e.code(), e.what());
+      away.disposition = Disposition::model_away;
+      return away;
+    }
     return failed(e.code(), e.what());
   } catch (const std::exception& e) {
     // A surprise: fail the job rather than leave it processing for the reaper to retry for ever.

@@ -41,6 +41,8 @@ enum class Disposition {
   cancelled,
   abandoned,   // lease lost: write nothing, another relay may own the job now
   given_back,  // shutdown: put the job back at the front of pending
+  model_away,  // the model could not be reached at all: the job back at the front of pending,
+               // and the relay waits for the model's health before it takes another
 };
 
 struct JobResult {

@@ -112,6 +112,9 @@ struct Relay::Slot {
   std::optional<Tail> tail;
   std::optional<PrefetchedInput> prefetched;
   std::string spare_input;  // the last one's buffer
+  // The model could not be reached (its server restarting, say): waited for, healthy, before
+  // the slot takes another job.
+  bool model_lost = false;
   // Guarded by Relay::mu_: where this slot's BLMOVE waits, for unblock_pops().
   bool popping = false;
   redis::BlockedClient pop_client;
@@ -185,15 +188,15 @@ void Relay::unblock_pops() {
   }
 }
 
-bool Relay::wait_for_inference() {
+bool Relay::wait_for_inference(InferenceClient& client) {
   const std::string url = cfg_.inference.url + cfg_.inference.health_path;
   const auto deadline = Clock::now() + cfg_.health_timeout;
   long last = -1;
   while (!shutdown_.stop_requested()) {
     long status = 0;
     try {
-      status = slots_.front()->inference->probe(cfg_.inference.health_path, std::chrono::seconds(2),
-                                                shutdown_.get_token());
+      status =
+          client.probe(cfg_.inference.health_path, std::chrono::seconds(2), shutdown_.get_token());
     } catch (const Aborted&) {
       return false;
     }
@@ -260,7 +263,7 @@ int Relay::run() {
     listener.run(st);
   });
 
-  if (!wait_for_inference()) return shutdown_.stop_requested() ? 0 : 1;
+  if (!wait_for_inference(*slots_.front()->inference)) return shutdown_.stop_requested() ? 0 : 1;
 
   // The first slot's connection waits for Redis; the others open theirs when they first need
   // it (and retry like any command).
@@ -313,6 +316,10 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
   while (!ending()) {
     try {
+      // (Not when max_jobs is reached: a one-shot relay whose model died with its job exits.)
+      if (slot.model_lost && (cfg_.max_jobs == 0 || claimed_.load() < cfg_.max_jobs) &&
+          !await_model(slot, heartbeat))
+        break;
       // Busy path: a job is waiting (or was taken with the last finish, or ahead); move, lease
       // and mark it in one step. When the last look at the head of pending (this slot's last
       // finish or take) saw none, the idle path instead: its BLMOVE returns at once if a job
@@ -410,6 +417,27 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
   // still to be read (settle() gives back a job they took).
   settle(slot, heartbeat);
   give_back_next(slot, heartbeat);
+}
+
+bool Relay::await_model(Slot& slot, Heartbeat& heartbeat) {
+  // A job taken ahead would wait for the model here, its lease kept: it goes back to pending,
+  // for a relay whose model is up.
+  settle(slot, heartbeat);
+  if (slot.next) {
+    const std::string id = slot.next->id;
+    if (give_back_next(slot, heartbeat))
+      log::info("job taken ahead given back: the model is unreachable", {{"job_id", id}});
+    unclaim();
+  }
+  log::warn("inference server unreachable; waiting for it to be healthy before the next job",
+            {{"url", cfg_.inference.url + cfg_.inference.health_path},
+             {"health_timeout", format_duration(cfg_.health_timeout)}});
+  if (!wait_for_inference(*slot.inference)) {
+    if (!shutdown_.stop_requested()) end(1);  // (it said why)
+    return false;
+  }
+  slot.model_lost = false;
+  return true;
 }
 
 bool Relay::give_back_next(Slot& slot, Heartbeat& heartbeat) {
@@ -734,12 +762,21 @@ Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& j
   const auto retry_for = std::max(cfg_.lease_ttl, std::chrono::milliseconds(30'000));
   // The last step: one script writes the outcome (or gives the job back).
   std::string outcome;
-  if (result.disposition == Disposition::given_back) {
+  // The model gone (refused, or dropped the request mid-way): the slot waits for it, healthy,
+  // before it takes another job — not fail each job it takes while the model restarts.
+  if (result.disposition == Disposition::model_away || result.error_code == "inference_unreachable")
+    slot.model_lost = true;
+  if (result.disposition == Disposition::given_back ||
+      result.disposition == Disposition::model_away) {
     // The pod is being stopped (Kubernetes gives it terminationGracePeriodSeconds, 30 s in the
     // chart): a Redis that is away is waited for a few seconds, not retry_for. Without the give-
     // back the job is what a crash leaves — its lease expires and the reaper requeues it.
+    // (The model away: the same, and the relay goes on once it is back.)
     // A job taken ahead goes back first, to stay behind this one at the front of pending.
-    give_back_next(slot, heartbeat);
+    if (slot.next) {
+      give_back_next(slot, heartbeat);
+      unclaim();
+    }
     try {
       bool ok = redis::with_retry(conn, kGiveBackWait, {}, [&](redis::Connection& c) {
         return redis::JobStore(c, keys).give_back(cfg_.model, job_id, token);
@@ -748,7 +785,7 @@ Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& j
     } catch (const redis::IoError& e) {
       conn.reset();
       outcome = "left_to_the_reaper";
-      log::warn("job not given back, Redis unavailable at shutdown: left to the reaper",
+      log::warn("job not given back, Redis unavailable: left to the reaper",
                 {{"job_id", job_id}, {"error", e.what()}});
     }
   } else if (result.disposition == Disposition::abandoned) {
@@ -803,6 +840,9 @@ Relay::Step Relay::conclude(Slot& slot, Heartbeat& heartbeat, const JobRecord& j
   auto line = finished_line(cfg_.model, job, result);
   line["outcome"] = outcome;
   log::info("job finished", line);
+  // The job never reached the model: not one of max_jobs (a one-shot relay takes a job again
+  // once the model is back).
+  if (result.disposition == Disposition::model_away) unclaim();
   // After a give-back the process is shutting down; otherwise carry on.
   return result.disposition == Disposition::given_back ? Step::stop : Step::next;
 }

@@ -130,7 +130,13 @@ class Relay {
   // The relay winds down: slots finish the job in hand and take no more.
   void end(int exit_code);
   bool ending() const;
-  bool wait_for_inference();
+  // Until the model answers its health check 200 (true), or relay.health_timeout passes or a
+  // shutdown comes (false), probing with `client`.
+  bool wait_for_inference(InferenceClient& client);
+  // After the model was found unreachable (slot.model_lost): what was sent ahead read, a job
+  // taken ahead given back, then the model waited for. False: the relay ends (exit 1 if the
+  // model never came back).
+  bool await_model(Slot& slot, Heartbeat& heartbeat);
   void unblock_pops();
 
   Config cfg_;

@@ -332,9 +332,19 @@ InferenceServer::InferenceServer(InferenceOptions o) : port_(free_port()) {
     argv.push_back("--events");
     argv.push_back(events_path_);
   }
-  proc_ = std::make_unique<Process>(argv, Env{}, dir_.path() + "/inference.log");
+  argv_ = std::move(argv);
+  start();
+}
+
+void InferenceServer::start() {
+  proc_ = std::make_unique<Process>(argv_, Env{}, dir_.path() + "/inference.log");
   if (!wait_until([&] { return port_open(port_); }, 10s))
     throw std::runtime_error("inference server did not start");
+}
+
+void InferenceServer::kill() {
+  proc_->signal(SIGKILL);
+  proc_->wait_exit(5s);
 }
 
 std::string InferenceServer::events() const {

@@ -304,11 +304,16 @@ class InferenceServer {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string events() const;  // the lines the server appended
   bool saw(const std::string& line) const;
+  // SIGKILL (a model server crashing, its container OOM-killed), then the same server again on
+  // the same port (its events file appended to).
+  void kill();
+  void start();
 
  private:
   TempDir dir_;
   int port_;
   std::string events_path_;
+  std::vector<std::string> argv_;
   std::unique_ptr<Process> proc_;
 };
 

@@ -129,8 +129,7 @@ TEST_P(StorageOutage, IsWaitedOutNotFailedThrough) {
   env["RELAY_STORAGE_S3_TIMEOUT"] = "1s";
   env["RELAY_QUEUE_POP_TIMEOUT"] = "30s";
   auto st = storage_for(env);
-  std::vector<std::string> ids;
-  for (int i = 0; i < 4; ++i) ids.push_back(submit(*st, "input " + std::to_string(i)));
+  const auto ids = submit_many(*st, 4);
   auto relay = start_relay(env, {"--max-jobs", "4"});
   ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
   GetParam() == Outage::restart ? s3.kill() : s3.pause();
@@ -413,6 +412,74 @@ TEST_F(RelayTest, InferenceServerDyingMidJobFailsTheJob) {
   auto rec = record(id);
   EXPECT_EQ(rec.status, JobStatus::failed);
   EXPECT_EQ(rec.error_code, "inference_unreachable") << rec.error_message;
+}
+
+// A model server that restarts — crashed, or its container OOM-killed and started again — is
+// waited for, healthy, before the relay takes another job (up to relay.health_timeout; then it
+// exits 1). A relay taking jobs until stopped used to fail each job it took meanwhile, a refused
+// connection in a millisecond: the queue drained into failures while the model came back.
+// A job the model never got (its connection refused) goes back to the front of pending.
+TEST_F(RelayTest, AModelServerDownWhenJobsComeIsWaitedForNotFailedThrough) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "30s";
+  auto relay = start_relay(env, {"--max-jobs", "3"});
+  ASSERT_TRUE(wait_until(
+      [&] { return relay->log().find("inference server healthy") != std::string::npos; }, 20s));
+  inference.kill();
+  auto st = storage_for(env);
+  const auto ids = submit_many(*st, 3);
+  ASSERT_TRUE(wait_until(
+      [&] { return relay->log().find("waiting for it to be healthy") != std::string::npos; }, 20s))
+      << relay->log();
+  // Down 2 s more: the jobs wait in pending, the first given back to its front.
+  const auto back_at = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < back_at) {
+    for (const auto& id : ids) ASSERT_EQ(status(id), "pending") << record(id).error_message;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(relay->running());
+  inference.start();
+  ASSERT_EQ(relay->wait_exit(30s), 0) << relay->log();
+  for (const auto& id : ids) {
+    auto rec = record(id);
+    EXPECT_EQ(rec.status, JobStatus::completed) << id << ": " << rec.error_message;
+    EXPECT_TRUE(rec.failures.empty()) << rec.failures;
+  }
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 3u) << "each job once";
+}
+
+// The model dying with a job in hand fails that job (inference_unreachable: it may be what
+// killed it; retried only if the job asks for attempts), and the jobs after it wait for the
+// model to be back, as above.
+TEST_F(RelayTest, AModelServerDyingMidJobIsWaitedForBeforeTheNextJob) {
+  InferenceServer inference({.delay_ms = 1500});
+  auto env = base_env(inference);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "30s";
+  auto st = storage_for(env);
+  const auto ids = submit_many(*st, 3);
+  auto relay = start_relay(env, {"--max-jobs", "3"});
+  ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
+  inference.kill();
+  ASSERT_TRUE(wait_until(
+      [&] { return relay->log().find("waiting for it to be healthy") != std::string::npos; }, 20s))
+      << relay->log();
+  const auto back_at = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < back_at) {
+    for (size_t i = 1; i < ids.size(); ++i)
+      ASSERT_EQ(status(ids[i]), "pending") << record(ids[i]).error_message;
+    std::this_thread::sleep_for(100ms);
+  }
+  inference.start();
+  ASSERT_EQ(relay->wait_exit(30s), 0) << relay->log();
+  auto first = record(ids[0]);
+  EXPECT_EQ(first.status, JobStatus::failed);
+  EXPECT_EQ(first.error_code, "inference_unreachable") << first.error_message;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    auto rec = record(ids[i]);
+    EXPECT_EQ(rec.status, JobStatus::completed) << ids[i] << ": " << rec.error_message;
+  }
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), 3u) << "each job once";
 }
 
 TEST_F(RelayTest, RedisRestartMidJobIsSurvived) {

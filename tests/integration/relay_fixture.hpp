@@ -119,6 +119,12 @@ class RelayTest : public ::testing::Test {
     MemorySource src(content);
     return submit(storage, src, o, store_);
   }
+  // n jobs, inputs "input 0" to "input <n-1>"; their ids in that order.
+  std::vector<std::string> submit_many(storage::Storage& storage, int n) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(submit(storage, "input " + std::to_string(i)));
+    return ids;
+  }
   // The same with the input as a stream and through another job store (a restarted Redis).
   std::string submit(storage::Storage& storage, ByteSource& input, const SubmitOptions& o,
                      redis::JobStore& store) {
