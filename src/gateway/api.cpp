@@ -109,6 +109,13 @@ constexpr const char* kAllMethods = "GET, HEAD, POST, DELETE, OPTIONS";
 // either way.)
 constexpr auto kProbeWait = redis::kLeastReadWait;
 
+// A client's download of a result: a dropped storage connection is resumed (five tries in a
+// row), but a read that has not got going again 15 s after it stalled is given up on: with S3
+// gone silent each try waits out storage.s3_timeout (30 s), and five held the client and a
+// storage thread 2.5 min before the 503 (or, mid-body, the cut).
+constexpr storage::Persistence kDownloadPersistence{.attempts = storage::ResumingSource::kAttempts,
+                                                    .limit = std::chrono::seconds(15)};
+
 redis::Endpoint probe_endpoint(redis::Endpoint ep) {
   ep.connect_timeout = std::min(ep.connect_timeout, kProbeWait);
   ep.read_timeout = kProbeWait;
@@ -529,8 +536,8 @@ Response Api::get_result(const Request& req, Context& ctx, const std::string& sv
   try {
     if (range) return with_result_range(std::move(r), *rec, key, *range);
     // (A dropped storage connection mid-way resumes where it stopped: ResumingSource.)
-    r.stream =
-        std::make_unique<storage::ResumingSource>(storage_, rec->result_key, std::stop_token{});
+    r.stream = std::make_unique<storage::ResumingSource>(
+        storage_, rec->result_key, std::stop_token{}, 0, std::nullopt, kDownloadPersistence);
     if (!rec->key_id.empty()) {
       // Its length, from the ciphertext's: a client sees how much is coming.
       std::optional<std::uint64_t> size;
@@ -575,8 +582,9 @@ Response Api::with_result_range(Response r, const JobRecord& rec, const std::str
     return e;
   }
   if (key.empty()) {
-    r.stream = std::make_unique<storage::ResumingSource>(
-        storage_, rec.result_key, std::stop_token{}, span->first, span->length);
+    r.stream =
+        std::make_unique<storage::ResumingSource>(storage_, rec.result_key, std::stop_token{},
+                                                  span->first, span->length, kDownloadPersistence);
   } else {
     const auto reading = crypto::range_reading(span->first, span->length, stored, enc_.params);
     std::string header(crypto::header_size(enc_.params), '\0');
@@ -591,7 +599,7 @@ Response Api::with_result_range(Response r, const JobRecord& rec, const std::str
     }
     auto ciphertext = std::make_unique<storage::ResumingSource>(
         storage_, rec.result_key, std::stop_token{}, reading.ciphertext_first,
-        reading.ciphertext_length);
+        reading.ciphertext_length, kDownloadPersistence);
     auto dec = std::make_unique<crypto::DecryptingSource>(
         *ciphertext, key, crypto::result_aad(rec.id), enc_.params,
         crypto::Resume{std::move(header), reading.segment, stored});

@@ -280,8 +280,10 @@ std::variant<JobResult, Answer> run_model(const Config& cfg, storage::Storage& s
     } else {
       // A dropped connection mid-way is resumed from where it stopped, unseen by the model.
       // Storage away for longer is waited for, up to relay.storage_retry_timeout.
-      input = std::make_unique<storage::ResumingSource>(storage, job.input_key, control.token(), 0,
-                                                        std::nullopt, cfg.storage_retry_timeout);
+      input = std::make_unique<storage::ResumingSource>(
+          storage, job.input_key, control.token(), 0, std::nullopt,
+          storage::Persistence{.attempts = storage::ResumingSource::kAttempts,
+                               .patience = cfg.storage_retry_timeout});
     }
     download_ms += ms_since(t_open);
     TimedSource downloaded(*input);

@@ -4,8 +4,9 @@
 // opened again from the byte the read stopped at (Storage::open_range), with backoff, a few
 // times in a row at most: one dropped connection no longer fails a long download — an input
 // streamed into the model (the model sees nothing of it), a result on its way to a client.
-// With a patience, for that long besides: the relay reading a job's input waits out a storage
-// outage (relay.storage_retry_timeout) rather than fail the job in seconds.
+// How long is the caller's (Persistence): the relay reading a job's input waits out a storage
+// outage (relay.storage_retry_timeout) rather than fail the job in seconds; the gateway gives up
+// on a store gone silent after one wait of storage.s3_timeout, not five.
 // Needs the object's size (file storage and S3 give it); without it, the failure is passed on.
 
 #include <memory>
@@ -26,12 +27,12 @@ class ResumingSource final : public ByteSource {
   // retried as reading is.
   ResumingSource(Storage& storage, std::string key, std::stop_token stop, std::uint64_t first = 0,
                  std::optional<std::uint64_t> length = std::nullopt,
-                 std::chrono::milliseconds patience = {})
+                 Persistence persist = {.attempts = kAttempts})
       : storage_(storage),
         key_(std::move(key)),
         stop_(std::move(stop)),
         first_(first),
-        persist_{kAttempts, patience} {
+        persist_(persist) {
     retrying([&] {
       if (length) {
         source_ = storage_.open_range(key_, first, *length, stop_);

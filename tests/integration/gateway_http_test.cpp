@@ -639,6 +639,26 @@ TEST_F(SlowStoreTest, SmallSubmissionsHeldByIt) {
   expect_status_reads_not_behind("/input", "PUT", 1, [&](const std::string&) { submit("small"); });
 }
 
+// A result asked for while the store is silent is refused (503, Retry-After) once a read has
+// stalled past 15 s, not after five reads each waiting out storage.s3_timeout: a client and a
+// storage thread were held 2.5 min by default (here, with 5 s, 28 s against 16 s).
+TEST_F(GatewayTest, AResultFromAStoreGoneSilentIsRefusedWithoutFiveTimeouts) {
+  S3Server s3;
+  Env env = s3.env();
+  env["RELAY_STORAGE_S3_TIMEOUT"] = "5s";
+  start_gateway(env);
+  InferenceServer inference;
+  const std::string id = submit_id("a result to read");
+  ASSERT_EQ(start_relay(inference, s3.env())->wait_exit(30s), 0);
+  ASSERT_TRUE(wait_until([&] { return str(job(id), "status") == "completed"; }, 10s));
+  s3.pause();
+  auto refused = http("GET", url("/jobs/echo/" + id + "/result"), {}, {}, {}, 22'000);
+  EXPECT_EQ(refused.status, 503) << "no answer within 22 s";
+  EXPECT_FALSE(refused.headers["retry-after"].empty());
+  s3.resume();
+  EXPECT_EQ(http("GET", url("/jobs/echo/" + id + "/result")).status, 200);
+}
+
 // A store gone silent (SIGSTOP: it answers nothing and closes nothing) is reported unready within
 // a probe's bound, every time, and the scrapes go on. Found by trying (2026-12-07): each /readyz
 // waited out storage.s3_timeout (30 s), the two probe threads held by the first two, and a third
