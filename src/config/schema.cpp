@@ -71,7 +71,7 @@ void flatten(const YAML::Node& node, const std::string& prefix,
 
 void Schema::string(std::string key, std::string* out, std::string def, std::string doc) {
   entries_.push_back({key, def, std::move(doc), false, [out, def] { *out = def; },
-                      [out](const std::string& v) { *out = v; }, nullptr});
+                      [out](const std::string& v) { *out = v; }, nullptr, nullptr});
 }
 
 void Schema::duration(std::string key, std::chrono::milliseconds* out, std::string def,
@@ -90,7 +90,7 @@ void Schema::duration(std::string key, std::chrono::milliseconds* out, std::stri
                                   : "must be at least " + format_duration(min));
                         *out = *d;
                       },
-                      nullptr});
+                      nullptr, nullptr});
 }
 
 void Schema::integer(std::string key, std::int64_t* out, std::int64_t def, std::int64_t min,
@@ -105,7 +105,7 @@ void Schema::integer(std::string key, std::int64_t* out, std::int64_t def, std::
            bad(key, v, "must be between " + std::to_string(min) + " and " + std::to_string(max));
          *out = n;
        },
-       nullptr});
+       nullptr, nullptr});
 }
 
 void Schema::boolean(std::string key, bool* out, bool def, std::string doc) {
@@ -119,7 +119,7 @@ void Schema::boolean(std::string key, bool* out, bool def, std::string doc) {
                         else
                           bad(key, v, "expected true or false");
                       },
-                      nullptr});
+                      nullptr, nullptr});
 }
 
 void Schema::string_map(std::string key, std::map<std::string, std::string>* out,
@@ -128,7 +128,7 @@ void Schema::string_map(std::string key, std::map<std::string, std::string>* out
   for (const auto& [k, v] : def) def_text += (def_text.empty() ? "" : ",") + k + "=" + v;
   entries_.push_back({key, def_text, std::move(doc), true, [out, def] { *out = def; },
                       [out, key](const std::string& v) { *out = parse_pairs(key, v); },
-                      [out](const std::map<std::string, std::string>& m) { *out = m; }});
+                      [out](const std::map<std::string, std::string>& m) { *out = m; }, nullptr});
 }
 
 void Schema::section(std::string key, std::string def_text, std::string doc,
