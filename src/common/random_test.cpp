@@ -16,7 +16,9 @@ TEST(Random, BufferedBytesNeverRepeat) {
   // Across many refills of the buffer, small and odd sizes, and large requests that bypass it.
   for (int i = 0; i < 5000; ++i) {
     EXPECT_TRUE(seen.insert(random_hex(8 + i % 9)).second);
-    if (i % 100 == 0) EXPECT_TRUE(seen.insert(random_hex(100)).second);
+    if (i % 100 == 0) {
+      EXPECT_TRUE(seen.insert(random_hex(100)).second);
+    }
   }
 }
 

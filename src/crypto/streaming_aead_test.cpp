@@ -240,7 +240,9 @@ TEST(StreamingAead, PlaintextSizeInvertsCiphertextSize) {
   // Every other size is no ciphertext of ours (a last segment shorter than its tag, or no room
   // for the header): a damaged object, not a size to serve.
   for (std::uint64_t c = 0; c < *sizes.rbegin(); ++c)
-    if (!sizes.contains(c)) EXPECT_EQ(plaintext_size(c, p), std::nullopt) << c;
+    if (!sizes.contains(c)) {
+      EXPECT_EQ(plaintext_size(c, p), std::nullopt) << c;
+    }
 }
 
 TEST(StreamingAead, AnyByteRangeDecryptsFromItsSegmentsAlone) {
@@ -354,8 +356,9 @@ TEST(StreamingAead, EveryTamperingIsAnErrorAndReleasesNothing) {
     EXPECT_EQ(pt.substr(0, released.size()), released) << c.description;
     if (std::string(c.description).find("wrong key") != std::string::npos ||
         std::string(c.description).find("presented") != std::string::npos ||
-        std::string(c.description).find("header") != std::string::npos)
+        std::string(c.description).find("header") != std::string::npos) {
       EXPECT_TRUE(released.empty()) << c.description;
+    }
   }
 }
 

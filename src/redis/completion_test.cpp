@@ -22,7 +22,8 @@ Completion base(JobStatus status) {
                     .result_content_type = "text/plain",
                     .error_code = "model_error",
                     .error_message = std::string(5000, 'e'),
-                    .timings = R"({"total_ms":1.000})"};
+                    .timings = R"({"total_ms":1.000})",
+                    .failures = {}};
 }
 
 json::object payload_of(const Completion& c) {
