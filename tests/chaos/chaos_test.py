@@ -2,8 +2,9 @@
 """The whole system under faults at random: two gateway replicas, four relays (two taking jobs
 two at a time until stopped, two running one job each and started again after it, as KEDA's
 ScaledJob does), Redis with AOF (appendfsync always), the no-op model with jobs of 5 ms to 0.8 s, a webhook receiver
-that fails its first answers. While clients submit (with an Idempotency-Key, priority now and
-then, each retried on another replica while refused), long-poll and cancel, this kills relays
+that fails its first answers. While clients submit (spread over the faults' window, with an
+Idempotency-Key, priority now and then, each retried on another replica while refused),
+long-poll and cancel, this kills relays
 (SIGKILL, or SIGTERM), gateways (SIGKILL, or SIGTERM) and Redis (SIGKILL, or SIGSTOP for up to
 6 s) and the model server (SIGKILL, started again 0.5–5 s later: relays wait for it, and the
 jobs it had under way are tried again — submitted with max_attempts 3), one at a time, each
@@ -383,14 +384,17 @@ class Clients:
     """Submitters: each submission retried (same Idempotency-Key, either replica) until accepted;
     a tenth long-polled, a tenth cancelled."""
 
-    def __init__(self, stack, rng):
+    def __init__(self, stack, rng, seconds):
         self.stack, self.rng = stack, rng
+        self.seconds = seconds  # submissions spread over the faults' window, so that every fault
+        # lands on jobs in flight (at full speed they were all in within 10-15 s of 40)
         self.lock = threading.Lock()
         self.jobs = {}  # key -> {"id", "sha256", "cancelled": a cancel was sent}
         self.problems = []
 
     def run(self, count, name):
         rng = random.Random(self.rng.random())
+        began = time.monotonic()
         http = httpx.Client(timeout=30)
         for n in range(count):
             key = f"{name}-{n}"
@@ -440,7 +444,9 @@ class Clients:
                     except httpx.HTTPError:
                         pass
                     time.sleep(0.2)
-            time.sleep(rng.random() * 0.05)
+            # On pace to end with the faults: the n-th submission due at n/count of the window.
+            due = began + (n + 1) * self.seconds / count
+            time.sleep(max(0.0, due - time.monotonic()) * rng.uniform(0.5, 1.5))
 
 
 def check(stack, clients):
@@ -525,7 +531,7 @@ def main():
     done, supervisor = threading.Event(), None
     try:
         stack.up()
-        clients = Clients(stack, rng)
+        clients = Clients(stack, rng, args.seconds)
         submitters = [threading.Thread(target=clients.run, args=(args.jobs // 4, f"c{t}")) for t in range(4)]
         fault = threading.Thread(target=faults, args=(stack, rng, time.monotonic() + args.seconds))
         supervisor = threading.Thread(target=stack.supervise, args=(done,))
