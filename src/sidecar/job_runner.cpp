@@ -163,7 +163,9 @@ JobResult failure_of(std::exception_ptr error, Stage stage, const JobRecord& job
     // Refused before the request (a model server restarting, its container OOM-killed): the job
     // never reached it. Failing it — and each job after it, a connection refused in a
     // millisecond — drained a long-running relay's queue into failures while the model came back.
-    if (!e.reached() && !control.token().stop_requested()) {
+    // (A shutdown meanwhile gives it back all the same; a cancel or the job's limit ends it.)
+    if (!e.reached() &&
+        (control.reason() == StopReason::none || control.reason() == StopReason::shutdown)) {
       JobResult away = failed(e.code(), e.what());
       away.disposition = Disposition::model_away;
       return away;
