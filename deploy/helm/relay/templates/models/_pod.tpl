@@ -110,6 +110,8 @@ spec:
           value: {{ $v.relay.leaseTtl | quote }}
         - name: RELAY_RELAY_HEALTH_TIMEOUT
           value: {{ $v.relay.healthTimeout | quote }}
+        - name: RELAY_RELAY_STORAGE_RETRY_TIMEOUT
+          value: {{ $v.relay.storageRetryTimeout | quote }}
         - name: RELAY_RELAY_SPOOL_DIR
           value: /var/spool/relay
         - name: RELAY_RELAY_POD_NAME
