@@ -317,6 +317,14 @@ class Stack:
         return f"http://127.0.0.1:{self.gateway_ports[i or self.rng.choice([1, 2])]}"
 
 
+def crash(stack, name, down, start):
+    """A dependency killed, and started again (start()) `down` seconds later."""
+    print(f"{time.strftime('%X')} {name} <- SIGKILL, down {down:.1f} s", flush=True)
+    stack.stop(name, signal.SIGKILL, within=10)
+    time.sleep(down)
+    start()
+
+
 def faults(stack, rng, until):
     """One fault at a time, every 0.3–2 s; what it hit started again at once."""
     while time.monotonic() < until:
@@ -324,19 +332,11 @@ def faults(stack, rng, until):
         roll = rng.random()
         if rng.random() < 0.1:
             # The model server crashes (its container OOM-killed) and comes back.
-            down = rng.uniform(0.5, 5)
-            print(f"{time.strftime('%X')} model <- SIGKILL, down {down:.1f} s", flush=True)
-            stack.stop("model", signal.SIGKILL, within=10)
-            time.sleep(down)
-            stack.model()
+            crash(stack, "model", rng.uniform(0.5, 5), stack.model)
         elif stack.storage == "s3" and rng.random() < 0.35:
             # Storage away: restarted (connections refused meanwhile), or silent.
             if rng.random() < 0.5:
-                down = rng.uniform(2, 12)
-                print(f"{time.strftime('%X')} s3 <- SIGKILL, down {down:.1f} s", flush=True)
-                stack.stop("s3", signal.SIGKILL, within=10)
-                time.sleep(down)
-                stack.s3()
+                crash(stack, "s3", rng.uniform(2, 12), stack.s3)
             else:
                 pause = rng.uniform(1, 15)
                 print(f"{time.strftime('%X')} s3 <- SIGSTOP for {pause:.1f} s", flush=True)
