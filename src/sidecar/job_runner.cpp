@@ -16,6 +16,7 @@
 #include "sidecar/inference_client.hpp"
 #include "storage/input_url.hpp"
 #include "storage/object_keys.hpp"
+#include "storage/resume.hpp"
 #include "storage/resuming_source.hpp"
 
 namespace relay::sidecar {
@@ -24,7 +25,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Tries of the result's upload, at least, before the job fails upload_failed (storage
-// unavailable only); then relay.storage_retry_timeout from the first failure bounds them.
+// unavailable only); for relay.storage_retry_timeout from the first try, if that is longer.
 constexpr int kUploadAttempts = 4;
 
 double ms_since(Clock::time_point start) {
@@ -361,29 +362,26 @@ JobResult store_answer(storage::Storage& storage, const crypto::Encryption& enc,
     std::string result_key = result_object_key(job.service_type, job.id);
     // The answer is in the spool: a storage blip (unreachable, 5xx, a reset), or an outage up to
     // `patience`, is retried here rather than fail the job and cost the model's work again.
+    // (The same loop as the input's reads, each try the whole result again from the spool.)
     Backoff backoff(std::chrono::milliseconds(500), std::chrono::seconds(4));
-    const auto first_try = Clock::now();
-    for (int attempt = 1;; ++attempt) {
-      try {
-        auto body = answer.response.body.reader();
-        if (key) {
-          // The result is sealed with the job's key, bound to "<id>/result.json".
-          crypto::EncryptingSource sealed(*body, *key, crypto::result_aad(job.id), enc.params);
-          storage.put(result_key, sealed, control.token());
-        } else {
-          storage.put(result_key, *body, control.token());
-        }
-        break;
-      } catch (const storage::StorageError& e) {
-        if (e.kind() != storage::ErrorKind::unavailable ||
-            (attempt >= kUploadAttempts && Clock::now() - first_try >= patience))
-          throw;
-        if (attempt < kUploadAttempts || attempt % 10 == 0)  // (an outage: every tenth)
-          log::warn("result upload failed; retrying",
-                    {{"job_id", job.id}, {"attempt", attempt}, {"error", e.what()}});
-        if (!sleep_unless_stopped(backoff.next(), control.token())) throw Aborted();
-      }
-    }
+    storage::resume_after_failures(
+        [&] {
+          auto body = answer.response.body.reader();
+          if (key) {
+            // The result is sealed with the job's key, bound to "<id>/result.json".
+            crypto::EncryptingSource sealed(*body, *key, crypto::result_aad(job.id), enc.params);
+            storage.put(result_key, sealed, control.token());
+          } else {
+            storage.put(result_key, *body, control.token());
+          }
+        },
+        storage::Persistence{.attempts = kUploadAttempts, .patience = patience}, backoff,
+        control.token(), [] { return true; },
+        [&](const storage::StorageError& e, int failures) {
+          if (failures < kUploadAttempts || failures % 10 == 0)  // (an outage: every tenth)
+            log::warn("result upload failed; retrying",
+                      {{"job_id", job.id}, {"attempt", failures}, {"error", e.what()}});
+        });
     answer.timings.set("upload", ms_since(t_up));
     result.disposition = Disposition::completed;
     result.result_key = result_key;

@@ -1,7 +1,8 @@
 #pragma once
-// The loop both resuming readers share (ResumingSource: a stored object; the https input's
-// reader): a step tried again after a failure a retry may fix (ErrorKind::unavailable: a
-// connection reset, an origin unreachable or answering 5xx), with backoff, up to `attempts`
+// The loop the resuming readers share (ResumingSource: a stored object; the https input's
+// reader), and the relay's upload of a result from its spool: a step tried again after a
+// failure a retry may fix (ErrorKind::unavailable: a connection reset, an origin unreachable or
+// answering 5xx), with backoff, up to `attempts`
 // failures in a row — a read that got bytes starts the count again, since each call is one step.
 // With a patience besides, failures in a row go on being retried until that long has passed
 // since the step began: the relay waits out a storage outage (a store restarting) this way
