@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "common/errors.hpp"
 #include "common/log.hpp"
@@ -129,7 +130,8 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
   if (d.event != "terminal" && (job.id.empty() || is_terminal(job.status))) {
     // A started or progress webhook whose job has ended meanwhile says nothing the terminal
     // webhook does not: dropped, not sent late.
-    redis::Schedules(conn.get(), p_.keys).webhook_outcome(d, "superseded", 0, d.attempts, "{}");
+    record(redis::Schedules::webhook_outcome_call(p_.keys, d, "superseded", 0, d.attempts, "{}"),
+           conn);
     log::debug("webhook superseded by the job's end", {{"webhook_id", id}, {"event", event}});
     return;
   }
@@ -194,8 +196,9 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
       next_due = now_ms() + delay.count();
     }
   }
-  redis::Schedules(conn.get(), p_.keys)
-      .webhook_outcome(d, outcome, next_due, attempts, boost::json::serialize(last));
+  record(redis::Schedules::webhook_outcome_call(p_.keys, d, outcome, next_due, attempts,
+                                                boost::json::serialize(last)),
+         conn);
   boost::json::object line{{"job_id", job.id},
                            {"webhook_id", id},
                            {"event", event},
@@ -208,6 +211,35 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
   } else {
     log::info(outcome == "delivered" ? "webhook delivered" : "webhook refused", line);
   }
+}
+
+void WebhookSender::record(redis::Connection::Call outcome, redis::LazyConnection& conn) {
+  std::unique_lock l(outcomes_mu_);
+  outcomes_.push_back(std::move(outcome));
+  if (writing_) return;  // the worker writing takes it with its next round trip
+  writing_ = true;
+  while (!outcomes_.empty()) {
+    const auto batch = std::exchange(outcomes_, {});
+    l.unlock();
+    std::vector<redis::Reply> replies;
+    std::string error;
+    try {
+      replies = conn.get().pipeline(batch, /*checked=*/false);
+    } catch (const std::exception& e) {
+      conn.reset();
+      error = e.what();
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      std::string why = error;
+      if (why.empty() && replies[i] && replies[i]->type == REDIS_REPLY_ERROR)
+        why = redis::as_string(replies[i].get());
+      if (!why.empty())
+        log::warn("webhook attempt not recorded; it is retried when its claim lapses",
+                  {{"webhook_id", batch[i].args[0]}, {"error", why}});
+    }
+    l.lock();
+  }
+  writing_ = false;
 }
 
 bool WebhookSender::place(Task task) {
@@ -236,20 +268,23 @@ WebhookSender::Round WebhookSender::dispatch(int limit) {
   Round round;
   for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
     if (round.claimed >= limit) break;
-    for (const auto& id : schedules.claim_webhooks(model, now_ms(), lock, limit - round.claimed)) {
-      ++round.claimed;
-      auto d = schedules.delivery(model, id);
-      if (!d) continue;  // vanished (expired with its job)
-      std::string dest = webhook_destination(d->url);
+    const auto ids = schedules.claim_webhooks(model, now_ms(), lock, limit - round.claimed);
+    round.claimed += static_cast<int>(ids.size());
+    // (Those that vanished, expired with their job, are not among them.)
+    std::vector<std::string> deferred;
+    for (auto& d : schedules.deliveries(model, ids)) {
+      std::string dest = webhook_destination(d.url);
+      std::string id = d.id;
       {
         std::lock_guard l(mu_);
-        if (place({std::move(*d), std::move(dest)})) continue;
+        if (place({std::move(d), std::move(dest)})) continue;
       }
       // That receiver already has its share of deliveries in flight and waiting: this one
       // waits its turn in Redis (no attempt counted), and other receivers' deliveries go ahead.
-      schedules.defer_webhook(model, id, now_ms() + kDeferMs);
-      ++round.deferred;
+      deferred.push_back(std::move(id));
     }
+    schedules.defer_webhooks(model, deferred, now_ms() + kDeferMs);
+    round.deferred += static_cast<int>(deferred.size());
   }
   return round;
 }

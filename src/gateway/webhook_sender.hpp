@@ -73,6 +73,11 @@ class WebhookSender {
   // while other receivers' deliveries are due.
   std::int64_t in_hand_limit() const { return 2 * p_.concurrency; }
   void work(std::stop_token stop);
+  // An attempt's outcome, written to Redis with those of the attempts that ended meanwhile: the
+  // worker that finds none being written writes them all (one round trip for all that came
+  // while the last was under way) and goes on while more come; the others go on to their next
+  // delivery. A write that fails leaves those deliveries claimed: retried when the claim lapses.
+  void record(redis::Connection::Call outcome, redis::LazyConnection& conn);
   void attempt(const redis::Delivery& d, redis::LazyConnection& conn, std::mt19937_64& rng,
                std::stop_token stop);
 
@@ -85,6 +90,10 @@ class WebhookSender {
   std::int64_t in_flight_ = 0;  // (all hosts') queued or being attempted
   std::int64_t waiting_ = 0;    // (all hosts') waiting
   std::uint64_t ended_ = 0;     // attempts ended, ever
+  // record(): outcomes not yet written, and whether a worker is writing.
+  std::mutex outcomes_mu_;
+  std::vector<redis::Connection::Call> outcomes_;
+  bool writing_ = false;
 };
 
 // "host:port" of a callback URL, the unit of webhooks.per_host_concurrency.

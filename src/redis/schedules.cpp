@@ -1,7 +1,6 @@
 #include "redis/schedules.hpp"
 
 #include <charconv>
-#include <map>
 
 #include "redis/job_store.hpp"
 #include "redis/lua_scripts.hpp"
@@ -11,7 +10,7 @@ namespace {
 
 constexpr std::string_view kUploadPrefix = "upload:";
 
-long long to_ll(const std::string& s) {
+long long to_ll(std::string_view s) {
   long long v = 0;
   std::from_chars(s.data(), s.data() + s.size(), v);
   return v;
@@ -27,33 +26,67 @@ std::vector<std::string> Schedules::claim_webhooks(const std::string& model, lon
   return as_strings(r.get());
 }
 
-std::optional<Delivery> Schedules::delivery(const std::string& model, const std::string& id) {
-  auto pairs = as_pairs(conn_.command({"HGETALL", keys_.webhook(model, id)}).get());
-  std::map<std::string, std::string> f(pairs.begin(), pairs.end());
-  if (f.empty()) {
-    conn_.command({"ZREM", keys_.webhooks_due(model), id});
-    return std::nullopt;
+std::vector<Delivery> Schedules::deliveries(const std::string& model,
+                                            const std::vector<std::string>& ids) {
+  if (ids.empty()) return {};
+  std::vector<Connection::Call> reads;
+  reads.reserve(ids.size());
+  for (const auto& id : ids) reads.push_back({nullptr, {}, {"HGETALL", keys_.webhook(model, id)}});
+  auto found = conn_.pipeline(reads);
+  std::vector<Delivery> out;
+  // Each found delivery's job record; each vanished one unscheduled.
+  std::vector<Connection::Call> next;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto pairs = as_pair_views(found[i].get());
+    if (pairs.empty()) {
+      next.push_back({nullptr, {}, {"ZREM", keys_.webhooks_due(model), ids[i]}});
+      continue;
+    }
+    Delivery d{model, ids[i], {}, {}, {}, 0, 0, {}};
+    for (const auto& [k, v] : pairs) {
+      if (k == "url")
+        d.url = v;
+      else if (k == "job_key")
+        d.job_key = v;
+      else if (k == "status")
+        d.status = v;
+      else if (k == "created_ms")
+        d.created_ms = to_ll(v);
+      else if (k == "attempts")
+        d.attempts = to_ll(v);
+      else if (k == "event" && !v.empty())
+        d.event = v;
+    }
+    next.push_back({nullptr, {}, {"HGETALL", d.job_key}});
+    out.push_back(std::move(d));
   }
-  Delivery out{
-      model, id, f["url"], f["job_key"], f["status"], to_ll(f["created_ms"]), to_ll(f["attempts"]),
-      {}};
-  out.event = f["event"].empty() ? "terminal" : f["event"];
-  auto job = conn_.command({"HGETALL", out.job_key});
-  out.job = JobRecord::from_fields(as_pair_views(job.get()));
+  auto jobs = conn_.pipeline(next);
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    if (next[i].args[0] != "HGETALL") continue;
+    out[j++].job = JobRecord::from_fields(as_pair_views(jobs[i].get()));
+  }
   return out;
 }
 
-void Schedules::webhook_outcome(const Delivery& d, const std::string& outcome,
-                                long long next_due_ms, long long attempts,
-                                const std::string& last) {
-  conn_.eval(lua::webhook_outcome,
-             {keys_.webhooks_due(d.model), keys_.webhook(d.model, d.id), d.job_key},
-             {d.id, outcome, std::to_string(next_due_ms), std::to_string(attempts), last});
+Connection::Call Schedules::webhook_outcome_call(const Keys& keys, const Delivery& d,
+                                                 const std::string& outcome, long long next_due_ms,
+                                                 long long attempts, std::string last) {
+  return {&lua::webhook_outcome,
+          {keys.webhooks_due(d.model), keys.webhook(d.model, d.id), d.job_key},
+          {d.id, outcome, std::to_string(next_due_ms), std::to_string(attempts), std::move(last)}};
 }
 
-void Schedules::defer_webhook(const std::string& model, const std::string& id, long long due_ms) {
+void Schedules::defer_webhooks(const std::string& model, const std::vector<std::string>& ids,
+                               long long due_ms) {
+  if (ids.empty()) return;
   // XX: a delivery that finished meanwhile (another replica) is not brought back.
-  conn_.command({"ZADD", keys_.webhooks_due(model), "XX", std::to_string(due_ms), id});
+  std::vector<std::string> argv{"ZADD", keys_.webhooks_due(model), "XX"};
+  for (const auto& id : ids) {
+    argv.push_back(std::to_string(due_ms));
+    argv.push_back(id);
+  }
+  conn_.command(argv);
 }
 
 std::vector<GcItem> Schedules::gc_due(const std::string& model, long long now_ms, int limit) {

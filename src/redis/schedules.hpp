@@ -35,15 +35,21 @@ class Schedules {
   // so that one replica sends it at a time.
   std::vector<std::string> claim_webhooks(const std::string& model, long long now_ms,
                                           std::chrono::milliseconds lock, int limit);
-  // nullopt when the delivery vanished (expired with its job); it is then unscheduled.
-  std::optional<Delivery> delivery(const std::string& model, const std::string& id);
+  // The claimed deliveries as they are now, each with its job's record, in two round trips
+  // whatever their number (the deliveries, then their jobs); those that vanished (expired with
+  // their job) are left out and unscheduled.
+  std::vector<Delivery> deliveries(const std::string& model, const std::vector<std::string>& ids);
   // Records an attempt on the delivery and the job: "delivered", "refused", "failed" (done) or
   // "retrying" (due again at next_due_ms). last is the attempt's JSON summary.
-  void webhook_outcome(const Delivery& d, const std::string& outcome, long long next_due_ms,
-                       long long attempts, const std::string& last);
+  // As a call, for a caller that writes several in one round trip.
+  static Connection::Call webhook_outcome_call(const Keys& keys, const Delivery& d,
+                                               const std::string& outcome, long long next_due_ms,
+                                               long long attempts, std::string last);
 
-  // A claimed delivery made due again at due_ms without an attempt (its receiver is busy).
-  void defer_webhook(const std::string& model, const std::string& id, long long due_ms);
+  // Claimed deliveries made due again at due_ms without an attempt (their receiver is busy),
+  // in one round trip.
+  void defer_webhooks(const std::string& model, const std::vector<std::string>& ids,
+                      long long due_ms);
 
   // Up to limit jobs of model (any model without the hash tag) whose objects are due at now_ms.
   // Malformed members are dropped.

@@ -6,12 +6,30 @@
 #include <thread>
 
 #include "common/job_id.hpp"
+#include "redis/schedules.hpp"
 #include "relay_fixture.hpp"
 
 namespace relay::testing {
 namespace {
 
 using JobStoreTest = RelayTest;
+
+// The reads Redis made so far (INFO's total_reads_processed) on the node holding key: the round
+// trips made to it, each count adding one for its own INFO.
+class ReadCounter {
+ public:
+  ReadCounter(RedisServer& redis, const std::string& key)
+      : node_(redis.cluster() ? redis::Connection::open(
+                                    redis.node_endpoint(redis.node_of_slot(redis::key_slot(key))))
+                              : redis.connect()) {}
+  long long operator()() {
+    auto info = redis::as_string(node_.command({"INFO", "stats"}).get());
+    return std::stoll(info.substr(info.find("total_reads_processed:") + 22));
+  }
+
+ private:
+  redis::Connection node_;
+};
 
 // The relay's last step for r.
 redis::Completion ending(const JobRecord& r, JobStatus status) {
@@ -527,13 +545,7 @@ TEST_F(JobStoreTest, RequeueingAWholeDeadLetterIsOneRoundTripPerBatch) {
   EXPECT_FALSE(store_.requeue_deadletter(model_, ids[7], "op-2"))
       << "for another request it is not in the dead letter any more";
   conn_.command({"DEL", keys_.pending(model_)});  // (as if a relay had taken it)
-  auto node = redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(redis_.node_of_slot(
-                                     redis::key_slot(keys_.deadletter(model_)))))
-                               : redis_.connect();
-  auto reads = [&node] {
-    auto info = redis::as_string(node.command({"INFO", "stats"}).get());
-    return std::stoll(info.substr(info.find("total_reads_processed:") + 22));
-  };
+  ReadCounter reads(redis_, keys_.deadletter(model_));
   const auto before = reads();
   EXPECT_EQ(store_.requeue_deadletter_all(model_, "op-3"), kJobs - 1);
   // (Redis reads a long pipeline in 16 KiB reads: a few per batch. One per job was 1,200.)
@@ -549,6 +561,65 @@ TEST_F(JobStoreTest, RequeueingAWholeDeadLetterIsOneRoundTripPerBatch) {
   }
   EXPECT_EQ(store_.requeue_deadletter_all(model_, "op-4"), 0) << "nothing left";
 }
+// The webhook sender reads the deliveries it claimed in two round trips whatever their number
+// (it was two per delivery): each with its job's record as it is now; one that vanished
+// meanwhile (expired with its job) is left out and unscheduled. Deliveries put back for a busy
+// receiver come due again in one round trip, and a vanished one is not brought back.
+TEST_F(JobStoreTest, ClaimedWebhooksAreReadWithTheirJobsInTwoRoundTrips) {
+  constexpr int kJobs = 40;
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  std::map<std::string, std::string> job_of;  // job key -> job id
+  for (int i = 0; i < kJobs; ++i) {
+    auto r = pending_job(model_);
+    r.callback_url = "http://127.0.0.1:9/hook-" + std::to_string(i);
+    r.webhook_events = "started";
+    ASSERT_TRUE(store_.submit(r, false));
+    ASSERT_TRUE(store_.schedule_webhook(model_, r.id, redis::WebhookEvent::started, "s1"));
+    job_of[keys_.job(model_, r.id)] = r.id;
+  }
+  redis::Schedules schedules(conn_, keys_);
+  const auto claimed = schedules.claim_webhooks(model_, now + 60'000, 60s, 100);
+  ASSERT_EQ(claimed.size(), static_cast<size_t>(kJobs));
+  const std::string vanished = claimed[5];
+  conn_.command({"DEL", keys_.webhook(model_, vanished)});
+  // A record changed after the delivery was scheduled is read as it is now.
+  const std::string changed = claimed[9];
+  conn_.command(
+      {"HSET",
+       redis::as_string(conn_.command({"HGET", keys_.webhook(model_, changed), "job_key"}).get()),
+       "status", "processing"});
+  ReadCounter reads(redis_, keys_.webhooks_due(model_));
+  const auto before = reads();
+  const auto got = schedules.deliveries(model_, claimed);
+  // (One more: the INFO that counts them.)
+  EXPECT_LE(reads() - before, 3) << "Redis reads for " << kJobs << " deliveries";
+  ASSERT_EQ(got.size(), static_cast<size_t>(kJobs - 1));
+  std::set<std::string> seen;
+  for (const auto& d : got) {
+    EXPECT_NE(d.id, vanished);
+    seen.insert(d.id);
+    ASSERT_TRUE(job_of.count(d.job_key)) << d.job_key;
+    EXPECT_EQ(d.job.id, job_of[d.job_key]) << "each delivery with its own job's record";
+    EXPECT_EQ(d.url, d.job.callback_url);
+    EXPECT_EQ(d.event, "started");
+    EXPECT_EQ(d.attempts, 0);
+    EXPECT_EQ(d.job.status, d.id == changed ? JobStatus::processing : JobStatus::pending);
+    EXPECT_GE(d.created_ms, now - 60'000);
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kJobs - 1)) << "none twice";
+  auto due = [&](const std::string& id) {
+    return redis::as_optional_string(
+        conn_.command({"ZSCORE", keys_.webhooks_due(model_), id}).get());
+  };
+  EXPECT_EQ(due(vanished), std::nullopt) << "a vanished delivery is unscheduled";
+  schedules.defer_webhooks(model_, {changed, claimed[0], vanished}, now + 123);
+  EXPECT_EQ(due(changed), std::to_string(now + 123));
+  EXPECT_EQ(due(claimed[0]), std::to_string(now + 123));
+  EXPECT_EQ(due(vanished), std::nullopt) << "not brought back";
+}
+
 // A quota admission retried after its reply was lost (the step is retried like any safe to
 // repeat) finds its own job admitted: admitted again, charging nothing. It counted itself
 // against max_pending before (2026-12-06): refused at the limit, its entry left behind.

@@ -1,6 +1,8 @@
 // Webhooks end to end: signed deliveries to a real receiver, retries, replicas, dead letters.
 
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "gateway_fixture.hpp"
@@ -223,6 +225,69 @@ TEST_F(WebhookTest, AReceiverWithItsShareInHandGetsEveryWebhookOnceInTurn) {
   const auto metrics = http("GET", url("/metrics")).body;
   EXPECT_EQ(metric_value(metrics, "relay_webhook_attempts_total{outcome=\"delivered\"}"), 30);
   EXPECT_NE(metrics.find("relay_webhook_deferrals_total "), std::string::npos) << metrics;
+}
+
+// Four receivers at once, webhooks ending every way: two healthy, one failing its first three
+// requests (tried again), one answering its first two 410 Gone (given up). The workers' outcomes
+// are written together, whichever worker finds none being written taking all that ended
+// meanwhile: every one still lands on its own job, once — a delivery per job, retries on the
+// deliveries that failed and nowhere else, the given-up ones failed with nothing sent again.
+TEST_F(WebhookTest, ManyReceiversAtOnceEachOutcomeOnItsOwnJob) {
+  WebhookReceiver healthy_a, healthy_b, failing(/*fail_first=*/3), gone(2, 0, 0, /*status=*/410);
+  for (auto* r : {&healthy_a, &healthy_b, &failing, &gone}) r->start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  constexpr int kEach = 6;
+  std::map<std::string, std::vector<std::string>> ids;  // receiver's url -> its jobs
+  for (int i = 0; i < kEach; ++i)
+    for (auto* r : {&healthy_a, &healthy_b, &failing, &gone})
+      ids[r->url()].push_back(submit_with_callback(r->url()));
+  ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", std::to_string(4 * kEach)})->wait_exit(60s),
+            0);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& [url, jobs] : ids)
+          for (auto& id : jobs)
+            if (webhook_status(id) != "delivered" && webhook_status(id) != "failed") return false;
+        return true;
+      },
+      60s))
+      << gateway_->log();
+  auto attempts = [&](const std::string& id) {
+    return job(id).at("webhook").as_object().at("attempts").as_int64();
+  };
+  auto distinct = [](const WebhookReceiver& r) {
+    std::set<std::string> out;
+    for (auto& l : r.lines()) out.insert(str(line_json(l), "id"));
+    return out.size();
+  };
+  for (auto* r : {&healthy_a, &healthy_b}) {
+    EXPECT_EQ(r->lines().size(), static_cast<size_t>(kEach));
+    EXPECT_EQ(distinct(*r), static_cast<size_t>(kEach));
+    for (auto& id : ids[r->url()]) {
+      EXPECT_EQ(webhook_status(id), "delivered") << id;
+      EXPECT_EQ(attempts(id), 1) << id;
+    }
+  }
+  std::int64_t failing_attempts = 0;
+  for (auto& id : ids[failing.url()]) {
+    EXPECT_EQ(webhook_status(id), "delivered") << id;
+    failing_attempts += attempts(id);
+  }
+  EXPECT_EQ(failing_attempts, kEach + 3) << "each failed request counted on its own delivery";
+  EXPECT_EQ(failing.lines().size(), static_cast<size_t>(kEach + 3));
+  EXPECT_EQ(distinct(failing), static_cast<size_t>(kEach));
+  int given_up = 0;
+  for (auto& id : ids[gone.url()]) {
+    given_up += webhook_status(id) == "failed";
+    EXPECT_EQ(attempts(id), 1) << id << ": 410 is not tried again";
+  }
+  EXPECT_EQ(given_up, 2);
+  EXPECT_EQ(gone.lines().size(), static_cast<size_t>(kEach));
+  const auto metrics = http("GET", url("/metrics")).body;
+  EXPECT_EQ(metric_value(metrics, "relay_webhook_attempts_total{outcome=\"delivered\"}"),
+            4 * kEach - 2);
+  EXPECT_EQ(metric_value(metrics, "relay_webhook_attempts_total{outcome=\"http_error\"}"), 5);
 }
 
 TEST_F(WebhookTest, RetryAfterIsHonoured) {
