@@ -726,8 +726,9 @@ Response Api::metrics_text() {
   w.counter("relay_webhook_attempts_total", "Webhook delivery attempts by outcome.", {"outcome"},
             m.webhook_attempts.snapshot());
   w.counter("relay_webhook_deferrals_total",
-            "Webhook deliveries put back for a moment: their receiver had its "
-            "webhooks.per_host_concurrency in flight and as many waiting.",
+            "Webhook deliveries put back for a moment: their receiver had its share "
+            "(webhooks.per_host_concurrency, grown up to per_host_max_concurrency while it keeps "
+            "up) in flight and as many waiting.",
             m.webhook_deferrals.value());
   w.counter("relay_webhooks_given_up_total",
             "Webhook deliveries given up for good, by reason: refused (the URL may not be "

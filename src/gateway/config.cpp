@@ -309,10 +309,15 @@ config::Schema schema(Config& c) {
   s.integer("webhooks.concurrency", &c.webhook_concurrency, 16, 1, 1024,
             "Delivery attempts in flight at once, per gateway replica.");
   s.integer("webhooks.per_host_concurrency", &c.webhook_per_host, 2, 1, 1024,
-            "Of those, at most this many to one destination (host and port): a slow or hanging "
-            "receiver delays only its own webhooks. As many more wait in memory to go out the "
-            "moment one ends. A receiver a round trip of r away gets at most this many / r "
-            "webhooks a second (2 at 50 ms: 40/s): raise it for a busy backend far away.");
+            "Of those, this many to one destination (host and port) to begin with: a slow or "
+            "hanging receiver delays only its own webhooks. As many more wait in memory to go "
+            "out the moment one ends. A receiver that answers while more of its webhooks wait "
+            "gets one more at a time, up to `webhooks.per_host_max_concurrency`; each failed "
+            "attempt halves that, never below this.");
+  s.integer("webhooks.per_host_max_concurrency", &c.webhook_per_host_max, 8, 1, 1024,
+            "The most one destination's share grows to while it keeps up (a value below "
+            "`webhooks.per_host_concurrency` means that: no growth). A receiver a round trip of "
+            "r away gets at most this many / r webhooks a second (8 at 50 ms: 160/s).");
   s.duration("webhooks.max_age", &c.webhook_max_age, "24h",
              "Retry failed deliveries (exponential backoff, jitter) for this long.",
              config::kZeroAllowed);

@@ -45,7 +45,7 @@ struct Config {
   std::chrono::milliseconds body_idle_timeout{};
   std::chrono::milliseconds idempotency_reservation{};
   std::int64_t min_upload_rate = 0, min_download_rate = 0;  // bytes/s
-  std::int64_t webhook_concurrency = 16, webhook_per_host = 2;
+  std::int64_t webhook_concurrency = 16, webhook_per_host = 2, webhook_per_host_max = 8;
   std::int64_t blocking_threads = 0;      // request handlers: Redis, storage reads
   std::int64_t upload_threads = 0;        // received upload bytes -> storage
   std::int64_t upload_buffer_memory = 0;  // bytes of upload pieces over all uploads

@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
                                    .initial_backoff = cfg.webhook_initial_backoff,
                                    .concurrency = cfg.webhook_concurrency,
                                    .per_host = cfg.webhook_per_host,
+                                   .per_host_max = cfg.webhook_per_host_max,
                                    .resolver = &webhooks_dns});
   // Inputs of submissions refused whose job may exist: the API lists them, the GC settles them.
   gateway::Unsettled unsettled;

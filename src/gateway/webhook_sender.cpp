@@ -118,8 +118,8 @@ WebhookSender::WebhookSender(WebhookSenderParams p) : p_(std::move(p)), conn_(p_
 WebhookSender::~WebhookSender() = default;
 
 // One attempt, on a worker thread, with the worker's own Redis connection for the outcome.
-void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& conn,
-                            std::mt19937_64& rng, std::stop_token stop) {
+WebhookSender::Ending WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& conn,
+                                             std::mt19937_64& rng, std::stop_token stop) {
   const JobRecord& job = d.job;
   const std::string& id = d.id;
   const int attempts = static_cast<int>(d.attempts) + 1;
@@ -133,7 +133,7 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
     record(redis::Schedules::webhook_outcome_call(p_.keys, d, "superseded", 0, d.attempts, "{}"),
            conn);
     log::debug("webhook superseded by the job's end", {{"webhook_id", id}, {"event", event}});
-    return;
+    return Ending::other;
   }
   const auto trace = parse_traceparent(job.traceparent);
   std::string body = job_json(job);
@@ -211,6 +211,8 @@ void WebhookSender::attempt(const redis::Delivery& d, redis::LazyConnection& con
   } else {
     log::info(outcome == "delivered" ? "webhook delivered" : "webhook refused", line);
   }
+  if (outcome == "delivered") return Ending::answered;
+  return outcome == "refused" ? Ending::other : Ending::failed;
 }
 
 void WebhookSender::record(redis::Connection::Call outcome, redis::LazyConnection& conn) {
@@ -244,19 +246,48 @@ void WebhookSender::record(redis::Connection::Call outcome, redis::LazyConnectio
 
 bool WebhookSender::place(Task task) {
   Host& host = hosts_[task.destination];
-  if (host.in_flight < p_.per_host) {
+  if (host.share == 0) host.share = p_.per_host;
+  if (host.in_flight < host.share) {
     ++host.in_flight;
     ++in_flight_;
     queue_.push_back(std::move(task));
     work_cv_.notify_one();
     return true;
   }
-  if (static_cast<std::int64_t>(host.waiting.size()) < p_.per_host) {
+  if (static_cast<std::int64_t>(host.waiting.size()) < host.share) {
     host.waiting.push_back(std::move(task));
     ++waiting_;
     return true;
   }
   return false;
+}
+
+void WebhookSender::ended(Host& host, Ending how) {
+  if (how == Ending::answered && !host.waiting.empty())
+    host.share = std::min(host.share + 1, std::max(p_.per_host, p_.per_host_max));
+  else if (how == Ending::failed)
+    host.share = std::max(p_.per_host, host.share / 2);
+  --host.in_flight;
+  --in_flight_;
+  // Its receiver's next deliveries take this one's place, and any its grown share made.
+  while (!host.waiting.empty() && host.in_flight < host.share) {
+    queue_.push_back(std::move(host.waiting.front()));
+    host.waiting.pop_front();
+    --waiting_;
+    ++host.in_flight;
+    ++in_flight_;
+    work_cv_.notify_one();
+  }
+  host.last_end = std::chrono::steady_clock::now();
+}
+
+void WebhookSender::forget_idle_hosts() {
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(hosts_, [&](const auto& entry) {
+    const Host& h = entry.second;
+    return h.in_flight == 0 && h.waiting.empty() &&
+           (h.share <= p_.per_host || now - h.last_end > kShareKept);
+  });
 }
 
 WebhookSender::Round WebhookSender::dispatch(int limit) {
@@ -266,6 +297,10 @@ WebhookSender::Round WebhookSender::dispatch(int limit) {
   // replica claims it meanwhile, and if this one dies, another retries it.
   const auto lock = 3 * p_.timeout + std::chrono::seconds(30);
   Round round;
+  {
+    std::lock_guard l(mu_);
+    forget_idle_hosts();
+  }
   for (const auto& model : p_.keys.one_per_due_set(p_.models)) {
     if (round.claimed >= limit) break;
     const auto ids = schedules.claim_webhooks(model, now_ms(), lock, limit - round.claimed);
@@ -300,8 +335,9 @@ void WebhookSender::work(std::stop_token stop) {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
+    Ending how = Ending::other;
     try {
-      attempt(task.delivery, conn, rng, stop);
+      how = attempt(task.delivery, conn, rng, stop);
     } catch (const Aborted&) {
       // Stopping: the claim lapses and another attempt follows (here or on another replica).
     } catch (const std::exception& e) {
@@ -313,17 +349,9 @@ void WebhookSender::work(std::stop_token stop) {
       std::lock_guard l(mu_);
       ++ended_;
       Host& host = hosts_[task.destination];
-      if (!host.waiting.empty()) {
-        // Its receiver's next delivery takes this one's place.
-        queue_.push_back(std::move(host.waiting.front()));
-        host.waiting.pop_front();
-        --waiting_;
-        work_cv_.notify_one();
-      } else {
-        --host.in_flight;
-        --in_flight_;
-        if (host.in_flight == 0) hosts_.erase(task.destination);
-      }
+      ended(host, how);
+      if (host.in_flight == 0 && host.waiting.empty() && host.share <= p_.per_host)
+        hosts_.erase(task.destination);  // (nothing learned to keep)
     }
     idle_cv_.notify_all();
   }

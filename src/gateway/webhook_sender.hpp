@@ -30,7 +30,8 @@ struct WebhookSenderParams {
   bool allow_private = false;
   std::chrono::milliseconds timeout, max_age, initial_backoff;
   std::int64_t concurrency = 16;  // deliveries in flight at once
-  std::int64_t per_host = 2;      // ... to one destination (host:port)
+  std::int64_t per_host = 2;      // ... to one destination (host:port), to begin with
+  std::int64_t per_host_max = 8;  // ... at most, for a receiver that keeps up (AIMD below)
   std::chrono::milliseconds poll_interval{200};
   // The callback hosts' lookups (a deadline, a cache): a name server that does not answer costs
   // a worker its timeout, not the system resolver's retries. Null: getaddrinfo on the worker.
@@ -47,6 +48,14 @@ struct WebhookSenderParams {
 // ended meanwhile: one busy receiver does not have its backlog claimed and put back round after
 // round (issue 14's benchmark with a callback per job: ~2,700 webhooks/s to one receiver, the
 // jobs at ~6,000/s; a claim of 16 put back 14).
+//
+// A destination's share is learned, as TCP learns a window: it starts at `per_host`, grows by
+// one for each delivery it answers 2xx while more of its deliveries wait, up to `per_host_max`,
+// and halves (never below `per_host`) at each attempt it fails — an error status, a timeout, a
+// connection refused. A far receiver that keeps up is not held to `per_host` / its round trip
+// (2 at 100 ms: 20 webhooks a second, however many jobs end), and one that struggles or hangs
+// gets no more than before. What it learned is kept while it has deliveries, and for a minute
+// after its last.
 class WebhookSender {
  public:
   explicit WebhookSender(WebhookSenderParams p);
@@ -62,7 +71,12 @@ class WebhookSender {
   struct Host {
     std::int64_t in_flight = 0;  // queued for a worker or being attempted
     std::deque<Task> waiting;    // claimed, for the next worker free for this destination
+    std::int64_t share = 0;      // in flight at most (learned; 0: not yet, per_host)
+    std::chrono::steady_clock::time_point last_end{};
   };
+  // How an attempt ended, for its destination's share.
+  enum class Ending { answered, failed, other };
+  static constexpr std::chrono::minutes kShareKept{1};
   struct Round {
     int claimed = 0, deferred = 0;
   };
@@ -78,8 +92,12 @@ class WebhookSender {
   // while the last was under way) and goes on while more come; the others go on to their next
   // delivery. A write that fails leaves those deliveries claimed: retried when the claim lapses.
   void record(redis::Connection::Call outcome, redis::LazyConnection& conn);
-  void attempt(const redis::Delivery& d, redis::LazyConnection& conn, std::mt19937_64& rng,
-               std::stop_token stop);
+  Ending attempt(const redis::Delivery& d, redis::LazyConnection& conn, std::mt19937_64& rng,
+                 std::stop_token stop);
+  // (mu_ held) An attempt to host ended: its share learns from it, and its waiting deliveries
+  // take the places free.
+  void ended(Host& host, Ending how);
+  void forget_idle_hosts();  // (mu_ held) shares not used for kShareKept
 
   WebhookSenderParams p_;
   redis::LazyConnection conn_;  // the dispatcher's

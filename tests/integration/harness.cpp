@@ -384,11 +384,13 @@ void GatewayServer::kill() {
   proc_->wait_exit(5s);
 }
 
-WebhookReceiver::WebhookReceiver(int fail_first, int port, int retry_after, int fail_status)
+WebhookReceiver::WebhookReceiver(int fail_first, int port, int retry_after, int fail_status,
+                                 int delay_ms)
     : port_(port ? port : free_port()),
       fail_first_(fail_first),
       retry_after_(retry_after),
-      fail_status_(fail_status) {}
+      fail_status_(fail_status),
+      delay_ms_(delay_ms) {}
 
 void WebhookReceiver::start() {
   proc_ = std::make_unique<Process>(
@@ -396,7 +398,7 @@ void WebhookReceiver::start() {
           "/usr/bin/python3", RELAY_TEST_WEBHOOK_RECEIVER, "--port", std::to_string(port_),
           "--secret", kSecret, "--log", dir_.path() + "/deliveries.jsonl", "--fail-first",
           std::to_string(fail_first_), "--retry-after", std::to_string(retry_after_),
-          "--fail-status", std::to_string(fail_status_)},
+          "--fail-status", std::to_string(fail_status_), "--delay-ms", std::to_string(delay_ms_)},
       Env{}, dir_.path() + "/receiver.log");
   if (!wait_until([&] { return port_open(port_); }, 20s))
     throw std::runtime_error("webhook receiver did not start");

@@ -342,9 +342,9 @@ class GatewayServer {
 class WebhookReceiver {
  public:
   static constexpr const char* kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-  // The first fail_first requests are answered fail_status.
+  // The first fail_first requests are answered fail_status; each request delay_ms late.
   explicit WebhookReceiver(int fail_first = 0, int port = 0, int retry_after = 0,
-                           int fail_status = 500);
+                           int fail_status = 500, int delay_ms = 0);
   void start();
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/hook"; }
   int port() const { return port_; }
@@ -352,7 +352,7 @@ class WebhookReceiver {
 
  private:
   TempDir dir_;
-  int port_, fail_first_, retry_after_, fail_status_;
+  int port_, fail_first_, retry_after_, fail_status_, delay_ms_;
   std::unique_ptr<Process> proc_;
 };
 

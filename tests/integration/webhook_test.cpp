@@ -203,7 +203,8 @@ TEST_F(WebhookTest, HangingReceiverDelaysOnlyItsOwnWebhooks) {
 TEST_F(WebhookTest, AReceiverWithItsShareInHandGetsEveryWebhookOnceInTurn) {
   WebhookReceiver receiver;
   receiver.start();
-  start_gateway(webhook_env({{"RELAY_WEBHOOKS_PER_HOST_CONCURRENCY", "1"}}));
+  start_gateway(webhook_env({{"RELAY_WEBHOOKS_PER_HOST_CONCURRENCY", "1"},
+                             {"RELAY_WEBHOOKS_PER_HOST_MAX_CONCURRENCY", "1"}}));
   InferenceServer inference;
   std::vector<std::string> ids;
   for (int i = 0; i < 30; ++i) ids.push_back(submit_with_callback(receiver.url()));
@@ -288,6 +289,64 @@ TEST_F(WebhookTest, ManyReceiversAtOnceEachOutcomeOnItsOwnJob) {
   EXPECT_EQ(metric_value(metrics, "relay_webhook_attempts_total{outcome=\"delivered\"}"),
             4 * kEach - 2);
   EXPECT_EQ(metric_value(metrics, "relay_webhook_attempts_total{outcome=\"http_error\"}"), 5);
+}
+
+// The most requests a receiver had in progress at once, by its own count.
+std::int64_t most_at_once(const WebhookReceiver& r) {
+  std::int64_t most = 0;
+  for (auto& l : r.lines()) most = std::max(most, line_json(l).at("in_flight").as_int64());
+  return most;
+}
+
+// A receiver far away (each answer 150 ms late) that keeps up, with forty webhooks due at once:
+// its share grows past webhooks.per_host_concurrency (2) towards per_host_max_concurrency (8),
+// so it is not held to 2 per round trip. It was: ~13 webhooks a second for ever, whatever the
+// backlog. Every webhook still goes once, at its first attempt.
+TEST_F(WebhookTest, AFarReceiverThatKeepsUpIsGivenMoreAtOnce) {
+  WebhookReceiver far(0, 0, 0, 500, /*delay_ms=*/150);
+  far.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(submit_with_callback(far.url()));
+  ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "40"})->wait_exit(60s), 0);
+  ASSERT_TRUE(wait_until([&] { return far.lines().size() >= ids.size(); }, 60s)) << gateway_->log();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (auto& id : ids)
+          if (webhook_status(id) != "delivered") return false;
+        return true;
+      },
+      20s));
+  EXPECT_EQ(far.lines().size(), ids.size()) << "each once";
+  for (auto& id : ids) EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 1);
+  EXPECT_GT(most_at_once(far), 2) << "its share grew";
+  EXPECT_LE(most_at_once(far), 8) << "within webhooks.per_host_max_concurrency";
+}
+
+// A receiver that fails every request (slowly: it is struggling) gets no more than
+// webhooks.per_host_concurrency at once, however many of its webhooks wait; nor does one whose
+// share may not grow (per_host_max_concurrency at or below per_host_concurrency).
+TEST_F(WebhookTest, AStrugglingReceiverIsHeldToItsShare) {
+  WebhookReceiver failing(/*fail_first=*/1'000'000, 0, 0, 503, /*delay_ms=*/100);
+  WebhookReceiver pinned(0, 0, 0, 500, /*delay_ms=*/100);
+  failing.start();
+  pinned.start();
+  start_gateway(webhook_env());
+  InferenceServer inference;
+  for (int i = 0; i < 20; ++i) submit_with_callback(failing.url());
+  ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "20"})->wait_exit(60s), 0);
+  // Twice as many attempts as webhooks: every one failed at least once, most retried.
+  ASSERT_TRUE(wait_until([&] { return failing.lines().size() >= 40; }, 60s)) << gateway_->log();
+  EXPECT_LE(most_at_once(failing), 2);
+  gateway_->stop();
+  start_gateway(webhook_env({{"RELAY_WEBHOOKS_PER_HOST_MAX_CONCURRENCY", "1"}}));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 12; ++i) ids.push_back(submit_with_callback(pinned.url()));
+  ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "12"})->wait_exit(60s), 0);
+  ASSERT_TRUE(wait_until([&] { return pinned.lines().size() >= ids.size(); }, 60s))
+      << gateway_->log();
+  EXPECT_LE(most_at_once(pinned), 2);
 }
 
 TEST_F(WebhookTest, RetryAfterIsHonoured) {
