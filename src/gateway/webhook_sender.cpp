@@ -262,7 +262,7 @@ bool WebhookSender::place(Task task) {
   return false;
 }
 
-void WebhookSender::ended(Host& host, Ending how) {
+std::int64_t WebhookSender::ended(Host& host, Ending how) {
   if (how == Ending::answered && !host.waiting.empty())
     host.share = std::min(host.share + 1, std::max(p_.per_host, p_.per_host_max));
   else if (how == Ending::failed)
@@ -270,15 +270,17 @@ void WebhookSender::ended(Host& host, Ending how) {
   --host.in_flight;
   --in_flight_;
   // Its receiver's next deliveries take this one's place, and any its grown share made.
+  std::int64_t moved = 0;
   while (!host.waiting.empty() && host.in_flight < host.share) {
     queue_.push_back(std::move(host.waiting.front()));
     host.waiting.pop_front();
     --waiting_;
     ++host.in_flight;
     ++in_flight_;
-    work_cv_.notify_one();
+    ++moved;
   }
   host.last_end = std::chrono::steady_clock::now();
+  return moved;
 }
 
 void WebhookSender::forget_idle_hosts() {
@@ -327,14 +329,12 @@ WebhookSender::Round WebhookSender::dispatch(int limit) {
 void WebhookSender::work(std::stop_token stop) {
   redis::LazyConnection conn(p_.endpoint);
   std::mt19937_64 rng{std::random_device{}()};
+  std::unique_lock l(mu_);
   for (;;) {
-    Task task;
-    {
-      std::unique_lock l(mu_);
-      if (!work_cv_.wait(l, stop, [&] { return !queue_.empty(); })) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
+    if (!work_cv_.wait(l, stop, [&] { return !queue_.empty(); })) return;
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    l.unlock();
     Ending how = Ending::other;
     try {
       how = attempt(task.delivery, conn, rng, stop);
@@ -345,15 +345,18 @@ void WebhookSender::work(std::stop_token stop) {
       log::warn("webhook attempt not recorded; it is retried when its claim lapses",
                 {{"webhook_id", task.delivery.id}, {"error", e.what()}});
     }
-    {
-      std::lock_guard l(mu_);
-      ++ended_;
-      Host& host = hosts_[task.destination];
-      ended(host, how);
-      if (host.in_flight == 0 && host.waiting.empty() && host.share <= p_.per_host)
-        hosts_.erase(task.destination);  // (nothing learned to keep)
-    }
-    idle_cv_.notify_all();
+    l.lock();
+    ++ended_;
+    Host& host = hosts_[task.destination];
+    // This worker takes up one of the deliveries that take this one's place as it loops; another
+    // is woken only for each one more. (Waking one for each, while this one took it up, made a
+    // futex wake, a context switch and a contended lock per webhook for nothing: a profile under
+    // a webhook per job found the workers' lock the gateway's most contended.)
+    const std::int64_t moved = ended(host, how);
+    if (host.in_flight == 0 && host.waiting.empty() && host.share <= p_.per_host)
+      hosts_.erase(task.destination);  // (nothing learned to keep)
+    for (std::int64_t i = 1; i < moved; ++i) work_cv_.notify_one();
+    if (dispatcher_listens_) idle_cv_.notify_one();
   }
 }
 
@@ -403,7 +406,9 @@ void WebhookSender::run(std::stop_token stop) {
     // places taken, or deliveries put back for want of one.
     const std::uint64_t ended = ended_;
     const bool wake_on_end = full || Clock::now() < backed_up_until;
+    dispatcher_listens_ = wake_on_end;  // (else the workers do not wake it at every end)
     idle_cv_.wait_for(l, stop, p_.poll_interval, [&] { return wake_on_end && ended_ > ended; });
+    dispatcher_listens_ = false;
   }
   for (auto& w : workers) w.request_stop();
   // The workers' destructors join: an attempt in flight is aborted (its claim lapses).

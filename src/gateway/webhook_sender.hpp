@@ -96,8 +96,8 @@ class WebhookSender {
                  std::stop_token stop);
   // (mu_ held) An attempt to host ended: its share learns from it, and its waiting deliveries
   // take the places free.
-  void ended(Host& host, Ending how);
-  void forget_idle_hosts();  // (mu_ held) shares not used for kShareKept
+  std::int64_t ended(Host& host, Ending how);  // how many were put in queue_
+  void forget_idle_hosts();                    // (mu_ held) shares not used for kShareKept
 
   WebhookSenderParams p_;
   redis::LazyConnection conn_;  // the dispatcher's
@@ -105,9 +105,10 @@ class WebhookSender {
   std::condition_variable_any work_cv_, idle_cv_;
   std::deque<Task> queue_;
   std::map<std::string, Host> hosts_;
-  std::int64_t in_flight_ = 0;  // (all hosts') queued or being attempted
-  std::int64_t waiting_ = 0;    // (all hosts') waiting
-  std::uint64_t ended_ = 0;     // attempts ended, ever
+  std::int64_t in_flight_ = 0;       // (all hosts') queued or being attempted
+  std::int64_t waiting_ = 0;         // (all hosts') waiting
+  std::uint64_t ended_ = 0;          // attempts ended, ever
+  bool dispatcher_listens_ = false;  // waiting for an attempt's end (idle_cv_)
   // record(): outcomes not yet written, and whether a worker is writing.
   std::mutex outcomes_mu_;
   std::vector<redis::Connection::Call> outcomes_;
