@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -329,11 +330,21 @@ WebhookSender::Round WebhookSender::dispatch(int limit) {
 void WebhookSender::work(std::stop_token stop) {
   redis::LazyConnection conn(p_.endpoint);
   std::mt19937_64 rng{std::random_device{}()};
+  std::stop_callback wake(stop, [this] {
+    std::lock_guard g(mu_);
+    work_cv_.notify_all();
+  });
   std::unique_lock l(mu_);
+  std::optional<Task> next;
   for (;;) {
-    if (!work_cv_.wait(l, stop, [&] { return !queue_.empty(); })) return;
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
+    if (!next) {
+      work_cv_.wait(l, [&] { return stop.stop_requested() || !queue_.empty(); });
+      if (stop.stop_requested()) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const Task task = std::move(*next);
+    next.reset();
     l.unlock();
     Ending how = Ending::other;
     try {
@@ -348,15 +359,25 @@ void WebhookSender::work(std::stop_token stop) {
     l.lock();
     ++ended_;
     Host& host = hosts_[task.destination];
-    // This worker takes up one of the deliveries that take this one's place as it loops; another
-    // is woken only for each one more. (Waking one for each, while this one took it up, made a
-    // futex wake, a context switch and a contended lock per webhook for nothing: a profile under
-    // a webhook per job found the workers' lock the gateway's most contended.)
+    // This worker takes up the next delivery itself — most often its receiver's next, which
+    // takes this one's place — and wakes another only for each one more, after letting go of
+    // the lock. (Waking one for each while this one took it up, and under the lock, cost a futex
+    // wake, a context switch and a wait for the lock per webhook: a profile under a webhook per
+    // job found the workers' lock the gateway's most contended.)
     const std::int64_t moved = ended(host, how);
     if (host.in_flight == 0 && host.waiting.empty() && host.share <= p_.per_host)
       hosts_.erase(task.destination);  // (nothing learned to keep)
-    for (std::int64_t i = 1; i < moved; ++i) work_cv_.notify_one();
-    if (dispatcher_listens_) idle_cv_.notify_one();
+    if (!queue_.empty() && !stop.stop_requested()) {
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const bool tell_dispatcher = dispatcher_listens_;
+    if (moved > 1 || tell_dispatcher) {
+      l.unlock();
+      for (std::int64_t i = 1; i < moved; ++i) work_cv_.notify_one();
+      if (tell_dispatcher) idle_cv_.notify_one();
+      l.lock();
+    }
   }
 }
 

@@ -102,7 +102,11 @@ class WebhookSender {
   WebhookSenderParams p_;
   redis::LazyConnection conn_;  // the dispatcher's
   std::mutex mu_;
-  std::condition_variable_any work_cv_, idle_cv_;
+  // work_cv_ a plain condition variable, woken at a stop by the workers' stop callbacks:
+  // condition_variable_any's wait with a stop_token goes through a mutex of its own, which all
+  // sixteen workers contended for at every wait and wake.
+  std::condition_variable work_cv_;
+  std::condition_variable_any idle_cv_;
   std::deque<Task> queue_;
   std::map<std::string, Host> hosts_;
   std::int64_t in_flight_ = 0;       // (all hosts') queued or being attempted
