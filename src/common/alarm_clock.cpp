@@ -1,5 +1,7 @@
 #include "common/alarm_clock.hpp"
 
+#include "common/thread_name.hpp"
+
 namespace relay {
 
 AlarmClock::~AlarmClock() = default;  // (thread_ goes first: stopped and joined)
@@ -26,6 +28,7 @@ bool AlarmClock::disarm(Id id) {
 }
 
 void AlarmClock::run(std::stop_token stop) {
+  name_this_thread("alarms");
   std::unique_lock lock(mu_);
   while (!stop.stop_requested()) {
     const auto now = Clock::now();

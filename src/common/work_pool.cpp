@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/thread_name.hpp"
+
 namespace relay {
 namespace {
 
@@ -11,14 +13,23 @@ constexpr int kLingerTicks = 50;
 
 }  // namespace
 
-WorkPool::WorkPool(std::size_t threads, std::size_t eager, std::chrono::microseconds lag)
+WorkPool::WorkPool(std::size_t threads, std::size_t eager, std::chrono::microseconds lag,
+                   std::string name)
     : eager_(std::clamp<std::size_t>(eager, 1, std::max<std::size_t>(threads, 1))),
       lag_(lag),
       workers_(std::max<std::size_t>(threads, 1)) {
   idle_.reserve(workers_.size());
   threads_.reserve(workers_.size());
-  for (std::size_t i = 0; i < workers_.size(); ++i) threads_.emplace_back([this, i] { work(i); });
-  if (eager_ < workers_.size()) monitor_thread_ = std::thread([this] { watch(); });
+  for (std::size_t i = 0; i < workers_.size(); ++i)
+    threads_.emplace_back([this, i, name] {
+      name_this_thread(name);
+      work(i);
+    });
+  if (eager_ < workers_.size())
+    monitor_thread_ = std::thread([this, name] {
+      name_this_thread(name + "-watch");
+      watch();
+    });
 }
 
 WorkPool::~WorkPool() {

@@ -23,6 +23,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,8 +34,9 @@ class WorkPool {
   using Clock = std::chrono::steady_clock;
 
   // eager: how many threads run tasks before any has waited `lag` (at least 1, at most threads).
+  // name: its threads' (name_this_thread).
   WorkPool(std::size_t threads, std::size_t eager,
-           std::chrono::microseconds lag = std::chrono::milliseconds(1));
+           std::chrono::microseconds lag = std::chrono::milliseconds(1), std::string name = "pool");
   ~WorkPool();  // join()
   WorkPool(const WorkPool&) = delete;
   WorkPool& operator=(const WorkPool&) = delete;

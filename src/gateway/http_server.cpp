@@ -480,9 +480,11 @@ struct HttpServer::Impl {
       : cfg(c),
         api(a),
         notifier(n),
-        pool(static_cast<std::size_t>(c.blocking_threads), cores()),
-        storing(static_cast<std::size_t>(c.upload_threads), cores()),
-        probes(kProbeThreads, 1),
+        pool(static_cast<std::size_t>(c.blocking_threads), cores(), std::chrono::milliseconds(1),
+             "requests"),
+        storing(static_cast<std::size_t>(c.upload_threads), cores(), std::chrono::milliseconds(1),
+                "storage"),
+        probes(kProbeThreads, 1, std::chrono::milliseconds(1), "probes"),
         piece_budget(static_cast<std::size_t>(c.upload_buffer_memory)) {
     const auto memory = c.connection_memory > 0 ? static_cast<std::uint64_t>(c.connection_memory)
                                                 : memory_limit() / 2;

@@ -12,6 +12,7 @@
 
 #include "common/errors.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "common/time.hpp"
 #include "common/trace.hpp"
 #include "gateway/callback_url.hpp"
@@ -384,7 +385,10 @@ void WebhookSender::work(std::stop_token stop) {
 void WebhookSender::run(std::stop_token stop) {
   std::vector<std::jthread> workers;
   for (std::int64_t i = 0; i < p_.concurrency; ++i)
-    workers.emplace_back([this](std::stop_token st) { work(st); });
+    workers.emplace_back([this](std::stop_token st) {
+      name_this_thread("webhooks");
+      work(st);
+    });
   auto last_error_log = std::chrono::steady_clock::time_point{};
   // For a while after a round that put deliveries back (a receiver had its share in hand), a
   // round claims only as many as attempts ended since it last claimed: each frees one place,

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/thread_name.hpp"
 #include "common/time.hpp"
 
 namespace relay::http {
@@ -46,6 +47,7 @@ struct Resolver::State {
   // One lookup thread. It holds the state, not the Resolver: a lookup outliving the Resolver
   // finishes here and is dropped with the last reference.
   static void run(std::shared_ptr<State> s) {
+    name_this_thread("dns");
     std::unique_lock lock(s->mu);
     for (;;) {
       ++s->idle;

@@ -2,6 +2,8 @@
 
 #include <future>
 
+#include "common/thread_name.hpp"
+
 namespace relay::redis {
 
 Batcher::Batcher(Endpoint ep, std::int64_t wait_replicas, std::chrono::milliseconds patience)
@@ -9,7 +11,10 @@ Batcher::Batcher(Endpoint ep, std::int64_t wait_replicas, std::chrono::milliseco
       conn_(std::move(ep)),
       wait_replicas_(wait_replicas),
       patience_(patience),
-      thread_([this](std::stop_token st) { run(st); }) {}
+      thread_([this](std::stop_token st) {
+        name_this_thread("redis-batcher");
+        run(st);
+      }) {}
 
 Batcher::~Batcher() {
   thread_.request_stop();

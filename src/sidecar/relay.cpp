@@ -12,6 +12,7 @@
 #include "common/errors.hpp"
 #include "common/log.hpp"
 #include "common/random.hpp"
+#include "common/thread_name.hpp"
 #include "common/time.hpp"
 #include "common/trace.hpp"
 #include "redis/job_store.hpp"
@@ -253,6 +254,7 @@ int Relay::run() {
   std::promise<void> subscribing;
   auto subscribed = subscribing.get_future();
   std::jthread listener_thread([&listener, &subscribing](std::stop_token st) {
+    name_this_thread("cancel-listener");
     try {
       listener.subscribe();
     } catch (const std::exception& e) {  // (Redis down, or refusing us: the main connection says)
@@ -282,7 +284,10 @@ int Relay::run() {
       endpoint.with_read_timeout(Heartbeat::beat_wait(cfg_.lease_ttl)));
   Heartbeat heartbeat({&hb_conn, keys, cfg_.model, cfg_.lease_ttl, cfg_.progress_interval,
                        cfg_.progress_webhook_interval});
-  std::jthread heartbeat_thread([&heartbeat](std::stop_token st) { heartbeat.run(st); });
+  std::jthread heartbeat_thread([&heartbeat](std::stop_token st) {
+    name_this_thread("heartbeat");
+    heartbeat.run(st);
+  });
 
   {
     // A surprise in one slot ends the relay (exit 1) after the others' jobs in hand, rather
@@ -297,7 +302,10 @@ int Relay::run() {
     };
     std::vector<std::jthread> others;
     for (size_t i = 1; i < slots_.size(); ++i)
-      others.emplace_back([&guarded, this, i] { guarded(*slots_[i]); });
+      others.emplace_back([&guarded, this, i] {
+        name_this_thread("slot-" + std::to_string(i));
+        guarded(*slots_[i]);
+      });
     guarded(*slots_.front());
   }  // (joined here)
 
