@@ -2,8 +2,11 @@
 // test per route and per lifecycle rule, hence its length.
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -941,6 +944,38 @@ TEST_F(GatewayTest, TheDequeueToLeaseWindowIsNeverReaped) {
 
 // Client-chosen names appear in job JSON, which must stay valid UTF-8: raw bytes become U+FFFD
 // and a long name is cut on a character boundary (at most 255 bytes).
+// The gateway's threads carry names an operator can tell apart (top -H, ps -L, perf): each
+// pool and loop its own, not forty threads all called relay-gateway.
+TEST_F(GatewayTest, ThreadsAreNamedForWhatTheyDo) {
+  start_gateway();
+  std::multiset<std::string> names;
+  auto read_names = [&] {
+    names.clear();
+    for (const auto& task : std::filesystem::directory_iterator(
+             "/proc/" + std::to_string(gateway_->pid()) + "/task")) {
+      std::ifstream f(task.path() / "comm");
+      std::string name;
+      std::getline(f, name);
+      names.insert(name);
+    }
+  };
+  const std::vector<std::string> expected{
+      "requests",       "storage",  "probes", "redis-batcher", "completions", "notifier",
+      "webhook-claims", "webhooks", "reaper", "due-sweep",     "gc"};
+  // (The loops name themselves as they start, the listening socket may be open before.)
+  EXPECT_TRUE(wait_until(
+      [&] {
+        read_names();
+        return names.count("webhooks") == 16 &&
+               std::all_of(expected.begin(), expected.end(),
+                           [&](const std::string& n) { return names.count(n) > 0; });
+      },
+      10s));
+  for (const auto& name : expected) EXPECT_TRUE(names.count(name)) << name;
+  EXPECT_EQ(names.count("webhooks"), 16u) << "webhooks.concurrency workers";
+  EXPECT_LE(names.count("relay-gateway"), 2u) << "the main thread (and at most one more)";
+}
+
 TEST_F(GatewayTest, FilenamesBecomeValidUtf8) {
   start_gateway();
   auto raw = http("POST", url("/jobs/echo?filename=a%FFb.txt"), {"Content-Type: text/plain"}, "x");
