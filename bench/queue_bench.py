@@ -43,6 +43,7 @@ Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs
   no-op HTTP server on loopback, the clients' backend: its CPU not counted); the run, its rate
   and its CPU, lasts until the last webhook was attempted; how long that came after the last
   job, and how many deliveries were put back for a receiver with its share in hand.
+  --webhook-delay-ms=N: the receiver answers each webhook N ms late (a backend far away).
 --idempotency-keys: every Relay submission of the throughput runs with an Idempotency-Key of its
   own, as the Python and JavaScript clients send one with every submission.
 --auth: the gateway checks an API key on every request (auth.enabled, as in production; the
@@ -50,7 +51,7 @@ Inputs are 1 KiB unless --input-bytes=N says otherwise (the main throughput runs
 --quotas: the tenant has quotas (quotas.max_pending and quotas.submits_per_minute), too high to
   refuse anything: what admitting each submission and freeing its slot when it ends costs.
 
-usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|latency|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks] [--idempotency-keys] [--auth] [--quotas]
+usage: queue_bench.py BIN_DIR [--jobs=20000] [--input-bytes=1024] [--results=DIR] [--storage=DIR|s3 [--s3-core]] [--only=relay|relay_off|bullmq|bullmq_model|bullmq_work|delay|latency|oneshot|sizes] [--relays=1] [--concurrency=4] [--delay-ms=20] [--workers=4] [--encryption] [--webhooks [--webhook-delay-ms=N]] [--idempotency-keys] [--auth] [--quotas]
 (BullMQ is installed from npm into bench/bullmq; the chart needs gnuplot.)"""
 import base64
 import json
@@ -72,7 +73,7 @@ from ports import free_port, wait_port  # noqa: E402
 # (a run of minutes measuring the wrong thing).
 OPTIONS = ("--jobs=", "--input-bytes=", "--results=", "--storage=", "--s3-core", "--only=",
            "--relays=", "--concurrency=", "--delay-ms=", "--workers=", "--encryption",
-           "--webhooks", "--idempotency-keys", "--auth", "--quotas")
+           "--webhooks", "--webhook-delay-ms=", "--idempotency-keys", "--auth", "--quotas")
 USAGE = "usage: " + __doc__.split("usage: ", 1)[1]
 
 
@@ -159,6 +160,13 @@ def run_flag(option, label):
 # AES-256 key per run), as a deployment that turns it on runs. BullMQ's side has no counterpart.
 ENCRYPTION = run_flag("--encryption", "encrypted")
 WEBHOOKS = run_flag("--webhooks", "a webhook per job")
+# --webhook-delay-ms=N: the receiver answers each webhook N ms late (a backend far away).
+WEBHOOK_DELAY_MS = 0
+if any(a.startswith("--webhook-delay-ms=") for a in sys.argv):
+    if not WEBHOOKS:
+        usage_error("--webhook-delay-ms goes with --webhooks")
+    WEBHOOK_DELAY_MS = int_option("webhook-delay-ms", "1")
+    STORAGE_NAME += f" {WEBHOOK_DELAY_MS} ms away"
 IDEMPOTENCY_KEYS = run_flag("--idempotency-keys", "Idempotency-Keys")
 AUTH = run_flag("--auth", "API keys")
 QUOTAS = run_flag("--quotas", "quotas")
@@ -385,7 +393,7 @@ class RelayStack:
         hooks = {}
         self.receiver = None
         if WEBHOOKS:
-            self.receiver, receiver_port = noop_model()
+            self.receiver, receiver_port = noop_model(WEBHOOK_DELAY_MS)
             self.hook_url = f"http://127.0.0.1:{receiver_port}/hook"
             hooks = {"RELAY_WEBHOOKS_SECRET": "whsec_" + base64.b64encode(os.urandom(24)).decode(),
                      "RELAY_WEBHOOKS_ALLOW_PRIVATE": "true"}  # (the receiver is on loopback)
