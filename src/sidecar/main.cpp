@@ -13,6 +13,7 @@
 #include "common/backoff.hpp"
 #include "common/log.hpp"
 #include "common/signals.hpp"
+#include "common/thread_name.hpp"
 #include "sidecar/config.hpp"
 #include "sidecar/relay.hpp"
 #include "storage/storage.hpp"
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::thread signals([&relay, set] {
+    relay::name_this_thread("signals");
     int sig = 0;
     if (sigwait(&set, &sig) == 0 && sig != SIGUSR1) relay->shutdown();
   });

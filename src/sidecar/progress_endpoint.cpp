@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "common/random.hpp"
+#include "common/thread_name.hpp"
 #include "common/utf8.hpp"
 #include "config/shared.hpp"
 
@@ -146,7 +147,10 @@ ProgressEndpoint::ProgressEndpoint(const std::string& listen) : impl_(std::make_
     throw std::runtime_error("cannot listen on " + listen + " for progress reports: " + e.what());
   }
   asio::co_spawn(impl_->io, impl_->accept_loop(), asio::detached);
-  impl_->thread = std::jthread([this] { impl_->io.run(); });
+  impl_->thread = std::jthread([this] {
+    name_this_thread("progress");
+    impl_->io.run();
+  });
 }
 
 ProgressEndpoint::~ProgressEndpoint() {
