@@ -1,5 +1,6 @@
 // Webhooks end to end: signed deliveries to a real receiver, retries, replicas, dead letters.
 
+#include <algorithm>
 #include <map>
 #include <regex>
 #include <set>
@@ -27,6 +28,16 @@ class WebhookTest : public GatewayTest {
     auto r = submit("input", {}, {{"callback_url", callback}});
     EXPECT_EQ(r.status, 202) << r.body;
     return str(parse(r), "id");
+  }
+  // Whether every one of ids had its webhook delivered within timeout.
+  bool all_delivered(const std::vector<std::string>& ids, std::chrono::seconds timeout) {
+    return wait_until(
+        [&] {
+          return std::all_of(ids.begin(), ids.end(), [&](const std::string& id) {
+            return webhook_status(id) == "delivered";
+          });
+        },
+        timeout);
   }
   std::string webhook_status(const std::string& id) {
     auto j = job(id);
@@ -140,13 +151,7 @@ TEST_F(WebhookTest, TwoReplicasDeliverEachWebhookExactlyOnce) {
   for (int i = 0; i < 8; ++i) ids.push_back(submit_with_callback(receiver.url()));
   auto relay = start_relay(inference, {}, {"--max-jobs", "8"});
   ASSERT_EQ(relay->wait_exit(30s), 0);
-  ASSERT_TRUE(wait_until(
-      [&] {
-        for (auto& id : ids)
-          if (webhook_status(id) != "delivered") return false;
-        return true;
-      },
-      30s));
+  ASSERT_TRUE(all_delivered(ids, 30s));
   auto lines = receiver.lines();
   std::set<std::string> delivered;
   for (auto& l : lines) delivered.insert(str(line_json(l), "id"));
@@ -209,14 +214,7 @@ TEST_F(WebhookTest, AReceiverWithItsShareInHandGetsEveryWebhookOnceInTurn) {
   std::vector<std::string> ids;
   for (int i = 0; i < 30; ++i) ids.push_back(submit_with_callback(receiver.url()));
   ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "30"})->wait_exit(60s), 0);
-  ASSERT_TRUE(wait_until(
-      [&] {
-        for (auto& id : ids)
-          if (webhook_status(id) != "delivered") return false;
-        return true;
-      },
-      60s))
-      << gateway_->log();
+  ASSERT_TRUE(all_delivered(ids, 60s)) << gateway_->log();
   auto lines = receiver.lines();
   std::set<std::string> delivered;
   for (auto& l : lines) delivered.insert(str(line_json(l), "id"));
@@ -311,13 +309,7 @@ TEST_F(WebhookTest, AFarReceiverThatKeepsUpIsGivenMoreAtOnce) {
   for (int i = 0; i < 40; ++i) ids.push_back(submit_with_callback(far.url()));
   ASSERT_EQ(start_relay(inference, {}, {"--max-jobs", "40"})->wait_exit(60s), 0);
   ASSERT_TRUE(wait_until([&] { return far.lines().size() >= ids.size(); }, 60s)) << gateway_->log();
-  ASSERT_TRUE(wait_until(
-      [&] {
-        for (auto& id : ids)
-          if (webhook_status(id) != "delivered") return false;
-        return true;
-      },
-      20s));
+  ASSERT_TRUE(all_delivered(ids, 20s));
   EXPECT_EQ(far.lines().size(), ids.size()) << "each once";
   for (auto& id : ids) EXPECT_EQ(job(id).at("webhook").as_object().at("attempts").as_int64(), 1);
   EXPECT_GT(most_at_once(far), 2) << "its share grew";
