@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <tuple>
@@ -82,6 +83,8 @@ size_t plaintext_segment(size_t i, const StreamingParams& p) {
   return p.segment_size - kTagSize - (i == 0 ? header_size(p) : 0);
 }
 
+std::atomic<std::uint64_t> buffers_allocated{0};  // (segment_buffers_allocated())
+
 // A segment's bytes in hand (ciphertext read ahead, plaintext sealed or verified): a buffer that
 // is not zeroed when it grows, and whose memory is kept for the next object rather than freed.
 // A segment is 1 MiB by default, and the relay's allocator hands blocks that large back to the
@@ -106,7 +109,12 @@ class Buffer {
 
   // n bytes in all: those held kept, any added unspecified until written.
   void resize(size_t n) {
-    if (begin_ + n > capacity_) grow(n);
+    if (begin_ + n > capacity_) {
+      if (n <= capacity_)
+        compact();
+      else
+        grow(n);
+    }
     end_ = begin_ + n;
     touched_ = std::max(touched_, end_);
   }
@@ -136,10 +144,21 @@ class Buffer {
     return *s;
   }
 
+  // The bytes held moved to the front, when what is wanted fits the memory there is: a reader
+  // that keeps a byte read ahead (which segment is the last) consumes all but it of each
+  // segment, and the next segment's bytes then start near the buffer's end. A fresh buffer for
+  // each of them — faulted in, and the old one wiped — took encrypting 1 GiB from 86% of
+  // OpenSSL's speed to 72%.
+  void compact() {
+    if (size()) std::memmove(data_.get(), data(), size());
+    end_ -= begin_;
+    begin_ = 0;
+  }
   void grow(size_t n) {
     // Doubling when appended to bit by bit; exactly n when sized to a segment at once.
     const size_t cap = std::max(n, std::min(2 * capacity_, n + (n >> 1)));
     auto fresh = std::make_unique_for_overwrite<char[]>(cap);
+    buffers_allocated.fetch_add(1, std::memory_order_relaxed);
     if (size()) std::memcpy(fresh.get(), data(), size());
     end_ -= begin_;
     begin_ = 0;
@@ -197,6 +216,10 @@ void check_params(const StreamingParams& p) {
 }
 
 }  // namespace
+
+std::uint64_t segment_buffers_allocated() {
+  return buffers_allocated.load(std::memory_order_relaxed);
+}
 
 size_t header_size(const StreamingParams& p) {
   return 1 + p.key_size + kNoncePrefixSize;

@@ -41,6 +41,10 @@ class DecryptionError : public std::runtime_error {
 };
 
 size_t header_size(const StreamingParams& p);
+// Memory the encryptors and decryptors have taken from the allocator for the segments in hand,
+// counted since the process started (tests: a stream of any length needs a few, not one per
+// segment).
+std::uint64_t segment_buffers_allocated();
 // Ciphertext size of a plaintext of n bytes.
 std::uint64_t ciphertext_size(std::uint64_t plaintext_size, const StreamingParams& p);
 

@@ -229,6 +229,25 @@ TEST(StreamingAead, BuffersKeptForTheNextObjectNeverCarryItsBytes) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
+// A long stream is sealed and opened in the same few buffers, whatever its segment count: the
+// byte each segment's reader keeps read ahead (to know the last segment) is moved to the front,
+// not carried into a fresh buffer per segment (encrypting 1 GiB ran at 72% of OpenSSL's speed
+// that way, its plaintext buffer wiped at every segment).
+TEST(StreamingAead, ALongStreamReusesItsSegmentBuffers) {
+  const StreamingParams p{32, HkdfHash::sha256, 128 << 10};
+  const std::string key(32, 'k');
+  std::string pt((64 * p.segment_size) + 12345, '\0');
+  for (size_t i = 0; i < pt.size(); ++i) pt[i] = static_cast<char>(i * 7 + 3);
+  const auto before = segment_buffers_allocated();
+  const std::string ct = encrypt(pt, key, "job/input", p, 65536);
+  const auto sealing = segment_buffers_allocated() - before;
+  EXPECT_EQ(decrypt(ct, key, "job/input", p, 65536), pt);
+  const auto opening = segment_buffers_allocated() - before - sealing;
+  // (Growing to a segment from 16 KiB takes a few; 65 segments each way would take 65 more.)
+  EXPECT_LE(sealing, 12u);
+  EXPECT_LE(opening, 12u);
+}
+
 TEST(StreamingAead, PlaintextSizeInvertsCiphertextSize) {
   StreamingParams p{16, HkdfHash::sha256, 64};
   std::set<std::uint64_t> sizes;
