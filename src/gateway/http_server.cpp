@@ -623,26 +623,7 @@ struct HttpServer::Impl {
         if (read_error == beast::error::timeout || read_error == asio::error::operation_aborted)
           co_return;
         if (read_error == asio::error::connection_reset) co_return;
-        // Malformed HTTP: say so, then close — half-closed, what the client still sends (the
-        // rest of an oversized header, a body) read and dropped, or the close would reset the
-        // connection before the client read why.
-        const bool too_large = read_error == http::error::header_limit;
-        http::response<http::string_body> bad{
-            too_large ? http::status::request_header_fields_too_large : http::status::bad_request,
-            11};
-        bad.set(http::field::content_type, "application/json");
-        bad.set(http::field::date, http_date());
-        bad.body() = too_large ? error_response(431, "header_too_large",
-                                                "the request header is larger than " +
-                                                    std::to_string(cfg.max_header_size) + " bytes")
-                                     .body
-                               : error_response(400, "bad_request",
-                                                "malformed HTTP request: " + read_error.message())
-                                     .body;
-        bad.keep_alive(false);
-        bad.prepare_payload();
-        co_await http::async_write(stream, bad, asio::use_awaitable);
-        co_await close_after_answer(stream, /*unread_body=*/true);
+        co_await answer_malformed(stream, read_error);
         co_return;
       }
       stream.expires_never();
@@ -650,22 +631,18 @@ struct HttpServer::Impl {
       auto& req = parser.get();
       if (auto refusal = refuse_transfer_coding(req[http::field::transfer_encoding])) {
         // Its body is not read as a request (see transfer_coding.hpp): answered, then closed.
-        Response no = error_response(refusal->status,
-                                     refusal->status == 400 ? "bad_request" : "not_implemented",
-                                     refusal->message);
-        co_await write(stream, no, true);
-        co_await close_after_answer(stream, /*unread_body=*/true);
+        co_await refuse(stream, refusal->status,
+                        refusal->status == 400 ? "bad_request" : "not_implemented",
+                        refusal->message);
         co_return;
       }
       // RFC 9112 §3.2: an HTTP/1.1 request without Host, and any with more than one, is 400 —
       // requests a proxy in front may route by another Host than the one it forwards.
       if (const auto hosts = req.count(http::field::host);
           hosts > 1 || (hosts == 0 && req.version() >= 11)) {
-        Response no = error_response(
-            400, "bad_request",
+        co_await refuse(
+            stream, 400, "bad_request",
             hosts > 1 ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
-        co_await write(stream, no, true);
-        co_await close_after_answer(stream, /*unread_body=*/true);
         co_return;
       }
       Request r;
@@ -685,86 +662,14 @@ struct HttpServer::Impl {
           beast::iequals(req[http::field::expect], "100-continue") && r.has_body;
       BodyReader body(stream, buffer, parser, cfg);
 
+      // (In a coroutine of its own: see respond().)
+      // Responses are handed to the coroutines below by reference, and they put their answer
+      // in it, for the same reason: one taken or returned by value is a copy in this frame.
       Response resp;
-      std::unique_ptr<Intake> intake;
-      std::exception_ptr failed;
-      try {
-        // A small body (or the first piece of a large one) is read before the handler runs,
-        // so that a small submission costs one trip to the pool. A client waiting for
-        // `100 Continue` is asked for its body only once the handler accepted the header.
-        // A body declared that small is waited for whole (a client may send it apart from its
-        // header): the handler then gets all of it, and a submission with an Idempotency-Key
-        // claims it in the step that makes the job, not in a round trip of its own first.
-        if (r.has_body && !expect_continue) {
-          Piece first(piece_budget);
-          co_await body.read(first, kPrefetch, false,
-                             r.content_length && *r.content_length <= kPrefetch);
-          r.body.assign(first.view());
-        }
-        r.body_complete = body.done();
-        // (No co_await inside ?: — GCC 12 miscompiles it.)
-        std::optional<redis::Batcher::Outcome> sent;  // of the answer's commit, when it had one
-        if (auto at_once = api.answer_at_once(r)) {
-          resp = std::move(*at_once);
-        } else {
-          Handled h = co_await handle_and_commit(pool_for(r), [&] { return api.handle(r); });
-          if (h.resp.answer) {
-            resp = co_await answered(r, std::move(h));
-          } else {
-            resp = std::move(h.resp);
-            sent = std::move(h.sent);
-          }
-        }
-        if (resp.intake) {
-          intake = std::move(resp.intake);
-          const std::string route = resp.route;
-          std::optional<Response> stopped;  // at a gate: a refusal, a replay
-          if (resp.gate && sent) stopped = co_await pass_gates(*intake, std::move(*sent));
-          if (stopped)
-            resp = std::move(*stopped);
-          else if (sent && !resp.gate)
-            resp = co_await answer_commit(*intake, std::move(*sent));
-          else  // (past its gates, the bytes read with the header are the intake's first)
-            resp = co_await take_body(stream, body, *intake, expect_continue,
-                                      resp.gate ? std::string_view(r.body) : "");
-          resp.route = route;
-        }
-      } catch (const Malformed& bad) {
-        log::info("malformed request body",
-                  {{"reason", bad.reason}, {"received_bytes", body.received()}});
-        resp = error_response(400, "bad_request", "malformed HTTP request body: " + bad.reason);
-      } catch (const Cut& cut) {
-        log::warn("upload cut", {{"reason", cut.reason},
-                                 {"received_bytes", body.received()},
-                                 {"bytes_per_s", static_cast<std::int64_t>(body.rate())}});
-        resp = error_response(408, "request_timeout", "the request body " + cut.reason);
-      } catch (...) {
-        failed = std::current_exception();  // the client went away: nothing to answer
-      }
-      if (intake && intake->settled()) {
-        intake.reset();
-      } else if (intake) {
-        // Unfinished (the client went away, or a refusal), its undo blocks on storage and
-        // Redis: it goes on the storage pool.
-        co_await run_blocking(storing, [&] { intake.reset(); });
-      }
-      if (failed) {
-        if (r.has_body && !body.done()) {
-          std::string why = "unknown";
-          try {
-            std::rethrow_exception(failed);
-          } catch (const std::exception& e) {
-            why = e.what();
-          }
-          log::info("upload abandoned by the client", {{"target", r.target.substr(0, 200)},
-                                                       {"received_bytes", body.received()},
-                                                       {"error", why}});
-        }
-        std::rethrow_exception(failed);
-      }
+      co_await respond(stream, body, r, expect_continue, resp);
 
       if (!resp.wait_job.empty() && resp.wait_target.empty()) {
-        resp = co_await long_poll(stream, r, std::move(resp));
+        co_await long_poll(stream, r, resp);
       } else if (!resp.wait_job.empty()) {
         // A submission that waits for its job (Prefer: wait): asked again as a read of the job.
         Request of_job;
@@ -775,7 +680,7 @@ struct HttpServer::Impl {
         // Counted apart: its duration is the job's, and would swamp the submissions' own.
         const std::string route = resp.route + " (waiting)";
         auto said = std::move(resp.headers);  // (its Location, Idempotent-Replayed: said again)
-        resp = co_await long_poll(stream, of_job, std::move(resp));
+        co_await long_poll(stream, of_job, resp);
         resp.route = route;
         if (resp.status == 200 || resp.status == 202)
           resp.headers.insert(resp.headers.end(), said.begin(), said.end());
@@ -792,7 +697,7 @@ struct HttpServer::Impl {
       if (resp.event) {
         // An event stream holds the connection until the job ends, then closes it.
         const std::string route = resp.route;
-        co_await event_stream(stream, r, std::move(resp));
+        co_await event_stream(stream, r, resp);
         metrics().requests.add({route, "200"});
         co_return;
       }
@@ -808,6 +713,125 @@ struct HttpServer::Impl {
         co_await close_after_answer(stream, !body.done());
         co_return;
       }
+    }
+  }
+
+  // The answer to a request header that is not HTTP (or too large), then the connection closed.
+  // (Here and in refuse(), not in session(): see respond().)
+  asio::awaitable<void> answer_malformed(beast::tcp_stream& stream, beast::error_code read_error) {
+    // Malformed HTTP: say so, then close — half-closed, what the client still sends (the
+    // rest of an oversized header, a body) read and dropped, or the close would reset the
+    // connection before the client read why.
+    const bool too_large = read_error == http::error::header_limit;
+    http::response<http::string_body> bad{
+        too_large ? http::status::request_header_fields_too_large : http::status::bad_request, 11};
+    bad.set(http::field::content_type, "application/json");
+    bad.set(http::field::date, http_date());
+    bad.body() = too_large ? error_response(431, "header_too_large",
+                                            "the request header is larger than " +
+                                                std::to_string(cfg.max_header_size) + " bytes")
+                                 .body
+                           : error_response(400, "bad_request",
+                                            "malformed HTTP request: " + read_error.message())
+                                 .body;
+    bad.keep_alive(false);
+    bad.prepare_payload();
+    co_await http::async_write(stream, bad, asio::use_awaitable);
+    co_await close_after_answer(stream, /*unread_body=*/true);
+  }
+
+  // An answer that ends the connection: a request whose body cannot be read as one.
+  asio::awaitable<void> refuse(beast::tcp_stream& stream, unsigned status, std::string code,
+                               std::string message) {
+    Response no = error_response(status, code, message);
+    co_await write(stream, no, true);
+    co_await close_after_answer(stream, /*unread_body=*/true);
+  }
+
+  // A request's answer, from its header to its handler's verdict on its body: the body read,
+  // the handler run, an intake taken through its gates and fed. A coroutine of its own, and not
+  // part of session(), for the memory a held connection costs: GCC gives every local and every
+  // co_await's result of a coroutine a place of its own in its frame, and the ~20 Responses
+  // this takes made session()'s frame 8.7 KiB, held by every open connection — a long-poll's,
+  // an idle keep-alive's — for as long as it stays open (10,000 long-polls: 221 MiB, over the
+  // 200 MiB the gateway's benchmark holds them to). This frame lives only until the answer.
+  asio::awaitable<void> respond(beast::tcp_stream& stream, BodyReader& body, Request& r,
+                                bool expect_continue, Response& resp) {
+    std::unique_ptr<Intake> intake;
+    std::exception_ptr failed;
+    try {
+      // A small body (or the first piece of a large one) is read before the handler runs,
+      // so that a small submission costs one trip to the pool. A client waiting for
+      // `100 Continue` is asked for its body only once the handler accepted the header.
+      // A body declared that small is waited for whole (a client may send it apart from its
+      // header): the handler then gets all of it, and a submission with an Idempotency-Key
+      // claims it in the step that makes the job, not in a round trip of its own first.
+      if (r.has_body && !expect_continue) {
+        Piece first(piece_budget);
+        co_await body.read(first, kPrefetch, false,
+                           r.content_length && *r.content_length <= kPrefetch);
+        r.body.assign(first.view());
+      }
+      r.body_complete = body.done();
+      // (No co_await inside ?: — GCC 12 miscompiles it.)
+      std::optional<redis::Batcher::Outcome> sent;  // of the answer's commit, when it had one
+      if (auto at_once = api.answer_at_once(r)) {
+        resp = std::move(*at_once);
+      } else {
+        Handled h = co_await handle_and_commit(pool_for(r), [&] { return api.handle(r); });
+        if (h.resp.answer) {
+          resp = co_await answered(r, std::move(h));
+        } else {
+          resp = std::move(h.resp);
+          sent = std::move(h.sent);
+        }
+      }
+      if (resp.intake) {
+        intake = std::move(resp.intake);
+        const std::string route = resp.route;
+        std::optional<Response> stopped;  // at a gate: a refusal, a replay
+        if (resp.gate && sent) stopped = co_await pass_gates(*intake, std::move(*sent));
+        if (stopped)
+          resp = std::move(*stopped);
+        else if (sent && !resp.gate)
+          resp = co_await answer_commit(*intake, std::move(*sent));
+        else  // (past its gates, the bytes read with the header are the intake's first)
+          resp = co_await take_body(stream, body, *intake, expect_continue,
+                                    resp.gate ? std::string_view(r.body) : "");
+        resp.route = route;
+      }
+    } catch (const Malformed& bad) {
+      log::info("malformed request body",
+                {{"reason", bad.reason}, {"received_bytes", body.received()}});
+      resp = error_response(400, "bad_request", "malformed HTTP request body: " + bad.reason);
+    } catch (const Cut& cut) {
+      log::warn("upload cut", {{"reason", cut.reason},
+                               {"received_bytes", body.received()},
+                               {"bytes_per_s", static_cast<std::int64_t>(body.rate())}});
+      resp = error_response(408, "request_timeout", "the request body " + cut.reason);
+    } catch (...) {
+      failed = std::current_exception();  // the client went away: nothing to answer
+    }
+    if (intake && intake->settled()) {
+      intake.reset();
+    } else if (intake) {
+      // Unfinished (the client went away, or a refusal), its undo blocks on storage and
+      // Redis: it goes on the storage pool.
+      co_await run_blocking(storing, [&] { intake.reset(); });
+    }
+    if (failed) {
+      if (r.has_body && !body.done()) {
+        std::string why = "unknown";
+        try {
+          std::rethrow_exception(failed);
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+        log::info("upload abandoned by the client", {{"target", r.target.substr(0, 200)},
+                                                     {"received_bytes", body.received()},
+                                                     {"error", why}});
+      }
+      std::rethrow_exception(failed);
     }
   }
 
@@ -1070,13 +1094,15 @@ struct HttpServer::Impl {
   // registration is one the notifier kept (Notifier: no second read here).
   // A notice that carries the job's ended record (a relay's finish announces it so) is the
   // answer, made here on the I/O thread (~20 µs) — no read, no trip to a request thread.
-  asio::awaitable<Response> long_poll(beast::tcp_stream& stream, const Request& r, Response first) {
-    auto timer = std::make_shared<asio::steady_timer>(io, first.wait_until);
+  // `resp` holds the first read's answer, and is given the last.
+  asio::awaitable<void> long_poll(beast::tcp_stream& stream, const Request& r, Response& resp) {
+    const auto wait_until = resp.wait_until;
+    auto timer = std::make_shared<asio::steady_timer>(io, wait_until);
     auto woken = std::make_shared<bool>(false);
     auto notice = std::make_shared<std::string>();
     auto ex = io.get_executor();
     // (A wake from inside watch() is posted: it runs once this coroutine waits below.)
-    auto reg = notifier.watch(first.wait_job, [timer, woken, notice, ex](const std::string& n) {
+    auto reg = notifier.watch(resp.wait_job, [timer, woken, notice, ex](const std::string& n) {
       asio::post(ex, [timer, woken, notice, n] {
         *woken = true;
         // (The settle's notice of the same end often comes before this coroutine runs: the
@@ -1093,13 +1119,17 @@ struct HttpServer::Impl {
         if (!co_await wait_watching(*timer, stream.socket(), watch_client)) continue;
       }
       if (*woken && !stopping.load())
-        if (auto ended = api.answer_from_notice(r, std::exchange(*notice, {})))
-          co_return std::move(*ended);
-      if (stopping.load() || Clock::now() >= first.wait_until)
-        co_return co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
+        if (auto ended = api.answer_from_notice(r, std::exchange(*notice, {}))) {
+          resp = std::move(*ended);
+          co_return;
+        }
+      if (stopping.load() || Clock::now() >= wait_until) {
+        resp = co_await run_blocking(pool, [&] { return api.handle(r, /*again=*/true); });
+        co_return;
+      }
       *woken = false;
-      Response again = co_await ask(r);
-      if (again.wait_job.empty() || stopping.load()) co_return again;
+      resp = co_await ask(r);
+      if (resp.wait_job.empty() || stopping.load()) co_return;
     }
   }
 
@@ -1107,7 +1137,8 @@ struct HttpServer::Impl {
   // notifier says it changed, until a terminal state. A comment every kKeepAlive keeps proxies
   // from cutting an idle stream and finds clients that went away. Costs a coroutine, a timer
   // and a registration: thousands are as cheap as long-polls.
-  asio::awaitable<void> event_stream(beast::tcp_stream& stream, const Request& r, Response first) {
+  asio::awaitable<void> event_stream(beast::tcp_stream& stream, const Request& r,
+                                     const Response& first) {
     static constexpr auto kKeepAlive = std::chrono::seconds(15);
     http::response<http::buffer_body> out{http::status::ok, 11};
     out.set(http::field::content_type, kEventStream);
