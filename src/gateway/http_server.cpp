@@ -623,7 +623,14 @@ struct HttpServer::Impl {
         if (read_error == beast::error::timeout || read_error == asio::error::operation_aborted)
           co_return;
         if (read_error == asio::error::connection_reset) co_return;
-        co_await answer_malformed(stream, read_error);
+        // (The answer's parts made before the co_await: GCC 12 miscompiles a ?: whose branches
+        // make temporaries inside a co_await's expression — the gateway crashed here.)
+        const bool too_large = read_error == http::error::header_limit;
+        std::string why = too_large ? "the request header is larger than " +
+                                          std::to_string(cfg.max_header_size) + " bytes"
+                                    : "malformed HTTP request: " + read_error.message();
+        co_await refuse(stream, too_large ? 431 : 400,
+                        too_large ? "header_too_large" : "bad_request", std::move(why));
         co_return;
       }
       stream.expires_never();
@@ -662,9 +669,9 @@ struct HttpServer::Impl {
           beast::iequals(req[http::field::expect], "100-continue") && r.has_body;
       BodyReader body(stream, buffer, parser, cfg);
 
-      // (In a coroutine of its own: see respond().)
-      // Responses are handed to the coroutines below by reference, and they put their answer
-      // in it, for the same reason: one taken or returned by value is a copy in this frame.
+      // The request's handling is a coroutine of its own (see respond()), and the coroutines
+      // below are handed `resp` by reference and put their answer in it: a Response taken or
+      // returned by value would be a copy in this frame, held as long as the connection.
       Response resp;
       co_await respond(stream, body, r, expect_continue, resp);
 
@@ -716,31 +723,10 @@ struct HttpServer::Impl {
     }
   }
 
-  // The answer to a request header that is not HTTP (or too large), then the connection closed.
-  // (Here and in refuse(), not in session(): see respond().)
-  asio::awaitable<void> answer_malformed(beast::tcp_stream& stream, beast::error_code read_error) {
-    // Malformed HTTP: say so, then close — half-closed, what the client still sends (the
-    // rest of an oversized header, a body) read and dropped, or the close would reset the
-    // connection before the client read why.
-    const bool too_large = read_error == http::error::header_limit;
-    http::response<http::string_body> bad{
-        too_large ? http::status::request_header_fields_too_large : http::status::bad_request, 11};
-    bad.set(http::field::content_type, "application/json");
-    bad.set(http::field::date, http_date());
-    bad.body() = too_large ? error_response(431, "header_too_large",
-                                            "the request header is larger than " +
-                                                std::to_string(cfg.max_header_size) + " bytes")
-                                 .body
-                           : error_response(400, "bad_request",
-                                            "malformed HTTP request: " + read_error.message())
-                                 .body;
-    bad.keep_alive(false);
-    bad.prepare_payload();
-    co_await http::async_write(stream, bad, asio::use_awaitable);
-    co_await close_after_answer(stream, /*unread_body=*/true);
-  }
-
-  // An answer that ends the connection: a request whose body cannot be read as one.
+  // An answer that ends the connection — to a request that is not HTTP, or whose body cannot be
+  // read as one —, then the connection half-closed: what the client still sends (the rest of an
+  // oversized header, a body) read and dropped, or the close would reset the connection before
+  // the client read why. (Not in session(): see respond().)
   asio::awaitable<void> refuse(beast::tcp_stream& stream, unsigned status, std::string code,
                                std::string message) {
     Response no = error_response(status, code, message);
