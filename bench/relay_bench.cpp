@@ -33,11 +33,13 @@ namespace {
 
 // Redis round trips per job, counted from the code (relay.cpp, job_store.cpp):
 //   steady state, jobs waiting: EVALSHA finish + EVALSHA take of the next, pipelined  = 1
-//   one-shot adds per process: CLIENT ID on connect, SUBSCRIBE (cancel channel)        = 4
-// (BLMOVE + begin replace take only when the queue is empty; the heartbeat makes none for
-// jobs shorter than lease_ttl/3.)
+//   one-shot, per process: CLIENT ID and LRANGE (a look at pending) with the connect,
+//   EVALSHA take, EVALSHA finish                                                       = 3
+// (The cancel listener's connect and SUBSCRIBE run beside them, on their own thread; BLMOVE +
+// begin replace take only when the queue is empty; the heartbeat makes none for jobs shorter
+// than lease_ttl/3.)
 constexpr int kRoundTripsSteady = 1;
-constexpr int kRoundTripsOneShot = 4;
+constexpr int kRoundTripsOneShot = 3;
 
 // Microseconds to create, write and rename one small file under dir: the filesystem's floor
 // for storing one result.json atomically.

@@ -268,35 +268,6 @@ bool Connection::stale() const noexcept {
   return ::poll(&p, 1, 0) != 0;
 }
 
-Connection Connection::open(const Endpoint& ep) {
-  if (!ep.cluster_seeds.empty()) return open_cluster(ep);
-  if (!ep.sentinel_master.empty()) return open_via_sentinel(ep);
-  auto t = std::make_unique<Transport>();
-  if (!t->reader) throw IoError("redis: cannot allocate a reader");
-  t->fd = tcp_connect(ep);
-  t->set_timeouts(ep.connect_timeout, ep.connect_timeout);
-  if (ep.tls) t->handshake(ep);
-  Connection conn(std::move(t));
-  conn.server_ = ep;
-  // The handshake's replies are the connect's: a server that accepts the connection and then
-  // says nothing (a frozen process: the kernel still accepts) is given connect_timeout, as one
-  // that does not accept it.
-  if (!ep.password.empty()) {
-    if (ep.username.empty())
-      conn.command({"AUTH", ep.password});
-    else
-      conn.command({"AUTH", ep.username, ep.password});
-  }
-  if (ep.db != 0) conn.command({"SELECT", std::to_string(ep.db)});
-  // Also the connection's proof: a TLS handshake a server refuses after the fact (a client
-  // certificate it requires) or plain TCP to a TLS port fails here, at connect, not at the first
-  // command (tried lazily, to save one-shot relays a round trip: redis_tls_test caught it).
-  conn.client_id_ = as_integer(conn.command({"CLIENT", "ID"}).get());
-  // A dead server must not hang a command for ever; blocking commands lift this themselves.
-  conn.set_read_timeout(ep.read_timeout);
-  return conn;
-}
-
 Reply Connection::command(const std::vector<std::string>& argv) {
   if (cluster_) return cluster_command(argv);
   append(argv);
@@ -366,6 +337,51 @@ void format_call(const Connection::Call& call, std::string& out, bool whole = fa
 }
 
 }  // namespace
+
+Connection Connection::open(const Endpoint& ep, const std::vector<std::string>& first) {
+  if (!ep.cluster_seeds.empty() || !ep.sentinel_master.empty()) {
+    auto conn = ep.cluster_seeds.empty() ? open_via_sentinel(ep) : open_cluster(ep);
+    if (!first.empty()) conn.append(first);
+    return conn;
+  }
+  auto t = std::make_unique<Transport>();
+  if (!t->reader) throw IoError("redis: cannot allocate a reader");
+  t->fd = tcp_connect(ep);
+  t->set_timeouts(ep.connect_timeout, ep.connect_timeout);
+  if (ep.tls) t->handshake(ep);
+  Connection conn(std::move(t));
+  conn.server_ = ep;
+  // The handshake in one write, `first` with it: AUTH (production's Redis asks for it) and
+  // CLIENT ID were a round trip each, and a one-shot relay's path to its job is a few of them.
+  // CLIENT ID is also the connection's proof: a TLS handshake a server refuses after the fact
+  // (a client certificate it requires) or plain TCP to a TLS port fails here, at connect, not
+  // at the first command (tried lazily, to save one-shot relays a round trip:
+  // redis_tls_test caught it). Its replies are the connect's: a server that accepts the
+  // connection and then says nothing (a frozen process: the kernel still accepts) is given
+  // connect_timeout, as one that does not accept it.
+  std::string wire;
+  int handshake = 1;
+  if (!ep.password.empty()) {
+    format_command(ep.username.empty() ? std::vector<std::string>{"AUTH", ep.password}
+                                       : std::vector<std::string>{"AUTH", ep.username, ep.password},
+                   wire);
+    ++handshake;
+  }
+  if (ep.db != 0) {
+    format_command({"SELECT", std::to_string(ep.db)}, wire);
+    ++handshake;
+  }
+  format_command({"CLIENT", "ID"}, wire);
+  if (!first.empty()) format_command(first, wire);
+  conn.t_->write_all(wire.data(), wire.size());
+  // In order, the first refusal thrown (a wrong password's; the commands after it are refused
+  // for it too): the connection is dropped with it.
+  for (int i = 1; i < handshake; ++i) conn.read_reply();
+  conn.client_id_ = as_integer(conn.read_reply().get());
+  // A dead server must not hang a command for ever; blocking commands lift this themselves.
+  conn.set_read_timeout(ep.read_timeout);
+  return conn;
+}
 
 Reply Connection::eval(const Script& script, std::vector<std::string> keys,
                        std::vector<std::string> args) {
@@ -506,13 +522,13 @@ bool unblock(const BlockedClient& client) {
 }
 
 Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_wait,
-                              std::stop_token stop) {
+                              std::stop_token stop, const std::vector<std::string>& first) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + max_wait;
   Backoff backoff;
   for (int attempt = 1;; ++attempt) {
     try {
-      return Connection::open(ep);
+      return Connection::open(ep, first);
     } catch (const IoError& e) {
       auto delay = backoff.next();
       if (clock::now() + delay >= deadline || stop.stop_requested()) throw;

@@ -191,8 +191,11 @@ bool unblock(const BlockedClient& client);
 // node of the previous command — WAIT must — or to any master.
 class Connection {
  public:
-  // Connects, authenticates and selects the database; throws IoError or ReplyError.
-  static Connection open(const Endpoint& ep);
+  // Connects, authenticates and selects the database; throws IoError or ReplyError. `first`,
+  // when given, is sent with the handshake (one write, one round trip for both); its reply is
+  // the next read_reply()'s. A command whose reply may go unread: the connection may be dropped
+  // (a refused handshake) after the server ran it.
+  static Connection open(const Endpoint& ep, const std::vector<std::string>& first = {});
   ~Connection();
   Connection(Connection&&) noexcept;
   Connection& operator=(Connection&&) noexcept;
@@ -353,8 +356,10 @@ class MasterChangeHook {
 
 // Connects with exponential backoff and jitter until it succeeds, the deadline passes or stop is
 // requested; the last error is rethrown then. Logs each failure once per attempt with its delay.
+// first: as Connection::open's.
 Connection connect_with_retry(const Endpoint& ep, std::chrono::milliseconds max_wait,
-                              std::stop_token stop = {});
+                              std::stop_token stop = {},
+                              const std::vector<std::string>& first = {});
 
 }  // namespace relay::redis
 

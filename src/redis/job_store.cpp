@@ -161,10 +161,7 @@ std::optional<Taken> JobStore::take(const std::string& model, const std::string&
   // Each look that misses returns the head as it is then: a miss costs one round trip.
   for (int look = 0; look < 100; ++look) {
     if (candidates.ids.empty()) {
-      candidates.ids = as_strings(
-          conn_
-              .command({"LRANGE", keys_.pending(model), "0", std::to_string(candidates.want() - 1)})
-              .get());
+      candidates.ids = as_strings(conn_.command(look_command(keys_, model, candidates)).get());
       candidates.fresh = true;
       if (candidates.ids.empty()) return std::nullopt;
     }

@@ -172,6 +172,12 @@ class JobStore {
   // first, one round trip more).
   std::optional<Taken> take(const std::string& model, const std::string& token,
                             std::chrono::milliseconds lease_ttl, TakeCandidates& candidates);
+  // The look take() makes when it has no candidates (LRANGE of the head of pending), for a
+  // caller that sends it another way (with a connection's handshake: Connection::open).
+  static std::vector<std::string> look_command(const Keys& keys, const std::string& model,
+                                               const TakeCandidates& candidates) {
+    return {"LRANGE", keys.pending(model), "0", std::to_string(candidates.want() - 1)};
+  }
 
   BeginResult begin(const std::string& model, const std::string& id, const std::string& token,
                     std::chrono::milliseconds lease_ttl);

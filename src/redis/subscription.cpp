@@ -3,9 +3,8 @@
 namespace relay::redis {
 
 Subscription Subscription::open(const Endpoint& ep, const std::string& channel, bool pattern) {
-  auto conn = Connection::open(ep);
+  auto conn = Connection::open(ep, {pattern ? "PSUBSCRIBE" : "SUBSCRIBE", channel});
   conn.set_read_timeout(kQuiet);  // then a PING (next())
-  conn.append({pattern ? "PSUBSCRIBE" : "SUBSCRIBE", channel});
   auto confirm = conn.read_reply();
   if (confirm->type != REDIS_REPLY_ARRAY) throw ReplyError("redis: SUBSCRIBE: unexpected reply");
   return Subscription(std::move(conn));

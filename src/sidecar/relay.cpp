@@ -4,6 +4,7 @@
 
 #include <boost/json/serialize.hpp>
 #include <condition_variable>
+#include <cstdlib>
 #include <future>
 #include <thread>
 #include <utility>
@@ -220,7 +221,7 @@ bool Relay::wait_for_inference(InferenceClient& client) {
   return false;
 }
 
-int Relay::run() {
+int Relay::run(Ending ending) {
   log::info("relay starting", {{"model", cfg_.model},
                                {"pod", cfg_.pod_name},
                                {"max_jobs", cfg_.max_jobs},
@@ -265,21 +266,8 @@ int Relay::run() {
     listener.run(st);
   });
 
-  if (!wait_for_inference(*slots_.front()->inference)) return shutdown_.stop_requested() ? 0 : 1;
-
-  // The first slot's connection waits for Redis; the others open theirs when they first need
-  // it (and retry like any command).
-  try {
-    slots_.front()->conn.adopt(
-        redis::connect_with_retry(endpoint, cfg_.health_timeout, shutdown_.get_token()));
-  } catch (const redis::IoError& e) {
-    if (shutdown_.stop_requested()) return 0;
-    log::error("redis never came up; exiting", {{"error", e.what()}});
-    return 1;
-  }
-
-  subscribed.wait();
-
+  // Started now, while the model is probed: not a thread's start more on the way to the job.
+  // (Its connection opens when it first beats.)
   redis::LazyConnection hb_conn(  // the heartbeat thread's
       endpoint.with_read_timeout(Heartbeat::beat_wait(cfg_.lease_ttl)));
   Heartbeat heartbeat({&hb_conn, keys, cfg_.model, cfg_.lease_ttl, cfg_.progress_interval,
@@ -288,6 +276,35 @@ int Relay::run() {
     name_this_thread("heartbeat");
     heartbeat.run(st);
   });
+
+  if (!wait_for_inference(*slots_.front()->inference)) return shutdown_.stop_requested() ? 0 : 1;
+
+  // The first slot's connection waits for Redis; the others open theirs when they first need
+  // it (and retry like any command). With its handshake it looks at the head of pending: when
+  // jobs wait — a one-shot relay is started because they do (KEDA scales on pending) — its
+  // first job is taken in one step (take.lua), not BLMOVE and then begin.lua: a round trip
+  // less on the way to the job, and no moment holding it without a lease. The look is a hint:
+  // refused (a Redis still loading its data), the first take is the idle path's BLMOVE.
+  Slot& first = *slots_.front();
+  try {
+    auto conn = redis::connect_with_retry(
+        endpoint, cfg_.health_timeout, shutdown_.get_token(),
+        redis::JobStore::look_command(keys, cfg_.model, first.candidates));
+    bool usable = true;
+    try {
+      first.candidates.looked(redis::as_strings(conn.read_reply().get()));
+    } catch (const redis::ReplyError&) {
+    } catch (const redis::TransientError& e) {
+      usable = !e.new_connection();  // (a replica's READONLY: the slot connects anew)
+    }
+    if (usable) first.conn.adopt(std::move(conn));
+  } catch (const redis::IoError& e) {
+    if (shutdown_.stop_requested()) return 0;
+    log::error("redis never came up; exiting", {{"error", e.what()}});
+    return 1;
+  }
+
+  subscribed.wait();
 
   {
     // A surprise in one slot ends the relay (exit 1) after the others' jobs in hand, rather
@@ -309,13 +326,14 @@ int Relay::run() {
     guarded(*slots_.front());
   }  // (joined here)
 
+  const std::int64_t jobs = done_;
+  log::info("relay exiting", {{"jobs", jobs}, {"exit_code", exit_code_.load()}});
+  if (ending == Ending::at_once) std::_Exit(exit_code_);
   // Both told first, then both waited for: they wind down at once, not one after the other.
   heartbeat_thread.request_stop();
   listener_thread.request_stop();
   heartbeat_thread.join();
   listener_thread.join();
-  const std::int64_t jobs = done_;
-  log::info("relay exiting", {{"jobs", jobs}, {"exit_code", exit_code_.load()}});
   return exit_code_;
 }
 

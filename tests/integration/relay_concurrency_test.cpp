@@ -28,12 +28,6 @@ class RelayConcurrencyTest : public RelayTest {
     env["RELAY_RELAY_CONCURRENCY"] = std::to_string(concurrency);
     return env;
   }
-  // BLMOVE calls so far, on the server holding the model's queue.
-  long long blmove_calls() {
-    const auto info = redis::as_string(queue_node().command({"INFO", "commandstats"}).get());
-    const auto at = info.find("cmdstat_blmove:calls=");
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 21));
-  }
   // n jobs ("input 0", "input 1", ...); their ids in submission order.
   std::vector<std::string> submit_n(storage::Storage& st, int n) {
     std::vector<std::string> ids;
@@ -171,11 +165,11 @@ TEST_F(RelayConcurrencyTest, AnIdleSlotKeepsWaitingWhileAnotherRunsAJob) {
   env["RELAY_QUEUE_POP_TIMEOUT"] = "1s";
   auto st = storage_for(env);
   const auto first = submit(*st, "first");
-  const auto before = blmove_calls();
+  const auto before = calls_of("blmove");
   auto relay = start_relay(env, {"--max-jobs", "0"});
   ASSERT_TRUE(wait_until([&] { return inference.saw("request /predict"); }, 20s));
   // The idle slot's BLMOVE has timed out at least twice (its third is waiting).
-  ASSERT_TRUE(wait_until([&] { return blmove_calls() - before >= 3; }, 20s)) << relay->log();
+  ASSERT_TRUE(wait_until([&] { return calls_of("blmove") - before >= 3; }, 20s)) << relay->log();
   const auto second = submit(*st, "second");
   ASSERT_EQ(relay->wait_exit(30s), 0);
   EXPECT_EQ(status(first), "completed");

@@ -177,6 +177,13 @@ class RelayTest : public ::testing::Test {
                                   redis_.node_of_slot(redis::key_slot(keys_.pending(model_)))))
                             : redis_.connect();
   }
+  // Calls so far of a command (lower case: "blmove"), on the server holding the model's queue.
+  long long calls_of(const std::string& command) {
+    const auto info = redis::as_string(queue_node().command({"INFO", "commandstats"}).get());
+    const std::string field = "cmdstat_" + command + ":calls=";
+    const auto at = info.find(field);
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
+  }
   // PUBLISH, heard by the channel's subscribers everywhere before it returns: in a cluster, sent
   // to each node itself (a node forwards a PUBLISH to the others over the cluster bus, later
   // than its reply). The subscribers that heard it, all nodes together.

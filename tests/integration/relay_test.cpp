@@ -180,6 +180,28 @@ TEST_F(RelayTest, MaxJobsNStopsAfterN) {
   EXPECT_EQ(list(keys_.pending(model_)).size(), 1u);
 }
 
+TEST_F(RelayTest, AOneShotRelayTakesTheJobWaitingInOneStepAndAJobToComeByBlmove) {
+  InferenceServer inference;
+  auto env = base_env(inference);
+  auto st = storage_for(env);
+  // A job waiting when the relay starts (why KEDA starts it): the look made with the connect
+  // finds it, and take.lua moves, leases and marks it at once — no BLMOVE.
+  auto waiting = submit(*st, "waiting");
+  const auto before = calls_of("blmove");
+  auto relay = start_relay(env);
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  EXPECT_EQ(status(waiting), "completed");
+  EXPECT_EQ(calls_of("blmove"), before) << relay->log();
+
+  // None waiting: the relay waits in BLMOVE, and runs the job that comes.
+  relay = start_relay(env);
+  ASSERT_TRUE(wait_for_blocked_client()) << relay->log();
+  auto later = submit(*st, "later");
+  ASSERT_EQ(relay->wait_exit(20s), 0) << relay->log();
+  EXPECT_EQ(status(later), "completed");
+  EXPECT_GT(calls_of("blmove"), before);
+}
+
 TEST_F(RelayTest, EmptyQueueTimesOutAndExitsZero) {
   InferenceServer inference;
   auto env = base_env(inference);
