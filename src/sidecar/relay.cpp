@@ -348,10 +348,11 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
         break;
       // Busy path: a job is waiting (or was taken with the last finish, or ahead); move, lease
       // and mark it in one step. When the last look at the head of pending (this slot's last
-      // finish or take) saw none, the idle path instead: its BLMOVE returns at once if a job
-      // came since, and a take would first have to look again — a round trip for nothing
-      // while the queue stays empty (slots outnumbering the jobs in flight: a round trip per
-      // job in four, issue 14's benchmark with 4 relays of 16 slots).
+      // finish or take, or the first slot's connect) saw none, the idle path instead: its
+      // BLMOVE returns at once if a job came since, and a take would first have to look
+      // again — a round trip for nothing while the queue stays empty (slots outnumbering the
+      // jobs in flight: a round trip per job in four, issue 14's benchmark with 4 relays of 16
+      // slots).
       if (!slot.next) settle(slot, heartbeat);
       auto taken = std::exchange(slot.next, std::nullopt);
       auto held = std::move(slot.next_control);
