@@ -90,12 +90,12 @@ std::optional<std::string> JobStore::pop(const std::string& model,
 Connection::Call JobStore::take_call(const std::string& model, const std::string& token,
                                      std::chrono::milliseconds lease_ttl,
                                      const TakeCandidates& candidates) const {
-  Connection::Call call{&lua::take,
-                        {keys_.pending(model), keys_.processing(model)},
-                        {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
-                         std::to_string(candidates.want()), keys_.job(model, ""),
-                         keys_.job_channel_prefix(), std::string(Keys::kChangedSuffix)}};
-  const std::size_t named = candidates.named();
+  Connection::Call call{
+      &lua::take,
+      {keys_.pending(model), keys_.processing(model)},
+      {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()), keys_.job(model, ""),
+       keys_.job_channel_prefix(), std::string(Keys::kChangedSuffix)}};
+  const std::size_t named = candidates.ids.size();
   call.keys.reserve(2 + 2 * named);
   for (std::size_t i = 0; i < named; ++i) {
     call.keys.push_back(keys_.job(model, candidates.ids[i]));
@@ -116,41 +116,70 @@ void TakeCandidates::missed() {
   reach_ = takes_ = 0;
 }
 
+void TakeCandidates::popped(const std::string& id) {
+  if (fresh || ids.empty()) return;  // (a look just made says nothing of the distance)
+  auto at = std::find(ids.begin(), ids.end(), id);
+  if (at == ids.end())
+    missed();
+  else
+    found_at(at - ids.begin() + 1);
+}
+
 void TakeCandidates::looked(std::vector<std::string> now) {
-  if (far() && !now.empty() && !ids.empty()) {
-    // ids: the head after the last take; now.front(): the head now.
-    auto at = std::find(ids.begin(), ids.end(), now.front());
-    if (at == ids.end())
-      missed();
-    else
-      found_at(at - ids.begin() + 1);
-  }
+  if (far() && !now.empty()) popped(now.front());
   ids = std::move(now);
   fresh = true;
 }
 
+Connection::Call JobStore::look_call(const std::string& model, long long n) const {
+  return {nullptr, {}, {"LRANGE", keys_.pending(model), "0", std::to_string(n - 1)}};
+}
+
+Connection::Call JobStore::pop_call(const std::string& model) const {
+  return {nullptr, {}, {"LMOVE", keys_.pending(model), keys_.processing(model), "LEFT", "RIGHT"}};
+}
+
+std::optional<std::string> JobStore::moved(const redisReply* lmove, const redisReply* look,
+                                           TakeCandidates& candidates) {
+  auto id = as_optional_string(lmove);
+  if (id) candidates.popped(*id);
+  candidates.ids = look->type == REDIS_REPLY_ARRAY ? as_strings(look) : std::vector<std::string>{};
+  candidates.fresh = !id;
+  return id;
+}
+
+std::optional<Taken> JobStore::begun(const std::string& model, const std::string& id,
+                                     const std::string& token,
+                                     std::chrono::milliseconds lease_ttl) {
+  auto b = begin(model, id, token, lease_ttl);
+  if (b.outcome != BeginOutcome::ok) return std::nullopt;
+  return Taken{id, std::move(b.record)};
+}
+
 namespace {
 
-// take.lua's reply: the job when taken; candidates become the ids it saw at the head of
-// pending (none when it was empty).
-std::optional<Taken> parse_take(const redisReply* r, TakeCandidates& candidates) {
+// take.lua's reply: the job when taken; candidates become the ids the look behind the take saw
+// at the head of pending (none when it was empty).
+std::optional<Taken> parse_take(const redisReply* r, const redisReply* look,
+                                TakeCandidates& candidates) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("take: unexpected reply");
   const std::string tag = as_string(r->element[0]);
+  auto ids = look->type == REDIS_REPLY_ARRAY ? as_strings(look) : std::vector<std::string>{};
   if (tag != "ok") {
     if (tag == "raced") candidates.missed();
-    candidates.ids = as_strings(r, 1);  // none when 'empty'
-    candidates.fresh = true;
+    candidates.looked(std::move(ids));
     return std::nullopt;
   }
-  if (r->elements < 4) throw ReplyError("take: unexpected reply");
-  candidates.took_at(as_integer(r->element[2]));
-  const auto n = static_cast<size_t>(as_integer(r->element[3]));
-  if (r->elements != 5 + n || r->element[4 + n]->type != REDIS_REPLY_ARRAY)
+  if (r->elements != 4 || r->element[3]->type != REDIS_REPLY_ARRAY)
     throw ReplyError("take: unexpected reply");
-  candidates.ids.clear();
+  candidates.took_at(as_integer(r->element[2]));
+  // (The look ran first when the take was refused NOSCRIPT, sent again after it: the job taken
+  // is then its head.)
+  std::string id = as_string(r->element[1]);
+  if (!ids.empty() && ids.front() == id) ids.erase(ids.begin());
+  candidates.ids = std::move(ids);
   candidates.fresh = false;  // (the next take is a job away)
-  for (size_t i = 0; i < n; ++i) candidates.ids.push_back(as_string(r->element[4 + i]));
-  return Taken{as_string(r->element[1]), JobRecord::from_fields(as_pair_views(r->element[4 + n]))};
+  return Taken{std::move(id), JobRecord::from_fields(as_pair_views(r->element[3]))};
 }
 
 }  // namespace
@@ -158,16 +187,24 @@ std::optional<Taken> parse_take(const redisReply* r, TakeCandidates& candidates)
 std::optional<Taken> JobStore::take(const std::string& model, const std::string& token,
                                     std::chrono::milliseconds lease_ttl,
                                     TakeCandidates& candidates) {
-  // Each look that misses returns the head as it is then: a miss costs one round trip.
+  // Each take that misses is followed by a look at the head as it is then: a miss costs one
+  // round trip.
   for (int look = 0; look < 100; ++look) {
+    if (candidates.far()) {
+      // (No look first: a pop needs no candidates, and finds an empty queue itself.)
+      auto r = conn_.pipeline({pop_call(model), look_call(model, candidates.looks())});
+      auto id = moved(r[0].get(), r[1].get(), candidates);
+      if (!id) return std::nullopt;
+      if (auto taken = begun(model, *id, token, lease_ttl)) return taken;
+      continue;  // (dropped from processing by begin.lua: gone or ended)
+    }
     if (candidates.ids.empty()) {
-      candidates.ids = as_strings(conn_.command(look_command(keys_, model, candidates)).get());
-      candidates.fresh = true;
+      candidates.looked(as_strings(conn_.command(look_command(keys_, model, candidates)).get()));
       if (candidates.ids.empty()) return std::nullopt;
     }
-    auto call = take_call(model, token, lease_ttl, candidates);
-    auto r = conn_.eval(*call.script, call.keys, call.args);
-    if (auto taken = parse_take(r.get(), candidates)) return taken;
+    auto r = conn_.pipeline(
+        {take_call(model, token, lease_ttl, candidates), look_call(model, candidates.want())});
+    if (auto taken = parse_take(r[0].get(), r[1].get(), candidates)) return taken;
     if (candidates.ids.empty()) return std::nullopt;
   }
   return std::nullopt;  // the blocking path takes over
@@ -206,16 +243,14 @@ std::int64_t JobStore::progress(const std::string& model, const std::string& id,
   return as_integer(reply.get());
 }
 
-Connection::Call JobStore::finish_call(const Completion& c, const std::string& token,
-                                       long long next) const {
+Connection::Call JobStore::finish_call(const Completion& c, const std::string& token) const {
   const std::string& model = c.model;
   const std::string& id = c.job_id;
   Connection::Call call{
       &lua::finish,
-      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model),
-       keys_.pending(model)},
+      {keys_.job(model, id), keys_.lease(model, id), keys_.processing(model), keys_.events(model)},
       {id, token, std::string(to_string(c.status)), keys_.completed_channel(model), c.payload(),
-       std::to_string(kEventsMaxLen), std::to_string(next), keys_.job_done_channel(id)}};
+       std::to_string(kEventsMaxLen), keys_.job_done_channel(id)}};
   for (auto& [k, v] : c.fields()) {
     if (k == field::status) continue;  // ARGV[3]
     call.args.push_back(k);
@@ -226,14 +261,11 @@ Connection::Call JobStore::finish_call(const Completion& c, const std::string& t
 
 namespace {
 
-FinishOutcome parse_finish(const redisReply* r, TakeCandidates* candidates) {
+FinishOutcome parse_finish(const redisReply* r) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
     throw ReplyError("finish: unexpected reply");
   std::string s = as_string(r->element[0]);
-  if (s == "ok") {
-    if (candidates) candidates->looked(as_strings(r, 1));
-    return FinishOutcome::ok;
-  }
+  if (s == "ok") return FinishOutcome::ok;
   if (s == "terminal") return FinishOutcome::terminal;
   if (s == "lease_lost") return FinishOutcome::lease_lost;
   return FinishOutcome::missing;
@@ -243,9 +275,13 @@ FinishOutcome parse_finish(const redisReply* r, TakeCandidates* candidates) {
 
 FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
                                TakeCandidates* candidates) {
-  auto call = finish_call(c, token, candidates ? candidates->want() : 0);
-  auto r = conn_.eval(*call.script, call.keys, call.args);
-  return parse_finish(r.get(), candidates);
+  if (!candidates) {
+    auto call = finish_call(c, token);
+    return parse_finish(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get());
+  }
+  auto r = conn_.pipeline({finish_call(c, token), look_call(c.model, candidates->looks())});
+  candidates->looked(as_strings(r[1].get()));
+  return parse_finish(r[0].get());
 }
 
 FinishOutcome JobStore::finish_and_take(const Completion& c, const std::string& token,
@@ -262,20 +298,18 @@ JobStore::Sent JobStore::send_steps(const std::string& model, const Completion* 
                                     std::chrono::milliseconds lease_ttl,
                                     const TakeCandidates& candidates) {
   Sent sent{c != nullptr, !next_token.empty() && !candidates.ids.empty(), std::nullopt};
-  // Far (many relays): the take goes after the finish, naming the head the finish's look finds.
-  if (sent.finish && sent.take && candidates.far())
-    sent.after = Sent::After{model, next_token, lease_ttl};
-  const bool with_take = sent.take && !sent.after;
+  // Far (many relays): the take is a pop, its begin sent once its reply is read.
+  if (sent.take && candidates.far()) sent.after = Sent::After{model, next_token, lease_ttl};
   // (Moved in, not a braced list: an initializer list's calls would be copied whole.)
   std::vector<Connection::Call> calls;
-  calls.reserve(2);
-  // (With a take, the take returns the next candidates: the finish returns none.)
-  if (sent.finish)
-    calls.push_back(finish_call(*c, token,
-                                with_take    ? 0
-                                : sent.after ? TakeCandidates::kFresh
-                                             : candidates.want()));
-  if (with_take) calls.push_back(take_call(model, next_token, lease_ttl, candidates));
+  calls.reserve(3);
+  if (sent.finish) calls.push_back(finish_call(*c, token));
+  if (sent.after)
+    calls.push_back(pop_call(model));
+  else if (sent.take)
+    calls.push_back(take_call(model, next_token, lease_ttl, candidates));
+  // The look: the next take's candidates (after this take, or this finish's).
+  if (!calls.empty()) calls.push_back(look_call(model, candidates.looks()));
   if (!calls.empty()) conn_.send(std::move(calls));
   return sent;
 }
@@ -285,21 +319,29 @@ std::optional<FinishOutcome> JobStore::receive_steps(Sent sent, TakeCandidates& 
   if (!sent.finish && !sent.take) return std::nullopt;
   // Unchecked: a refused finish must not hide a take that ran.
   auto replies = conn_.receive(/*checked=*/false);
-  const redisReply* take = sent.take && !sent.after ? replies.back().get() : nullptr;
-  if (take && take->type != REDIS_REPLY_ERROR) taken = parse_take(take, candidates);
+  const redisReply* look = replies.back().get();
+  const redisReply* step = sent.take ? replies[sent.finish ? 1 : 0].get() : nullptr;
+  const redisReply* take = sent.after ? nullptr : step;
+  const redisReply* pop = sent.after ? step : nullptr;
+  if (take && take->type != REDIS_REPLY_ERROR) taken = parse_take(take, look, candidates);
+  // A pop's job is begun (leased) before the finish's error, if any, is thrown: the move ran.
+  if (pop && pop->type != REDIS_REPLY_ERROR) {
+    if (auto id = moved(pop, look, candidates)) {
+      taken = begun(sent.after->model, *id, sent.after->token, sent.after->lease_ttl);
+      // (One that cannot run was dropped: the next, if any, is taken as take() would.)
+      if (!taken && !candidates.ids.empty())
+        taken = this->take(sent.after->model, sent.after->token, sent.after->lease_ttl, candidates);
+    }
+  }
   std::optional<FinishOutcome> outcome;
   if (sent.finish) {
     throw_if_error(replies[0].get());
-    outcome = parse_finish(replies[0].get(), take ? nullptr : &candidates);
+    outcome = parse_finish(replies[0].get());
+    if (!sent.take && look->type == REDIS_REPLY_ARRAY) candidates.looked(as_strings(look));
   }
   // A refused take took nothing. Its error is still thrown (the finish's outcome with it: a
   // retried finish finds its own write), as before.
-  if (take) throw_if_error(take);
-  // A take after the finish (none when the finish was refused: its error is thrown above, or
-  // when its look found the queue empty). Its errors too lose the finish's outcome, written
-  // again by the caller.
-  if (sent.after && !candidates.ids.empty())
-    taken = this->take(sent.after->model, sent.after->token, sent.after->lease_ttl, candidates);
+  if (step) throw_if_error(step);
   return outcome;
 }
 

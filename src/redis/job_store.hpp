@@ -60,42 +60,41 @@ struct QueueDepth {
 };
 std::string_view to_string(FinishOutcome o);
 
-// The ids at the head of pending as a relay last saw them (finish.lua and take.lua return them),
-// which its next take names (lua/take.lua), and how many to ask for. The take finds the head
-// among them unless other relays took that many jobs between the look and the take. Each id
-// costs the script two arguments (its record's and its lease's keys) and its reply one string
-// (16 ids cost Redis ~4-6 µs per take, measured with the script alone; ~2 µs more when each
-// was also passed as its id and channel), so the count follows the relays at work: twice the
-// farthest position the head was found at over the last kWindow takes, doubled after a miss.
-// Many relays move the head far between one relay's steps: 32 or 64 relays of 50-100 ms jobs
-// keep the count at kMax (130 keys: a take costs Redis ~3x one naming 4), and 64 still miss at
-// times and go round again. There (kFar), the take goes after its finish instead of with it,
-// naming the first kFresh ids of the look the finish makes — a round trip more for the relay
-// (while the model works, when it takes ahead) for less Redis work per take: it paid at 32 and
-// 64 relays, not at 16 with the bar at 32 (README, *Decisions*). The distance is then measured
-// from that look: where its head stands in the last take's ids.
+// The ids at the head of pending as a relay last saw them (a plain LRANGE sent behind its last
+// take or finish), which its next take names (lua/take.lua), and how many to ask for. The take
+// finds the head among them unless other relays took that many jobs between the look and the
+// take. Each id costs the script two arguments (its record's and its lease's keys: ~0.16 µs of
+// Redis each, measured with the script alone), so the count follows the relays at work: twice
+// the farthest position the head was found at over the last kWindow takes, doubled after a miss.
+// Many relays move the head far between one relay's steps (32 relays of 20 ms jobs: ~30 places
+// a job). There (kFar) naming candidates costs more than it saves — a take of 64 costs Redis ~3x
+// one of 4, and still misses at times and goes round again — and the take is a pop instead:
+// LMOVE, as the seed's dequeue, with its finish, then begin.lua: a round trip more for the relay
+// (while the model works, when it takes ahead), no candidates and no miss (README, *Decisions*).
+// A far relay's look then says how far the head moved between its takes: where the job its pop
+// moved stands among the ids the look behind its last pop saw.
 class TakeCandidates {
  public:
-  static constexpr long long kMin = 2, kMax = 64, kWindow = 32, kFar = kMax, kFresh = 4;
+  static constexpr long long kMin = 2, kMax = 32, kWindow = 32, kFar = kMax;
 
   TakeCandidates() = default;
   explicit TakeCandidates(std::vector<std::string> seen) : ids(std::move(seen)) {}
 
   long long want() const { return want_; }
-  // The take follows a fresh look (its finish's) instead of naming the last one.
+  // The take is a pop (LMOVE, then begin.lua), not a take naming candidates.
   bool far() const { return want_ >= kFar; }
-  // How many of ids a take names: all of them, or the first kFresh of a fresh look when far.
-  std::size_t named() const {
-    return far() && fresh ? std::min(ids.size(), std::size_t{kFresh}) : ids.size();
-  }
+  // How many ids a look asks for: the next take's candidates; when far, enough to tell whether
+  // the head moves less than kFar / 2 places between this relay's takes (near again).
+  long long looks() const { return far() ? kFar / 2 : want_; }
   void found_at(long long position);  // the head was ids[position - 1]
   void missed();                      // the head was none of them
-  // A take's reply: the head was ids[position - 1] (counted unless far: the look was fresh).
-  void took_at(long long position) {
-    if (!far()) found_at(position);
-  }
-  // A finish's look at the head of pending: the ids now. When far, how far the head moved since
-  // the last look is measured from it.
+  // A take's reply: the head was ids[position - 1].
+  void took_at(long long position) { found_at(position); }
+  // A far take's pop moved `id`: the distance measured from ids, unless they were just looked at.
+  void popped(const std::string& id);
+  // A look at the head of pending (behind a finish, or a take that missed): the ids now. When
+  // far, the distance is measured from it too (a relay taking ahead pops with no finish, and
+  // the finish's look comes between two pops).
   void looked(std::vector<std::string> now);
 
   std::vector<std::string> ids;
@@ -166,17 +165,17 @@ class JobStore {
   // CLIENT UNBLOCK (shutdown).
   std::optional<std::string> pop(const std::string& model, std::chrono::milliseconds timeout);
 
-  // Non-blocking take when jobs wait: move + lease + processing in one step (lua/take.lua).
-  // nullopt when the queue is empty (then pop() + begin()). candidates: the ids at the head of
-  // pending as last seen (finish() and take() leave them there; when none, they are looked up
-  // first, one round trip more).
+  // Non-blocking take when jobs wait: move + lease + processing in one step (lua/take.lua);
+  // when far, LMOVE then begin(). nullopt when the queue is empty (then pop() + begin()).
+  // candidates: the ids at the head of pending as last seen (finish() and take() leave them
+  // there; when none, they are looked up first, one round trip more).
   std::optional<Taken> take(const std::string& model, const std::string& token,
                             std::chrono::milliseconds lease_ttl, TakeCandidates& candidates);
   // The look take() makes when it has no candidates (LRANGE of the head of pending), for a
   // caller that sends it another way (with a connection's handshake: Connection::open).
   static std::vector<std::string> look_command(const Keys& keys, const std::string& model,
                                                const TakeCandidates& candidates) {
-    return {"LRANGE", keys.pending(model), "0", std::to_string(candidates.want() - 1)};
+    return {"LRANGE", keys.pending(model), "0", std::to_string(candidates.looks() - 1)};
   }
 
   BeginResult begin(const std::string& model, const std::string& id, const std::string& token,
@@ -187,8 +186,8 @@ class JobStore {
   // holds our token. The reports recorded so far, or 0 when the lease is gone.
   std::int64_t progress(const std::string& model, const std::string& id, const std::string& token,
                         std::optional<double> fraction, const std::string& message);
-  // The relay's last step (lua/finish.lua), fenced by its lease token. candidates (when given
-  // and ok): the ids then at the head of pending, for the next take().
+  // The relay's last step (lua/finish.lua), fenced by its lease token. candidates (when given):
+  // the ids then at the head of pending, for the next take() (an LRANGE behind the finish).
   FinishOutcome finish(const Completion& c, const std::string& token,
                        TakeCandidates* candidates = nullptr);
   // A relay's steady state: finish() and the take() of its next job in one round trip
@@ -204,8 +203,8 @@ class JobStore {
   // job's finish (when c is given) and the take of the next (when next_token is not empty and
   // candidates are known; on `model`), sent now, their replies read later. What was sent goes
   // to receive_steps().
-  // A take going after its finish (TakeCandidates::far()) is made by receive_steps(), with
-  // what it needs kept here.
+  // A far take is a pop sent with the finish (LMOVE, and a look behind it); its begin.lua is
+  // sent by receive_steps(), with what it needs kept here (after).
   struct Sent {
     bool finish = false, take = false;
     struct After {
@@ -358,11 +357,21 @@ class JobStore {
   static std::vector<std::string> known_models(const Endpoint& ep, const Keys& keys);
 
  private:
+  // LRANGE of the first n ids of pending: the look behind a take, a pop or a finish.
+  Connection::Call look_call(const std::string& model, long long n) const;
+  // A far take's move (as the seed's dequeue, without blocking), and the look behind it.
+  Connection::Call pop_call(const std::string& model) const;
+  // Its replies: the id moved (none: the queue was empty), measured against the last look; the
+  // look behind it becomes the candidates.
+  static std::optional<std::string> moved(const redisReply* lmove, const redisReply* look,
+                                          TakeCandidates& candidates);
+  // begin() of a job a pop moved: nullopt when it cannot run (begin.lua dropped it).
+  std::optional<Taken> begun(const std::string& model, const std::string& id,
+                             const std::string& token, std::chrono::milliseconds lease_ttl);
   Connection::Call take_call(const std::string& model, const std::string& token,
                              std::chrono::milliseconds lease_ttl,
                              const TakeCandidates& candidates) const;
-  // next: how many ids at the head of pending the finish returns (0: none).
-  Connection::Call finish_call(const Completion& c, const std::string& token, long long next) const;
+  Connection::Call finish_call(const Completion& c, const std::string& token) const;
   Connection::Call requeue_deadletter_call(const std::string& model, const std::string& id,
                                            const std::string& token) const;
 

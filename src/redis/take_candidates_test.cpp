@@ -47,56 +47,76 @@ std::vector<std::string> ids(int from, int n) {
   return out;
 }
 
-TEST(TakeCandidatesTest, PastFarATakeNamesTheFirstFewOfAFreshLook) {
-  TakeCandidates c(ids(0, 40));
+TEST(TakeCandidatesTest, PastFarTheTakeIsAPopAndItsLookIsShort) {
+  TakeCandidates c(ids(0, 20));
   take_at(c, 1, TakeCandidates::kWindow);
   EXPECT_FALSE(c.far());
-  EXPECT_EQ(c.named(), 40u) << "near: every id of the look";
-  // The head moved 20 places between a relay's steps: asking for 40 is enough.
-  take_at(c, 20, TakeCandidates::kWindow);
+  EXPECT_EQ(c.looks(), TakeCandidates::kMin) << "near: a look is the next take's candidates";
+  // The head moved 10 places between a relay's takes: asking for 20 is enough.
+  take_at(c, 10, TakeCandidates::kWindow);
   EXPECT_FALSE(c.far());
-  // 40 places: twice that is past the cap.
-  take_at(c, 40, TakeCandidates::kWindow);
+  EXPECT_EQ(c.looks(), 20);
+  // 16 places: twice that is the cap, where naming candidates costs more than a pop.
+  take_at(c, 16, TakeCandidates::kWindow);
   ASSERT_TRUE(c.far());
-  EXPECT_EQ(c.named(), 40u) << "a look a job old: every id (the take goes alone, no finish)";
-  c.looked(ids(50, TakeCandidates::kFresh + 2));
-  EXPECT_EQ(c.named(), static_cast<std::size_t>(TakeCandidates::kFresh)) << "a look just made";
-  c.looked({"a"});
-  EXPECT_EQ(c.named(), 1u) << "never more than the look holds";
+  EXPECT_EQ(c.looks(), TakeCandidates::kFar / 2)
+      << "far: enough ids to tell whether the head moves less than that (near again)";
 }
 
-TEST(TakeCandidatesTest, FarTheDistanceIsMeasuredFromTheFinishsLookNotTheTake) {
+TEST(TakeCandidatesTest, FarTheDistanceIsMeasuredFromPopToPopAndFromTheFinishsLook) {
   TakeCandidates c;
   for (int i = 0; i < 5; ++i) c.missed();
   ASSERT_TRUE(c.far());
-  // A take naming a fresh look finds the head first, every time: that says nothing of how far
-  // it moves between this relay's steps, and must not bring the count down.
-  for (long long i = 0; i < 2 * TakeCandidates::kWindow; ++i) c.took_at(1);
-  EXPECT_EQ(c.want(), TakeCandidates::kMax);
-  // The finish's look: its head 40 places behind the last take's look, a window long.
-  for (long long i = 0; i < TakeCandidates::kWindow; ++i) {
-    c.ids = ids(0, 64);
-    c.looked(ids(39, TakeCandidates::kFresh));
-    EXPECT_EQ(c.ids, ids(39, TakeCandidates::kFresh)) << "the look is the next take's candidates";
+  // A pop right after a look (a take that missed, a finish's) says nothing of the distance.
+  for (long long i = 0; i < 2 * TakeCandidates::kWindow; ++i) {
+    c.looked(ids(0, 16));
+    c.ids = ids(0, 16);
+    c.fresh = true;
+    c.popped("j0");
   }
   EXPECT_EQ(c.want(), TakeCandidates::kMax);
-  EXPECT_TRUE(c.far());
-  // Not among the last take's ids at all: a miss.
-  c.ids = ids(0, 60);
-  c.looked(ids(100, 4));
+  // Pop to pop: the head 20 places behind the last pop's look, past what it holds, a miss.
+  c.ids = ids(0, 16);
+  c.fresh = false;
+  c.popped("j20");
   EXPECT_EQ(c.want(), TakeCandidates::kMax);
-  // Fewer relays: the head a few places in, a window long, and the take rides with the finish
-  // again (near: the take's own position counts again).
+  EXPECT_TRUE(c.far());
+  // Fewer relays: the next pop finds the head a few places in, a window long: near again.
   for (long long i = 0; i < TakeCandidates::kWindow; ++i) {
-    c.ids = ids(0, 64);
-    c.looked(ids(3, 4));
+    c.ids = ids(0, 16);
+    c.fresh = false;
+    c.popped("j3");
   }
   EXPECT_EQ(c.want(), 8);
   EXPECT_FALSE(c.far());
+  // Near, a look replaces the ids and measures nothing (the take's position does).
   c.ids = ids(0, 8);
-  c.looked(ids(7, 4));  // near: a look replaces the ids, nothing measured
-  take_at(c, 1, TakeCandidates::kWindow);
-  EXPECT_EQ(c.want(), TakeCandidates::kMin);
+  c.fresh = false;
+  c.looked(ids(7, 4));
+  EXPECT_EQ(c.ids, ids(7, 4));
+  EXPECT_TRUE(c.fresh);
+  EXPECT_EQ(c.want(), 8);
+}
+
+TEST(TakeCandidatesTest, FarAFinishsLookBetweenTwoPopsMeasuresTheDistanceToIt) {
+  // A relay taking ahead pops with no finish; the finish of the job before comes later, with
+  // its own look. The distance is measured from that look as from a pop.
+  TakeCandidates c;
+  for (int i = 0; i < 5; ++i) c.missed();
+  ASSERT_TRUE(c.far());
+  for (long long i = 0; i < TakeCandidates::kWindow; ++i) {
+    c.ids = ids(0, 16);
+    c.fresh = false;
+    c.looked(ids(2, 16));
+  }
+  EXPECT_EQ(c.want(), 6);
+  EXPECT_FALSE(c.far());
+  for (int i = 0; i < 3; ++i) c.missed();
+  ASSERT_TRUE(c.far());
+  c.ids = ids(0, 16);
+  c.fresh = false;
+  c.looked(ids(40, 16));  // not among them: a miss
+  EXPECT_EQ(c.want(), TakeCandidates::kMax);
 }
 
 }  // namespace

@@ -395,10 +395,11 @@ TEST_F(JobStoreTest, FinishAndTakeWriteTheOutcomeAndTakeTheNextJobInOneRoundTrip
   EXPECT_TRUE(candidates.ids.empty());
 }
 
-// Many relays moving the head far between one relay's steps (TakeCandidates::far()): the take
-// goes after the finish, naming the head of the finish's look, not the relay's stale ids (with
-// those, a take naming them all costs Redis more than the round trip saved, or misses).
-TEST_F(JobStoreTest, AFarTakeGoesAfterItsFinishAndTakesTheHeadItsLookFound) {
+// Many relays moving the head far between one relay's steps (TakeCandidates::far()): the take is
+// a pop sent with the finish (LMOVE, as the seed's dequeue), then begin.lua — not a take naming
+// the relay's stale ids (with those, a take naming them all costs Redis more than the round
+// trip saved, or misses).
+TEST_F(JobStoreTest, AFarTakeIsAPopSentWithItsFinishThenBegun) {
   std::vector<JobRecord> jobs;
   for (int i = 0; i < 12; ++i) {
     jobs.push_back(pending_job(model_));
@@ -420,42 +421,56 @@ TEST_F(JobStoreTest, AFarTakeGoesAfterItsFinishAndTakesTheHeadItsLookFound) {
   auto sent = relay_store.send_steps(model_, &done, "t1", "t2", 5s, candidates);
   EXPECT_TRUE(sent.finish && sent.take && sent.after);
   EXPECT_TRUE(wait_until([&] { return status(jobs[0].id) == "completed"; }, 5s));
-  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{})
-      << "the take is not sent with the finish";
+  EXPECT_TRUE(wait_until(
+      [&] { return list(keys_.processing(model_)) == std::vector<std::string>{jobs[7].id}; }, 5s))
+      << "the pop is sent with the finish, strictly the head";
+  EXPECT_EQ(status(jobs[7].id), "pending") << "begun once its reply is read";
   std::optional<redis::Taken> next;
   EXPECT_EQ(relay_store.receive_steps(sent, candidates, next), redis::FinishOutcome::ok);
   ASSERT_TRUE(next.has_value());
-  EXPECT_EQ(next->id, jobs[7].id) << "strictly the head";
+  EXPECT_EQ(next->id, jobs[7].id);
   EXPECT_EQ(next->record.holder, "t2");
-  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{jobs[7].id});
-  EXPECT_EQ(candidates.ids.front(), jobs[8].id) << "the head after the take";
+  EXPECT_EQ(status(jobs[7].id), "processing");
+  EXPECT_EQ(redis::as_string(conn_.command({"GET", keys_.lease(model_, jobs[7].id)}).get()), "t2");
+  EXPECT_EQ(candidates.ids,
+            (std::vector<std::string>{jobs[8].id, jobs[9].id, jobs[10].id, jobs[11].id}))
+      << "the look behind the pop: the head after it";
   EXPECT_EQ(candidates.want(), redis::TakeCandidates::kMax)
-      << "a take of a fresh look says nothing of the distance";
-  // The same through finish_and_take: a round trip for each step, the take not missing.
+      << "the head moved past the ids the relay had: still far";
+  // The same through finish_and_take: a round trip for the finish and pop, one for the begin;
+  // a job gone stale meanwhile (cancelled, say) is dropped and the next one taken.
   auto reads = [&] {
     auto info = redis::as_string(conn_.command({"INFO", "stats"}).get());
     return std::stoll(info.substr(info.find("total_reads_processed:") + 22));
   };
-  conn_.command({"LPOP", keys_.pending(model_), "2"});  // (jobs 8 and 9, by others)
+  conn_.command({"LPOP", keys_.pending(model_), "1"});  // (job 8, by another relay)
   const auto before = reads();
   std::optional<redis::Taken> after;
   EXPECT_EQ(store_.finish_and_take(ending(next->record, JobStatus::completed), "t2", "t3", 5s,
                                    candidates, after),
             redis::FinishOutcome::ok);
-  EXPECT_EQ(reads() - before, 3) << "the INFO, the finish, the take";
+  EXPECT_EQ(reads() - before, 3) << "the INFO, the finish with the pop, the begin";
   ASSERT_TRUE(after.has_value());
-  EXPECT_EQ(after->id, jobs[10].id);
+  EXPECT_EQ(after->id, jobs[9].id);
   EXPECT_EQ(status(jobs[7].id), "completed");
-  // An empty queue at the finish: no take at all.
+  conn_.command({"HSET", keys_.job(model_, jobs[10].id), "status", "cancelled"});
+  std::optional<redis::Taken> past_stale;
+  EXPECT_EQ(store_.finish_and_take(ending(after->record, JobStatus::completed), "t3", "t4", 5s,
+                                   candidates, past_stale),
+            redis::FinishOutcome::ok);
+  ASSERT_TRUE(past_stale.has_value());
+  EXPECT_EQ(past_stale->id, jobs[11].id) << "the stale one dropped, the next one popped";
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{jobs[11].id});
+  EXPECT_EQ(list(keys_.pending(model_)), std::vector<std::string>{});
+  // An empty queue at the finish: nothing taken, no candidates.
   std::optional<redis::Taken> none;
-  store_.take(model_, "t4", 5s, candidates);  // (jobs[11])
-  for (int i = 0; i < 5; ++i) candidates.missed();
-  candidates.ids = {jobs[11].id};
-  EXPECT_EQ(store_.finish_and_take(ending(after->record, JobStatus::completed), "t3", "t5", 5s,
+  candidates.ids = {"anything"};  // (as if jobs waited when the relay last looked)
+  EXPECT_EQ(store_.finish_and_take(ending(past_stale->record, JobStatus::completed), "t4", "t5", 5s,
                                    candidates, none),
             redis::FinishOutcome::ok);
   EXPECT_FALSE(none.has_value());
   EXPECT_TRUE(candidates.ids.empty());
+  EXPECT_EQ(list(keys_.processing(model_)), std::vector<std::string>{});
 }
 
 // Many relays taking at once: each job is taken exactly once, none is lost, and each relay sees
