@@ -182,6 +182,11 @@ void CompletionConsumer::run(std::stop_token stop) {
       pass(std::chrono::milliseconds(1000));
       backoff.reset();
       failing = false;
+      // Entries came, fewer than a batch: with relays at work more are on their way, and a
+      // moment's wait lets them come in the next read, settled in one step (see kGather).
+      if (!unsettled_.empty() && unsettled_.size() < static_cast<size_t>(kBatch) &&
+          !sleep_unless_stopped(kGather, stop))
+        break;
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(conn_mu_);

@@ -212,17 +212,28 @@ std::optional<Taken> JobStore::take(const std::string& model, const std::string&
 
 BeginResult JobStore::begin(const std::string& model, const std::string& id,
                             const std::string& token, std::chrono::milliseconds lease_ttl) {
-  auto r = conn_.eval(lua::begin,
-                      {keys_.job(model, id), keys_.processing(model), keys_.lease(model, id)},
-                      {id, token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()),
-                       keys_.job_changed_channel(id)});
-  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("begin: unexpected reply");
-  std::string tag = as_string(r->element[0]);
+  const auto now = std::chrono::time_point_cast<std::chrono::milliseconds>(wall_now());
+  std::vector<Connection::Call> calls;
+  calls.reserve(2);
+  calls.push_back({&lua::begin,
+                   {keys_.job(model, id), keys_.processing(model), keys_.lease(model, id)},
+                   {id, token, std::to_string(lease_ttl.count()), format_rfc3339(now),
+                    keys_.job_changed_channel(id)}});
+  calls.push_back({nullptr, {}, {"HGETALL", keys_.job(model, id)}});  // (see begin.lua)
+  auto r = conn_.pipeline(calls);
+  const redisReply* b = r[0].get();
+  if (b->type != REDIS_REPLY_ARRAY || b->elements == 0) throw ReplyError("begin: unexpected reply");
+  std::string tag = as_string(b->element[0]);
   if (tag == "missing") return {BeginOutcome::missing, {}};
   if (tag == "terminal") return {BeginOutcome::terminal, {}};
-  if (r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY)
-    throw ReplyError("begin: unexpected reply");
-  return {BeginOutcome::ok, JobRecord::from_fields(as_pair_views(r->element[1]))};
+  if (r[1]->type != REDIS_REPLY_ARRAY) throw ReplyError("begin: unexpected reply");
+  auto record = JobRecord::from_fields(as_pair_views(r[1].get()));
+  // What begin.lua wrote, as it wrote it: the read ran before it when the script was refused
+  // NOSCRIPT and sent again after the read.
+  record.status = JobStatus::processing;
+  record.holder = token;
+  record.started_at = now;
+  return {BeginOutcome::ok, std::move(record)};
 }
 
 HeartbeatResult JobStore::heartbeat(const std::string& model, const std::string& id,

@@ -67,6 +67,24 @@ TEST_F(JobStoreTest, BeginTakesLeaseAndMarksProcessing) {
   auto ttl = redis::as_integer(conn_.command({"PTTL", keys_.lease(model_, r.id)}).get());
   EXPECT_GT(ttl, 4000);
   EXPECT_LE(ttl, 5000);
+  // The record is read by an HGETALL behind the script; with the script cache emptied (a
+  // restarted Redis), the script is refused and sent again after the read: the record returned
+  // is still the one begin wrote.
+  for (const bool flushed : {false, true}) {
+    auto next = pending_job(model_);
+    store_.submit(next, false);
+    ASSERT_EQ(store_.pop(model_, 1s), next.id);
+    if (flushed) conn_.command({"SCRIPT", "FLUSH"});
+    auto begun = store_.begin(model_, next.id, "tok-2", 5s);
+    ASSERT_EQ(begun.outcome, redis::BeginOutcome::ok);
+    const auto stored = store_.get(model_, next.id);
+    ASSERT_TRUE(stored.has_value());
+    EXPECT_EQ(begun.record.status, JobStatus::processing) << flushed;
+    EXPECT_EQ(begun.record.holder, "tok-2") << flushed;
+    EXPECT_EQ(begun.record.started_at, stored->started_at) << flushed;
+    EXPECT_EQ(begun.record.id, next.id);
+    EXPECT_EQ(begun.record.input_key, next.input_key);
+  }
 }
 
 TEST_F(JobStoreTest, PopTimesOutWithNothing) {
