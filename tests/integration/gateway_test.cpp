@@ -75,16 +75,27 @@ void log_every_command(redis::Connection& conn) {
   conn.command({"CONFIG", "SET", "slowlog-max-len", "10000"});
   conn.command({"SLOWLOG", "RESET"});
 }
-// How many reads of the job's record were logged since: HGETALLs sent as commands, and watch
-// steps (lua/watch.lua returns the record it flagged).
+// How many reads of the job's record the gateway made since: HGETALLs sent as commands, and
+// watch steps (lua/watch.lua returns the record it flagged). A relay's are not counted: the
+// record it begins is read by an HGETALL behind begin.lua, from a connection that moves jobs.
 int reads_of(redis::Connection& conn, const std::string& job_key) {
   auto log = conn.command({"SLOWLOG", "GET", "10000"});
   conn.command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
+  std::set<std::string> relays;  // (client addresses)
+  for (size_t i = 0; i < log->elements; ++i) {
+    const auto* entry = log->element[i];
+    const auto argv = redis::as_strings(entry->element[3]);
+    if (!argv.empty() && (argv[0] == "BLMOVE" || (argv[0] == "EVALSHA" && argv.size() > 1 &&
+                                                  (argv[1] == redis::lua::begin.sha1 ||
+                                                   argv[1] == redis::lua::take.sha1))))
+      relays.insert(redis::as_string(entry->element[4]));
+  }
   int reads = 0;
   for (size_t i = 0; i < log->elements; ++i) {
     const auto* entry = log->element[i];
     const auto argv = redis::as_strings(entry->element[3]);
-    if (redis::as_string(entry->element[4]) == "?:0") continue;  // (a script's own)
+    const auto client = redis::as_string(entry->element[4]);
+    if (client == "?:0" || relays.contains(client)) continue;  // (a script's own, a relay's)
     reads += argv.size() == 2 && argv[0] == "HGETALL" && argv[1] == job_key;
     reads += argv.size() > 3 && argv[0] == "EVALSHA" && argv[1] == redis::lua::watch.sha1 &&
              argv[3] == job_key;
