@@ -147,6 +147,43 @@ TEST_F(RelayConcurrencyTest, ASlotThatSawTheQueueEmptyWaitsWithoutLookingAgain) 
   EXPECT_EQ(relay->wait_exit(10s), 0);
 }
 
+// Many slots at work move the head of pending further between one slot's takes than its
+// candidates reach (TakeCandidates::far()): its takes become pops (LMOVE with the finish, then
+// begin.lua). Every job still runs once and ends once, and none is left in processing.
+TEST_F(RelayConcurrencyTest, ManyRelaysMovingTheHeadFarPopAndRunEachJobOnce) {
+  InferenceServer inference({.delay_ms = 20});
+  auto env = env_for(inference, 8);
+  env["RELAY_QUEUE_POP_TIMEOUT"] = "1s";
+  env["RELAY_LOG_LEVEL"] = "info";
+  auto st = storage_for(env);
+  constexpr int kJobs = 600, kRelays = 6;
+  const auto ids = submit_n(*st, kJobs);
+  auto node = queue_node();
+  node.command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
+  node.command({"CONFIG", "SET", "slowlog-max-len", "100000"});
+  node.command({"SLOWLOG", "RESET"});
+  std::vector<std::unique_ptr<Process>> relays;
+  for (int i = 0; i < kRelays; ++i) relays.push_back(start_relay(env, {"--max-jobs", "0"}));
+  for (auto& relay : relays) ASSERT_EQ(relay->wait_exit(120s), 0) << relay->log();
+  int completed = 0;
+  for (const auto& id : ids) completed += status(id) == "completed";
+  EXPECT_EQ(completed, kJobs);
+  EXPECT_EQ(events_count(), kJobs) << "one end each";
+  EXPECT_EQ(occurrences(inference.events(), "request /predict"), static_cast<size_t>(kJobs));
+  EXPECT_TRUE(list(keys_.processing(model_)).empty());
+  EXPECT_TRUE(list(keys_.pending(model_)).empty());
+  // A pop is an LMOVE sent as a command (take.lua's own is a script's: "?:0" as its client).
+  auto log = node.command({"SLOWLOG", "GET", "100000"});
+  node.command({"CONFIG", "SET", "slowlog-log-slower-than", "10000"});
+  int pops = 0;
+  for (size_t i = 0; i < log->elements; ++i) {
+    const auto argv = redis::as_strings(log->element[i]->element[3]);
+    pops += !argv.empty() && (argv[0] == "LMOVE" || argv[0] == "lmove") &&
+            redis::as_string(log->element[i]->element[4]) != "?:0";
+  }
+  EXPECT_GT(pops, 0) << "no take became a pop";
+}
+
 TEST_F(RelayConcurrencyTest, MaxJobsCountsTheJobsOfEverySlot) {
   InferenceServer inference;
   auto env = env_for(inference, 3);
