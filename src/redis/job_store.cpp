@@ -131,8 +131,9 @@ void TakeCandidates::looked(std::vector<std::string> now) {
   fresh = true;
 }
 
-Connection::Call JobStore::look_call(const std::string& model, long long n) const {
-  return {nullptr, {}, {"LRANGE", keys_.pending(model), "0", std::to_string(n - 1)}};
+Connection::Call JobStore::look_call(const std::string& model,
+                                     const TakeCandidates& candidates) const {
+  return {nullptr, {}, look_command(keys_, model, candidates)};
 }
 
 Connection::Call JobStore::pop_call(const std::string& model) const {
@@ -172,7 +173,7 @@ std::optional<Taken> parse_take(const redisReply* r, const redisReply* look,
   }
   if (r->elements != 4 || r->element[3]->type != REDIS_REPLY_ARRAY)
     throw ReplyError("take: unexpected reply");
-  candidates.took_at(as_integer(r->element[2]));
+  candidates.found_at(as_integer(r->element[2]));
   // (The look ran first when the take was refused NOSCRIPT, sent again after it: the job taken
   // is then its head.)
   std::string id = as_string(r->element[1]);
@@ -192,7 +193,7 @@ std::optional<Taken> JobStore::take(const std::string& model, const std::string&
   for (int look = 0; look < 100; ++look) {
     if (candidates.far()) {
       // (No look first: a pop needs no candidates, and finds an empty queue itself.)
-      auto r = conn_.pipeline({pop_call(model), look_call(model, candidates.looks())});
+      auto r = conn_.pipeline({pop_call(model), look_call(model, candidates)});
       auto id = moved(r[0].get(), r[1].get(), candidates);
       if (!id) return std::nullopt;
       if (auto taken = begun(model, *id, token, lease_ttl)) return taken;
@@ -203,7 +204,7 @@ std::optional<Taken> JobStore::take(const std::string& model, const std::string&
       if (candidates.ids.empty()) return std::nullopt;
     }
     auto r = conn_.pipeline(
-        {take_call(model, token, lease_ttl, candidates), look_call(model, candidates.want())});
+        {take_call(model, token, lease_ttl, candidates), look_call(model, candidates)});
     if (auto taken = parse_take(r[0].get(), r[1].get(), candidates)) return taken;
     if (candidates.ids.empty()) return std::nullopt;
   }
@@ -290,7 +291,7 @@ FinishOutcome JobStore::finish(const Completion& c, const std::string& token,
     auto call = finish_call(c, token);
     return parse_finish(conn_.eval(*call.script, std::move(call.keys), std::move(call.args)).get());
   }
-  auto r = conn_.pipeline({finish_call(c, token), look_call(c.model, candidates->looks())});
+  auto r = conn_.pipeline({finish_call(c, token), look_call(c.model, *candidates)});
   candidates->looked(as_strings(r[1].get()));
   return parse_finish(r[0].get());
 }
@@ -320,7 +321,7 @@ JobStore::Sent JobStore::send_steps(const std::string& model, const Completion* 
   else if (sent.take)
     calls.push_back(take_call(model, next_token, lease_ttl, candidates));
   // The look: the next take's candidates (after this take, or this finish's).
-  if (!calls.empty()) calls.push_back(look_call(model, candidates.looks()));
+  if (!calls.empty()) calls.push_back(look_call(model, candidates));
   if (!calls.empty()) conn_.send(std::move(calls));
   return sent;
 }

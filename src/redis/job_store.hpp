@@ -88,8 +88,6 @@ class TakeCandidates {
   long long looks() const { return far() ? kFar / 2 : want_; }
   void found_at(long long position);  // the head was ids[position - 1]
   void missed();                      // the head was none of them
-  // A take's reply: the head was ids[position - 1].
-  void took_at(long long position) { found_at(position); }
   // A far take's pop moved `id`: the distance measured from ids, unless they were just looked at.
   void popped(const std::string& id);
   // A look at the head of pending (behind a finish, or a take that missed): the ids now. When
@@ -171,8 +169,9 @@ class JobStore {
   // there; when none, they are looked up first, one round trip more).
   std::optional<Taken> take(const std::string& model, const std::string& token,
                             std::chrono::milliseconds lease_ttl, TakeCandidates& candidates);
-  // The look take() makes when it has no candidates (LRANGE of the head of pending), for a
-  // caller that sends it another way (with a connection's handshake: Connection::open).
+  // The look at the head of pending (LRANGE of candidates.looks() ids): sent behind each take,
+  // pop and finish, and alone by take() when it has no candidates; public for a caller that
+  // sends it another way (with a connection's handshake: Connection::open).
   static std::vector<std::string> look_command(const Keys& keys, const std::string& model,
                                                const TakeCandidates& candidates) {
     return {"LRANGE", keys.pending(model), "0", std::to_string(candidates.looks() - 1)};
@@ -357,8 +356,8 @@ class JobStore {
   static std::vector<std::string> known_models(const Endpoint& ep, const Keys& keys);
 
  private:
-  // LRANGE of the first n ids of pending: the look behind a take, a pop or a finish.
-  Connection::Call look_call(const std::string& model, long long n) const;
+  // look_command() as a call: the look behind a take, a pop or a finish.
+  Connection::Call look_call(const std::string& model, const TakeCandidates& candidates) const;
   // A far take's move (as the seed's dequeue, without blocking), and the look behind it.
   Connection::Call pop_call(const std::string& model) const;
   // Its replies: the id moved (none: the queue was empty), measured against the last look; the
