@@ -92,11 +92,11 @@ Connection::Call JobStore::take_call(const std::string& model, const std::string
                                      const TakeCandidates& candidates) const {
   Connection::Call call{
       &lua::take,
-      {keys_.pending(model), keys_.processing(model)},
+      {keys_.pending(model), keys_.processing(model), keys_.taken(model, candidates.taker())},
       {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()), keys_.job(model, ""),
        keys_.job_channel_prefix(), std::string(Keys::kChangedSuffix)}};
   const std::size_t named = candidates.ids.size();
-  call.keys.reserve(2 + 2 * named);
+  call.keys.reserve(3 + 2 * named);
   for (std::size_t i = 0; i < named; ++i) {
     call.keys.push_back(keys_.job(model, candidates.ids[i]));
     call.keys.push_back(keys_.lease(model, candidates.ids[i]));
@@ -136,6 +136,11 @@ Connection::Call JobStore::look_call(const std::string& model,
   return {nullptr, {}, look_command(keys_, model, candidates)};
 }
 
+Connection::Call JobStore::taken_call(const std::string& model,
+                                      const TakeCandidates& candidates) const {
+  return {nullptr, {}, {"HGETALL", keys_.taken(model, candidates.taker())}};
+}
+
 Connection::Call JobStore::pop_call(const std::string& model) const {
   return {nullptr, {}, {"LMOVE", keys_.pending(model), keys_.processing(model), "LEFT", "RIGHT"}};
 }
@@ -157,33 +162,39 @@ std::optional<Taken> JobStore::begun(const std::string& model, const std::string
   return Taken{id, std::move(b.record)};
 }
 
-namespace {
-
-// take.lua's reply: the job when taken; candidates become the ids the look behind the take saw
-// at the head of pending (none when it was empty).
-std::optional<Taken> parse_take(const redisReply* r, const redisReply* look,
-                                TakeCandidates& candidates) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("take: unexpected reply");
-  const std::string tag = as_string(r->element[0]);
+// take.lua's reply, the copy of the record read behind it and the look behind that: the job
+// when taken; candidates become the ids the look saw at the head of pending (none when it was
+// empty).
+std::optional<Taken> JobStore::take_outcome(const std::string& model, const std::string& token,
+                                            const redisReply* take, const redisReply* copy,
+                                            const redisReply* look, TakeCandidates& candidates) {
+  if (take->type != REDIS_REPLY_ARRAY || take->elements == 0)
+    throw ReplyError("take: unexpected reply");
+  const std::string tag = as_string(take->element[0]);
   auto ids = look->type == REDIS_REPLY_ARRAY ? as_strings(look) : std::vector<std::string>{};
   if (tag != "ok") {
     if (tag == "raced") candidates.missed();
     candidates.looked(std::move(ids));
     return std::nullopt;
   }
-  if (r->elements != 4 || r->element[3]->type != REDIS_REPLY_ARRAY)
-    throw ReplyError("take: unexpected reply");
-  candidates.found_at(as_integer(r->element[2]));
-  // (The look ran first when the take was refused NOSCRIPT, sent again after it: the job taken
-  // is then its head.)
-  std::string id = as_string(r->element[1]);
+  if (take->elements != 3) throw ReplyError("take: unexpected reply");
+  candidates.found_at(as_integer(take->element[2]));
+  // (The look and the copy's read ran first when the take was refused NOSCRIPT, sent again
+  // after them: the job taken is then the look's head, and the copy the slot's last job's.)
+  std::string id = as_string(take->element[1]);
   if (!ids.empty() && ids.front() == id) ids.erase(ids.begin());
   candidates.ids = std::move(ids);
   candidates.fresh = false;  // (the next take is a job away)
-  return Taken{std::move(id), JobRecord::from_fields(as_pair_views(r->element[3]))};
+  JobRecord record;
+  if (copy->type == REDIS_REPLY_ARRAY) record = JobRecord::from_fields(as_pair_views(copy));
+  // The lease token is new with each take: a copy holding it is this take's. (Another, or none,
+  // or a read refused: the record itself is read, the job being ours either way.)
+  if (record.id != id || record.holder != token) {
+    auto again = conn_.command({"HGETALL", keys_.job(model, id)});
+    record = JobRecord::from_fields(as_pair_views(again.get()));
+  }
+  return Taken{std::move(id), std::move(record)};
 }
-
-}  // namespace
 
 std::optional<Taken> JobStore::take(const std::string& model, const std::string& token,
                                     std::chrono::milliseconds lease_ttl,
@@ -203,9 +214,10 @@ std::optional<Taken> JobStore::take(const std::string& model, const std::string&
       candidates.looked(as_strings(conn_.command(look_command(keys_, model, candidates)).get()));
       if (candidates.ids.empty()) return std::nullopt;
     }
-    auto r = conn_.pipeline(
-        {take_call(model, token, lease_ttl, candidates), look_call(model, candidates)});
-    if (auto taken = parse_take(r[0].get(), r[1].get(), candidates)) return taken;
+    auto r = conn_.pipeline({take_call(model, token, lease_ttl, candidates),
+                             taken_call(model, candidates), look_call(model, candidates)});
+    if (auto job = take_outcome(model, token, r[0].get(), r[1].get(), r[2].get(), candidates))
+      return job;
     if (candidates.ids.empty()) return std::nullopt;
   }
   return std::nullopt;  // the blocking path takes over
@@ -311,15 +323,17 @@ JobStore::Sent JobStore::send_steps(const std::string& model, const Completion* 
                                     const TakeCandidates& candidates) {
   Sent sent{c != nullptr, !next_token.empty() && !candidates.ids.empty(), std::nullopt};
   // Far (many relays): the take is a pop, its begin sent once its reply is read.
-  if (sent.take && candidates.far()) sent.after = Sent::After{model, next_token, lease_ttl};
+  if (sent.take) sent.taking = Sent::Taking{model, next_token, lease_ttl, candidates.far()};
   // (Moved in, not a braced list: an initializer list's calls would be copied whole.)
   std::vector<Connection::Call> calls;
-  calls.reserve(3);
+  calls.reserve(4);
   if (sent.finish) calls.push_back(finish_call(*c, token));
-  if (sent.after)
+  if (sent.take && sent.taking->pop) {
     calls.push_back(pop_call(model));
-  else if (sent.take)
+  } else if (sent.take) {
     calls.push_back(take_call(model, next_token, lease_ttl, candidates));
+    calls.push_back(taken_call(model, candidates));
+  }
   // The look: the next take's candidates (after this take, or this finish's).
   if (!calls.empty()) calls.push_back(look_call(model, candidates));
   if (!calls.empty()) conn_.send(std::move(calls));
@@ -333,16 +347,19 @@ std::optional<FinishOutcome> JobStore::receive_steps(Sent sent, TakeCandidates& 
   auto replies = conn_.receive(/*checked=*/false);
   const redisReply* look = replies.back().get();
   const redisReply* step = sent.take ? replies[sent.finish ? 1 : 0].get() : nullptr;
-  const redisReply* take = sent.after ? nullptr : step;
-  const redisReply* pop = sent.after ? step : nullptr;
-  if (take && take->type != REDIS_REPLY_ERROR) taken = parse_take(take, look, candidates);
+  const bool pop = sent.take && sent.taking->pop;
+  if (step && !pop && step->type != REDIS_REPLY_ERROR) {
+    const redisReply* copy = replies[sent.finish ? 2 : 1].get();
+    taken = take_outcome(sent.taking->model, sent.taking->token, step, copy, look, candidates);
+  }
   // A pop's job is begun (leased) before the finish's error, if any, is thrown: the move ran.
-  if (pop && pop->type != REDIS_REPLY_ERROR) {
-    if (auto id = moved(pop, look, candidates)) {
-      taken = begun(sent.after->model, *id, sent.after->token, sent.after->lease_ttl);
+  if (step && pop && step->type != REDIS_REPLY_ERROR) {
+    const Sent::Taking& t = *sent.taking;
+    if (auto id = moved(step, look, candidates)) {
+      taken = begun(t.model, *id, t.token, t.lease_ttl);
       // (One that cannot run was dropped: the next, if any, is taken as take() would.)
       if (!taken && !candidates.ids.empty())
-        taken = this->take(sent.after->model, sent.after->token, sent.after->lease_ttl, candidates);
+        taken = this->take(t.model, t.token, t.lease_ttl, candidates);
     }
   }
   std::optional<FinishOutcome> outcome;

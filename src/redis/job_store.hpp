@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/random.hpp"
 #include "redis/completion.hpp"
 #include "redis/connection.hpp"
 #include "redis/job_record.hpp"
@@ -88,6 +89,9 @@ class TakeCandidates {
   long long looks() const { return far() ? kFar / 2 : want_; }
   void found_at(long long position);  // the head was ids[position - 1]
   void missed();                      // the head was none of them
+  // This slot's name in Redis: a take copies the record of the job it took to
+  // Keys::taken(model, taker()), read behind it (lua/take.lua). Random, one per slot.
+  const std::string& taker() const { return taker_; }
   // A far take's pop moved `id`: the distance measured from ids, unless they were just looked at.
   void popped(const std::string& id);
   // A look at the head of pending (behind a finish, or a take that missed): the ids now. When
@@ -100,6 +104,7 @@ class TakeCandidates {
 
  private:
   long long want_ = 4, reach_ = 0, takes_ = 0;
+  std::string taker_ = random_hex(8);
 };
 
 struct Taken {
@@ -203,14 +208,15 @@ class JobStore {
   // candidates are known; on `model`), sent now, their replies read later. What was sent goes
   // to receive_steps().
   // A far take is a pop sent with the finish (LMOVE, and a look behind it); its begin.lua is
-  // sent by receive_steps(), with what it needs kept here (after).
+  // sent by receive_steps(). What the take needs then is kept here (taking).
   struct Sent {
     bool finish = false, take = false;
-    struct After {
+    struct Taking {
       std::string model, token;
       std::chrono::milliseconds lease_ttl;
+      bool pop = false;
     };
-    std::optional<After> after;
+    std::optional<Taking> taking;
   };
   Sent send_steps(const std::string& model, const Completion* c, const std::string& token,
                   const std::string& next_token, std::chrono::milliseconds lease_ttl,
@@ -370,6 +376,13 @@ class JobStore {
   Connection::Call take_call(const std::string& model, const std::string& token,
                              std::chrono::milliseconds lease_ttl,
                              const TakeCandidates& candidates) const;
+  // The read of the record a take copied (Keys::taken), sent behind it.
+  Connection::Call taken_call(const std::string& model, const TakeCandidates& candidates) const;
+  // take.lua's reply with the copy read behind it: the job taken, if any. The record is read
+  // again from its key when the copy is not the job's (see the definition).
+  std::optional<Taken> take_outcome(const std::string& model, const std::string& token,
+                                    const redisReply* take, const redisReply* copy,
+                                    const redisReply* look, TakeCandidates& candidates);
   Connection::Call finish_call(const Completion& c, const std::string& token) const;
   Connection::Call requeue_deadletter_call(const std::string& model, const std::string& id,
                                            const std::string& token) const;

@@ -29,6 +29,11 @@ class Keys {
   std::string lease(std::string_view model, std::string_view id) const {
     return cat({prefix_, "relay:", open(), model, close(), ":lease:", id});
   }
+  // A copy of the record of the job a relay's slot (taker) took last (lua/take.lua), read by a
+  // plain HGETALL behind the take; it expires with the lease it came with.
+  std::string taken(std::string_view model, std::string_view taker) const {
+    return cat({prefix_, "relay:", open(), model, close(), ":taken:", taker});
+  }
   // Durable log of terminal transitions (stream), read by the gateway's consumer group.
   std::string events(std::string_view model) const {
     return cat({prefix_, "jobs:", open(), model, close(), ":events"});

@@ -12,6 +12,7 @@ TEST(Keys, SeedSchemaWithoutPrefixOrTag) {
   EXPECT_EQ(k.pending("whisper"), "relay:whisper:pending");
   EXPECT_EQ(k.processing("whisper"), "relay:whisper:processing");
   EXPECT_EQ(k.lease("whisper", "abc"), "relay:whisper:lease:abc");
+  EXPECT_EQ(k.taken("whisper", "h-1"), "relay:whisper:taken:h-1");
   EXPECT_EQ(k.deadletter("whisper"), "relay:whisper:deadletter");
   EXPECT_EQ(k.completed_channel("whisper"), "jobs:whisper:completed");
   EXPECT_EQ(k.cancel_channel("whisper"), "relay:whisper:cancel");
@@ -67,11 +68,19 @@ TEST(Keys, WithTheTagEveryKeyOfAModelHashesToOneSlot) {
     Keys k(prefix, true);
     for (const char* model : {"ocr", "whisper-large", "m1", "a.b_c"}) {
       const std::string id = "0f8b3c1e-1111-4222-8333-944455556666";
-      const std::vector<std::string> all{
-          k.pending(model),          k.processing(model), k.deadletter(model),
-          k.lease(model, id),        k.job(model, id),    k.events(model),
-          k.suspects(model),         k.expiries(model),   k.webhooks_due(model),
-          k.webhook(model, "msg_x"), k.gc_due(model),     k.idempotency(model, "tenant", "abc")};
+      const std::vector<std::string> all{k.pending(model),
+                                         k.processing(model),
+                                         k.deadletter(model),
+                                         k.lease(model, id),
+                                         k.job(model, id),
+                                         k.events(model),
+                                         k.taken(model, "h-1"),
+                                         k.suspects(model),
+                                         k.expiries(model),
+                                         k.webhooks_due(model),
+                                         k.webhook(model, "msg_x"),
+                                         k.gc_due(model),
+                                         k.idempotency(model, "tenant", "abc")};
       const int slot = key_slot(all.front());
       for (const auto& key : all) EXPECT_EQ(key_slot(key), slot) << prefix << " " << key;
     }

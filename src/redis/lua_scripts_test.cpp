@@ -71,7 +71,8 @@ TEST(LuaScripts, TouchOnlyTheKeysTheyAreGiven) {
       }
       size_t keys = 1;                                  // the first argument is the key...
       if (cmd == "PUBLISH" || cmd == "TIME") keys = 0;  // ...none
-      if (cmd == "LMOVE" || cmd == "RPOPLPUSH" || cmd == "SMOVE") keys = 2;  // ...two keys
+      if (cmd == "LMOVE" || cmd == "RPOPLPUSH" || cmd == "SMOVE" || cmd == "COPY")
+        keys = 2;  // ...two keys
       if (cmd == "DEL" || cmd == "EXISTS" || cmd == "UNLINK") keys = args.size();
       ASSERT_GE(args.size(), keys) << s.name << ": " << it->str();
       for (size_t i = 0; i < keys; ++i)

@@ -523,7 +523,7 @@ void Relay::send_ahead(Slot& slot, Heartbeat& heartbeat, std::optional<Finishing
     if (take) unclaim();
     if (finishing)
       slot.inflight = Inflight{
-          {.finish = true, .take = false, .after = {}}, std::move(finishing), Clock::now()};
+          {.finish = true, .take = false, .taking = {}}, std::move(finishing), Clock::now()};
     settle_sent(slot, heartbeat, /*lost=*/true);
   }
 }

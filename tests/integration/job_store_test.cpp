@@ -269,6 +269,40 @@ TEST_F(JobStoreTest, TakeMovesLeasesAndMarksInOneStepSkippingStaleEntries) {
   EXPECT_FALSE(store_.take(model_, "tok2", 5s, candidates).has_value());
 }
 
+// A take's record comes from a copy the script makes for its slot (Keys::taken), read by a plain
+// HGETALL behind it: the record as the take left it, the copy expiring with the lease. A take
+// refused NOSCRIPT runs after that read: the record is read again, not taken from the copy of
+// the slot's last job.
+TEST_F(JobStoreTest, TakeReadsTheRecordFromItsSlotsCopy) {
+  std::vector<JobRecord> jobs;
+  for (int i = 0; i < 3; ++i) {
+    jobs.push_back(pending_job(model_));
+    store_.submit(jobs.back(), false);
+  }
+  redis::TakeCandidates candidates;
+  const std::string copy = keys_.taken(model_, candidates.taker());
+  for (int i = 0; i < 3; ++i) {
+    const std::string token = "tok-" + std::to_string(i);
+    if (i == 2) conn_.command({"SCRIPT", "FLUSH"});
+    auto taken = store_.take(model_, token, 5s, candidates);
+    ASSERT_TRUE(taken.has_value());
+    EXPECT_EQ(taken->id, jobs[i].id);
+    const auto stored = store_.get(model_, jobs[i].id);
+    ASSERT_TRUE(stored.has_value());
+    EXPECT_EQ(taken->record.id, jobs[i].id) << i;
+    EXPECT_EQ(taken->record.holder, token) << i;
+    EXPECT_EQ(taken->record.status, JobStatus::processing) << i;
+    EXPECT_EQ(taken->record.started_at, stored->started_at) << i;
+    EXPECT_EQ(taken->record.input_key, jobs[i].input_key) << i;
+    EXPECT_EQ(redis::as_string(conn_.command({"HGET", copy, "holder"}).get()), token);
+    const auto ttl = redis::as_integer(conn_.command({"PTTL", copy}).get());
+    EXPECT_GT(ttl, 0) << "expires";
+    EXPECT_LE(ttl, 5000) << "with the lease";
+  }
+  redis::TakeCandidates other;
+  EXPECT_NE(other.taker(), candidates.taker()) << "one copy per slot";
+}
+
 TEST_F(JobStoreTest, TakeTakesTheHeadWhicheverCandidateItIsAndLooksAgainWhenItIsNone) {
   std::vector<JobRecord> jobs;
   for (int i = 0; i < 4; ++i) {
@@ -346,6 +380,11 @@ TEST_F(JobStoreTest, StepsSentNowAreReadLater) {
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->id, second.id);
   EXPECT_EQ(status(second.id), "processing");
+  // The copy behind the take was read before the take ran (sent again after NOSCRIPT): it held
+  // the first job's record, and the second's was read instead.
+  EXPECT_EQ(next->record.id, second.id);
+  EXPECT_EQ(next->record.holder, "t2");
+  EXPECT_EQ(next->record.status, JobStatus::processing);
   EXPECT_EQ(candidates.ids, std::vector<std::string>{third.id});
   // A take alone; then nothing left to read.
   sent = relay_store.send_steps(model_, nullptr, "", "t3", 5s, candidates);
@@ -437,7 +476,7 @@ TEST_F(JobStoreTest, AFarTakeIsAPopSentWithItsFinishThenBegun) {
   redis::JobStore relay_store(relay_conn, keys_);
   const auto done = ending(jobs[0], JobStatus::completed);
   auto sent = relay_store.send_steps(model_, &done, "t1", "t2", 5s, candidates);
-  EXPECT_TRUE(sent.finish && sent.take && sent.after);
+  EXPECT_TRUE(sent.finish && sent.take && sent.taking && sent.taking->pop);
   EXPECT_TRUE(wait_until([&] { return status(jobs[0].id) == "completed"; }, 5s));
   EXPECT_TRUE(wait_until(
       [&] { return list(keys_.processing(model_)) == std::vector<std::string>{jobs[7].id}; }, 5s))
