@@ -40,11 +40,12 @@ class Gc {
   int pass();    // throws redis::IoError
   void sweep();  // never throws
   void run(std::stop_token stop);
+  // Jobs per model and pass: 1,000 objects, as many as S3 deletes in one request.
+  static constexpr int kBatch = 500;
 
  private:
   // Holds the inputs the API listed as unsettled (those not held stay listed); throws IoError.
   void hold_unsettled(redis::Schedules& schedules, long long now_ms);
-  static constexpr int kBatch = 100;  // per model and pass
   GcParams p_;
   redis::LazyConnection conn_;
   std::chrono::steady_clock::time_point next_sweep_{};

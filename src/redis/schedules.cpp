@@ -132,9 +132,17 @@ void Schedules::release_upload(const std::string& model, const std::string& serv
   conn_.command({"ZREM", keys_.gc_due(model), upload_member(model, service_type, job_id)});
 }
 
-void Schedules::gc_done(const GcItem& item) {
-  conn_.command({"DEL", keys_.webhook(item.model, JobStore::webhook_id(item.job_id))});
-  conn_.command({"ZREM", keys_.gc_due(item.model), item.member});
+void Schedules::gc_done(const std::vector<GcItem>& items) {
+  if (items.empty()) return;
+  // (Items come from one due set, gc_due(model): with the hash tag one model's, all its keys in
+  // its slot; without, one set and one slot-less Redis for every model.)
+  Connection::Call del{nullptr, {}, {"DEL"}},
+      zrem{nullptr, {}, {"ZREM", keys_.gc_due(items[0].model)}};
+  for (const auto& item : items) {
+    del.args.push_back(keys_.webhook(item.model, JobStore::webhook_id(item.job_id)));
+    zrem.args.push_back(item.member);
+  }
+  conn_.pipeline({std::move(del), std::move(zrem)});
 }
 
 }  // namespace relay::redis

@@ -54,8 +54,9 @@ class Schedules {
   // Up to limit jobs of model (any model without the hash tag) whose objects are due at now_ms.
   // Malformed members are dropped.
   std::vector<GcItem> gc_due(const std::string& model, long long now_ms, int limit);
-  // The job's objects are gone: forget it and its webhook delivery.
-  void gc_done(const GcItem& item);
+  // Their jobs' objects are gone: forget them and their webhook deliveries, in one round trip
+  // (one DEL and one ZREM for all).
+  void gc_done(const std::vector<GcItem>& items);
 
   // A large upload in progress holds its input for deletion at due_ms, renewed while it
   // progresses; creating the job (submit.lua) releases it. A gateway that dies between storing

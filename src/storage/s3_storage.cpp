@@ -4,6 +4,8 @@
 // request set-up and error mapping below.
 #include "storage/s3_storage.hpp"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <boost/url/parse.hpp>
 #include <cstring>
@@ -211,9 +213,17 @@ std::string S3Storage::request(const std::string& method, const std::string& key
 std::string S3Storage::request_once(const std::string& method, const std::string& key,
                                     const std::string& query, std::string_view payload,
                                     std::string* etag, std::stop_token stop) const {
-  auto easy = http::make_easy();
   Headers headers;
-  configure(easy.get(), method, object_url(key, query), &headers);
+  return send(method, object_url(key, query), method + " " + key, payload, &headers, etag,
+              std::move(stop));
+}
+
+std::string S3Storage::send(const std::string& method, const std::string& url,
+                            const std::string& what, std::string_view payload, void* h,
+                            std::string* etag, std::stop_token stop) const {
+  auto easy = http::make_easy();
+  auto& headers = *static_cast<Headers*>(h);
+  configure(easy.get(), method, url, &headers);
   std::string response;
   ViewSource src(payload);
   UploadFeed feed{&src};
@@ -233,9 +243,9 @@ std::string S3Storage::request_once(const std::string& method, const std::string
   Transfer t(easy.get(), std::move(stop));
   feed.transfer = &t;
   CURLcode rc = t.run();
-  if (rc != CURLE_OK) fail_transfer(method + " " + key, rc);
+  if (rc != CURLE_OK) fail_transfer(what, rc);
   long status = http::response_code(easy.get());
-  if (status >= 300) fail_http(method + " " + key, status, response);
+  if (status >= 300) fail_http(what, status, response);
   if (etag) *etag = answer_headers["etag"];
   return response;
 }
@@ -480,6 +490,76 @@ void S3Storage::remove(const std::string& key) {
   if (rc != CURLE_OK) fail_transfer("DELETE " + key, rc);
   long status = http::response_code(easy.get());
   if (status >= 300 && status != 404) fail_http("DELETE " + key, status, response);
+}
+
+namespace {
+
+std::string xml_escaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// Content-MD5 (base64 of the body's MD5): S3 refuses a DeleteObjects request without it.
+std::string content_md5(std::string_view body) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(body.data(), body.size(), digest, &n, EVP_md5(), nullptr) != 1)
+    throw StorageError(ErrorKind::other, "MD5 unavailable (OpenSSL)");
+  unsigned char text[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+  const int len = EVP_EncodeBlock(text, digest, static_cast<int>(n));
+  return std::string(reinterpret_cast<const char*>(text), static_cast<size_t>(len));
+}
+
+}  // namespace
+
+void S3Storage::remove_many(const std::vector<std::string>& keys) {
+  // DeleteObjects, quiet: the answer lists only the keys S3 could not delete (a missing key is
+  // deleted as far as S3 is concerned).
+  const std::string url = base_ + (config_.s3_path_style ? "" : "/") + "?delete=";
+  for (size_t from = 0; from < keys.size(); from += kDeleteBatch) {
+    const size_t to = std::min(keys.size(), from + kDeleteBatch);
+    std::string body = "<Delete><Quiet>true</Quiet>";
+    for (size_t i = from; i < to; ++i) {
+      body += "<Object><Key>";
+      body += xml_escaped(prefix_.empty() ? keys[i] : prefix_ + "/" + keys[i]);
+      body += "</Key></Object>";
+    }
+    body += "</Delete>";
+    Headers headers;
+    headers.add("Content-MD5: " + content_md5(body));
+    const std::string what = "DeleteObjects (" + std::to_string(to - from) + " keys)";
+    const std::string answer = send("POST", url, what, body, &headers, nullptr, {});
+    if (answer.find("<Error>") == std::string::npos) continue;
+    const auto [code, message] = parse_s3_error(answer);
+    const std::string key = xml_tag(answer, "Key");
+    const long as_status = code == "AccessDenied"                          ? 403
+                           : code == "InternalError" || code == "SlowDown" ? 503
+                                                                           : 400;
+    throw StorageError(kind_for(as_status, code),
+                       what + ": " + key + " not deleted: " + code + " " + message, code, 200);
+  }
 }
 
 void S3Storage::check() {

@@ -30,6 +30,9 @@ class S3Storage final : public Storage {
   // object within one part takes.
   void put(const std::string& key, ByteSource& body, std::stop_token stop) override;
   void remove(const std::string& key) override;
+  // DeleteObjects, kDeleteBatch keys a request (S3's limit).
+  void remove_many(const std::vector<std::string>& keys) override;
+  static constexpr size_t kDeleteBatch = 1000;
   // HEAD of the bucket, answered within kCheckWait (or s3_timeout, if shorter) or unavailable.
   void check() override;
   static constexpr std::chrono::milliseconds kCheckWait{2'000};
@@ -50,6 +53,11 @@ class S3Storage final : public Storage {
   std::string request_once(const std::string& method, const std::string& key,
                            const std::string& query, std::string_view payload, std::string* etag,
                            std::stop_token stop) const;
+  // One request to url with payload and the header lines already in headers (http::Headers);
+  // `what` names it in errors.
+  std::string send(const std::string& method, const std::string& url, const std::string& what,
+                   std::string_view payload, void* headers, std::string* etag,
+                   std::stop_token stop) const;
   friend class S3Writer;
   friend class StreamedPut;
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <vector>
 
 #include "common/byte_stream.hpp"
 
@@ -79,6 +80,11 @@ class Storage {
   }
   // Deleting a missing key is not an error.
   virtual void remove(const std::string& key) = 0;
+  // Every key removed (GC's batches: S3 takes a thousand keys a request). Throws StorageError
+  // when any could not be: those removed stay removed, and a retry of all removes the rest.
+  virtual void remove_many(const std::vector<std::string>& keys) {
+    for (const auto& key : keys) remove(key);
+  }
   // Cheap reachability check for readiness probes.
   virtual void check() = 0;
   // Removes what a crashed writer left behind — temporary objects and empty job folders — not

@@ -16,6 +16,7 @@
 //       requests (of method M, if given) held MS ms before they are served: a slow store. The
 //       first K that match are served at once, the next N held.
 // --log-connections: a line on stderr for every TCP connection accepted.
+// --log-requests: a line on stderr for every request verified ("s3 request: <method> <url>").
 // --log-puts: a line on stderr for every PUT verified ("s3 put: <url> <content-length>"): what an
 // upload sent, part by part.
 // Prints "ready <port>" on stdout once it listens.
@@ -44,6 +45,7 @@ const sessionToken = arg('session-token', undefined);
 const region = arg('region', 'us-east-1');
 const credentialsFile = arg('credentials-file', undefined);
 const logPuts = process.argv.includes('--log-puts');
+const logRequests = process.argv.includes('--log-requests');
 const faults = {
   failPuts: Number(arg('fail-puts', '0')), failMatch: arg('fail-match', ''),
   cutGets: Number(arg('cut-gets', '0')), cutMatch: arg('cut-match', ''),
@@ -151,6 +153,17 @@ FilesystemStore.prototype.putObject = async function putObject(object) {
   return { size, md5: digest };
 };
 
+// s3rver's deleteObject removes the folders it empties, racing itself when DeleteObjects deletes
+// two keys of one folder at once (a readdir, then an rmdir of a folder the other call removed:
+// a 500 that S3, which has no folders, never gives): deletions run one after another.
+const deleteObject = FilesystemStore.prototype.deleteObject;
+let deleting = Promise.resolve();
+FilesystemStore.prototype.deleteObject = function serialDeleteObject(bucket, key) {
+  const run = deleting.then(() => deleteObject.call(this, bucket, key));
+  deleting = run.catch(() => {});
+  return run;
+};
+
 async function main() {
   fs.mkdirSync(dir, { recursive: true });
   const backend = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: dir,
@@ -166,6 +179,13 @@ async function main() {
       process.stderr.write(`s3 proxy: rejected ${req.method} ${req.url}: ${problem[0]}: ${problem[1]}\n`);
       req.resume();
       return fail(res, problem[2] || 403, problem[0], problem[1]);
+    }
+    if (logRequests) process.stderr.write(`s3 request: ${req.method} ${req.url}\n`);
+    // Like S3: DeleteObjects without Content-MD5 (or a checksum) is refused.
+    if (req.method === 'POST' && /[?&]delete(=|&|$)/.test(req.url) &&
+        !/^[A-Za-z0-9+/]{22}==$/.test(req.headers['content-md5'] ?? '')) {
+      req.resume();
+      return fail(res, 400, 'InvalidRequest', 'Missing required header for this request: Content-Md5');
     }
     if (logPuts && req.method === 'PUT') {
       process.stderr.write(`s3 put: ${req.url} ${req.headers['content-length'] ?? '-'}\n`);
