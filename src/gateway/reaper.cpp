@@ -19,8 +19,10 @@ ReapStats Reaper::pass() {
     // Marks for ids that have left processing since are cleared by the same step ("gone").
     for (auto& id : store.hash_keys(p_.keys.suspects(model)))
       if (!seen.count(id)) ids.push_back(id);
-    for (const auto& id : ids) {
-      auto outcome = store.reap(model, id, p_.grace, p_.max_attempts);
+    const auto outcomes = store.reap_all(model, ids, p_.grace, p_.max_attempts);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto outcome = outcomes[i];
+      const std::string& id = ids[i];
       if (outcome == redis::ReapOutcome::requeued) {
         ++stats.requeued;
         metrics().reaped.add(1);

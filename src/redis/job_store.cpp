@@ -618,29 +618,59 @@ std::int64_t JobStore::requeue_deadletter_all(const std::string& model, const st
   return moved;
 }
 
-ReapOutcome JobStore::reap(const std::string& model, const std::string& id,
-                           std::chrono::milliseconds grace, long long max_attempts) {
-  Completion c = Completion::failure(id, model, "dead_lettered");
-  auto r = conn_.eval(lua::reap,
-                      {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id),
-                       keys_.pending(model), keys_.deadletter(model), keys_.suspects(model),
-                       keys_.events(model), keys_.paused(model), keys_.held(model)},
-                      {id, std::to_string(grace.count()), std::to_string(max_attempts),
-                       format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen),
-                       keys_.job_changed_channel(id)});
-  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) throw ReplyError("reap: unexpected reply");
-  const std::string tag = as_string(r->element[0]);
-  if (tag == "alive") return ReapOutcome::alive;
-  if (tag == "gone") return ReapOutcome::gone;
-  if (tag == "marked") return ReapOutcome::marked;
-  if (tag == "waiting") return ReapOutcome::waiting;
-  if (tag == "requeued") return ReapOutcome::requeued;
-  if (tag != "deadlettered" || r->elements < 2) throw ReplyError("reap: unexpected reply " + tag);
-  // The transition is durable (record, events stream); its live signal follows, built here with
-  // the record's service type the step returned.
-  c.service_type = as_string(r->element[1]);
-  conn_.command({"PUBLISH", keys_.completed_channel(model), c.payload()});
-  return ReapOutcome::deadlettered;
+std::vector<ReapOutcome> JobStore::reap_all(const std::string& model,
+                                            const std::vector<std::string>& ids,
+                                            std::chrono::milliseconds grace,
+                                            long long max_attempts) {
+  std::vector<ReapOutcome> out;
+  out.reserve(ids.size());
+  for (std::size_t from = 0; from < ids.size(); from += kReapBatch) {
+    const std::size_t to = std::min(ids.size(), from + kReapBatch);
+    std::vector<Completion> ends;
+    std::vector<Connection::Call> calls;
+    for (std::size_t i = from; i < to; ++i) {
+      const std::string& id = ids[i];
+      ends.push_back(Completion::failure(id, model, "dead_lettered"));
+      calls.push_back({&lua::reap,
+                       {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id),
+                        keys_.pending(model), keys_.deadletter(model), keys_.suspects(model),
+                        keys_.events(model), keys_.paused(model), keys_.held(model)},
+                       {id, std::to_string(grace.count()), std::to_string(max_attempts),
+                        format_rfc3339(ends.back().finished_at), std::to_string(kEventsMaxLen),
+                        keys_.job_changed_channel(id)}});
+    }
+    // (Independent steps, each its own id's: in any order after a NOSCRIPT, as pipeline() may.)
+    auto replies = conn_.pipeline(calls);
+    std::vector<Connection::Call> signals;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      const redisReply* r = replies[i].get();
+      if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+        throw ReplyError("reap: unexpected reply");
+      const std::string tag = as_string(r->element[0]);
+      if (tag == "alive") {
+        out.push_back(ReapOutcome::alive);
+      } else if (tag == "gone") {
+        out.push_back(ReapOutcome::gone);
+      } else if (tag == "marked") {
+        out.push_back(ReapOutcome::marked);
+      } else if (tag == "waiting") {
+        out.push_back(ReapOutcome::waiting);
+      } else if (tag == "requeued") {
+        out.push_back(ReapOutcome::requeued);
+      } else if (tag == "deadlettered" && r->elements >= 2) {
+        // The transition is durable (record, events stream); its live signal follows, built
+        // here with the record's service type the step returned.
+        ends[i].service_type = as_string(r->element[1]);
+        signals.push_back(
+            {nullptr, {}, {"PUBLISH", keys_.completed_channel(model), ends[i].payload()}});
+        out.push_back(ReapOutcome::deadlettered);
+      } else {
+        throw ReplyError("reap: unexpected reply " + tag);
+      }
+    }
+    if (!signals.empty()) conn_.pipeline(signals);
+  }
+  return out;
 }
 
 namespace {

@@ -323,7 +323,14 @@ class JobStore {
 
   // Reaper (gateway): one id of the processing list; see lua/reap.lua.
   ReapOutcome reap(const std::string& model, const std::string& id, std::chrono::milliseconds grace,
-                   long long max_attempts);
+                   long long max_attempts) {
+    return reap_all(model, {id}, grace, max_attempts).front();
+  }
+  // reap() of each id, their steps pipelined kReapBatch at a time: a pass over a busy model's
+  // processing list (one id per job in hand) costs a round trip per batch, not per job.
+  std::vector<ReapOutcome> reap_all(const std::string& model, const std::vector<std::string>& ids,
+                                    std::chrono::milliseconds grace, long long max_attempts);
+  static constexpr std::size_t kReapBatch = 100;
   // Queue deadlines (gateway): ids whose ttl has passed by now, at most limit; and one step for
   // one of them (lua/expire.lua): true when it was still pending and is now failed `expired`.
   std::vector<std::string> due_expiries(const std::string& model, WallTime now, int limit);

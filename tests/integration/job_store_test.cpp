@@ -712,6 +712,38 @@ TEST_F(JobStoreTest, AnAdmissionRetriedFindsItsOwnJobAdmitted) {
 // finds its own work and says ok — it said lease_lost (the first try had released the lease), and
 // the relay logged and counted the job so. Another relay's lease, or another due time, is still
 // lease_lost, writing nothing.
+// The reaper's pass over a busy model: its reap steps go kReapBatch to a round trip, each with
+// the outcome reap() alone gives (marked on the first sighting, requeued past the grace; a job
+// at its last attempt dead-lettered, its live signal sent).
+TEST_F(JobStoreTest, ReapingAWholeProcessingListIsOneRoundTripPerBatch) {
+  const std::size_t n = 2 * redis::JobStore::kReapBatch + 50;
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto r = pending_job(model_);
+    store_.submit(r, false);
+    ASSERT_EQ(store_.pop(model_, 1s), r.id);  // lease-less in processing: a relay died
+    ids.push_back(r.id);
+  }
+  conn_.command({"HSET", keys_.job(model_, ids[7]), "attempts", "2"});
+  store_.reap(model_, "no-such-job", 0ms, 3);  // (the script cached: no NOSCRIPT below)
+  ReadCounter reads(redis_, keys_.processing(model_));
+  const auto before = reads();
+  auto first = store_.reap_all(model_, ids, 0ms, 3);
+  // (Redis reads a long pipeline in 16 KiB reads: a few per batch. One per job was 250.)
+  EXPECT_LT(reads() - before, 25) << "Redis reads for " << n << " reap steps";
+  ASSERT_EQ(first.size(), n);
+  for (auto o : first) EXPECT_EQ(o, redis::ReapOutcome::marked);
+  auto second = store_.reap_all(model_, ids, 0ms, 3);
+  ASSERT_EQ(second.size(), n);
+  for (std::size_t i = 0; i < n; ++i)
+    EXPECT_EQ(second[i], i == 7 ? redis::ReapOutcome::deadlettered : redis::ReapOutcome::requeued)
+        << i;
+  EXPECT_EQ(list(keys_.processing(model_)).size(), 0u);
+  EXPECT_EQ(list(keys_.pending(model_)).size(), n - 1);
+  EXPECT_EQ(list(keys_.deadletter(model_)), std::vector<std::string>{ids[7]});
+  EXPECT_TRUE(store_.reap_all(model_, {}, 0ms, 3).empty());
+}
+
 TEST_F(JobStoreTest, ARetryStepRunAgainFindsItsOwnWork) {
   auto r = pending_job(model_);
   store_.submit(r, false);
