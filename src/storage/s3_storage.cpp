@@ -550,7 +550,15 @@ void S3Storage::remove_many(const std::vector<std::string>& keys) {
     Headers headers;
     headers.add("Content-MD5: " + content_md5(body));
     const std::string what = "DeleteObjects (" + std::to_string(to - from) + " keys)";
-    const std::string answer = send("POST", url, what, body, &headers, nullptr, {});
+    std::string answer;
+    try {
+      answer = send("POST", url, what, body, &headers, nullptr, {});
+    } catch (const StorageError& e) {
+      // A store without DeleteObjects (some S3-compatible ones): one DELETE a key.
+      if (e.http_status() != 501 && e.code() != "NotImplemented") throw;
+      for (size_t i = from; i < keys.size(); ++i) remove(keys[i]);
+      return;
+    }
     if (answer.find("<Error>") == std::string::npos) continue;
     const auto [code, message] = parse_s3_error(answer);
     const std::string key = xml_tag(answer, "Key");

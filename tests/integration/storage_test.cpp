@@ -308,6 +308,22 @@ TEST(S3Storage, RemoveManySendsAThousandKeysARequest) {
   EXPECT_EQ(occurrences(s3.log(), "s3 request: DELETE"), 0u) << s3.log();
 }
 
+// A store without DeleteObjects (501 NotImplemented, as some S3-compatible ones answer) has its
+// keys deleted one request each.
+TEST(S3Storage, RemoveManyFallsBackToADeleteAKeyWithoutDeleteObjects) {
+  S3Server s3({}, {"--log-requests", "--no-delete-objects"});
+  auto st = s3_storage(s3);
+  std::vector<std::string> keys{"svc/a/input", "svc/a/result.json", "svc/b/input"};
+  for (const auto& key : keys) {
+    MemorySource body("x");
+    st->put(key, body, {});
+  }
+  st->remove_many(keys);
+  for (const auto& key : keys) EXPECT_THROW(st->open(key, {}), storage::StorageError) << key;
+  EXPECT_EQ(occurrences(s3.log(), "s3 request: POST /relay-test?delete="), 1u) << s3.log();
+  EXPECT_EQ(occurrences(s3.log(), "s3 request: DELETE"), 3u) << s3.log();
+}
+
 // GC works through a backlog a batch at a time (Gc::kBatch jobs): each batch's objects in one
 // DeleteObjects request, its jobs forgotten in one round trip (one ZREM, one DEL), where each job
 // cost two storage requests and two round trips before.

@@ -16,6 +16,8 @@
 //       requests (of method M, if given) held MS ms before they are served: a slow store. The
 //       first K that match are served at once, the next N held.
 // --log-connections: a line on stderr for every TCP connection accepted.
+// --no-delete-objects: DeleteObjects answered 501 NotImplemented, as some S3-compatible stores
+// answer it.
 // --log-requests: a line on stderr for every request verified ("s3 request: <method> <url>").
 // --log-puts: a line on stderr for every PUT verified ("s3 put: <url> <content-length>"): what an
 // upload sent, part by part.
@@ -181,6 +183,11 @@ async function main() {
       return fail(res, problem[2] || 403, problem[0], problem[1]);
     }
     if (logRequests) process.stderr.write(`s3 request: ${req.method} ${req.url}\n`);
+    if (process.argv.includes('--no-delete-objects') && req.method === 'POST' &&
+        /[?&]delete(=|&|$)/.test(req.url)) {
+      req.resume();
+      return fail(res, 501, 'NotImplemented', 'A header you provided implies functionality that is not implemented');
+    }
     // Like S3: DeleteObjects without Content-MD5 (or a checksum) is refused.
     if (req.method === 'POST' && /[?&]delete(=|&|$)/.test(req.url) &&
         !/^[A-Za-z0-9+/]{22}==$/.test(req.headers['content-md5'] ?? '')) {
