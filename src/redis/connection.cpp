@@ -4,6 +4,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/url/parse.hpp>
@@ -436,17 +437,37 @@ std::vector<Reply> Connection::read_replies(const std::vector<Call>& calls, bool
   std::vector<Reply> out;
   out.reserve(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) out.emplace_back(t_->next_reply());
-  // Every reply is read before any is thrown: the connection stays in step. A script the server
-  // does not know (a restart) is sent whole.
-  for (size_t i = 0; i < calls.size(); ++i) {
+  // Every reply is read before any is thrown: the connection stays in step. Calls of a script
+  // the server does not know (a restart, a failover to a replica: its cache starts empty) are
+  // sent again together, in order, in one write: each script's first whole (EVAL caches it),
+  // the rest of its calls by SHA-1 behind it — one round trip, where a batch of a hundred
+  // (a settle, a reaper's pass) cost a hundred, each with the script's source.
+  const auto refused = [&](size_t i) {
     const auto* r = out[i].get();
-    if (!calls[i].script || r->type != REDIS_REPLY_ERROR ||
-        !std::string_view(r->str, r->len).starts_with("NOSCRIPT"))
-      continue;
-    std::string again;
-    format_call(calls[i], again, /*whole=*/true);
-    t_->write_all(again.data(), again.size());
-    out[i] = Reply(t_->next_reply());
+    return calls[i].script && r->type == REDIS_REPLY_ERROR &&
+           std::string_view(r->str, r->len).starts_with("NOSCRIPT");
+  };
+  std::vector<size_t> again;
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (refused(i)) again.push_back(i);
+  if (!again.empty()) {
+    std::string wire;
+    std::vector<const Script*> whole;
+    for (size_t i : again) {
+      const bool first = std::find(whole.begin(), whole.end(), calls[i].script) == whole.end();
+      if (first) whole.push_back(calls[i].script);
+      format_call(calls[i], wire, first);
+    }
+    t_->write_all(wire.data(), wire.size());
+    for (size_t i : again) out[i] = Reply(t_->next_reply());
+    // (Refused again — the cache emptied once more meanwhile: each sent whole, alone.)
+    for (size_t i : again) {
+      if (!refused(i)) continue;
+      std::string one;
+      format_call(calls[i], one, /*whole=*/true);
+      t_->write_all(one.data(), one.size());
+      out[i] = Reply(t_->next_reply());
+    }
   }
   if (checked)
     for (const auto& r : out) throw_if_error(r.get());
