@@ -15,28 +15,32 @@ constexpr int kBatch = 100;  // due ids read per round trip; a pass goes on whil
 int DueSweep::pass() {
   int moved = 0;
   redis::JobStore store(conn_.get(), p_.keys);
-  // Every id due now, a batch at a time: each step drops its id from the set, moved or not.
-  auto drain = [&](auto due, auto move) {
+  // Every id due now, a batch at a time (its steps in one round trip): each step drops its id
+  // from the set, moved or not.
+  auto drain = [&](auto due, auto move, auto moved_one) {
     for (;;) {
       auto ids = due();
-      for (const auto& id : ids) moved += move(id) ? 1 : 0;
+      const std::vector<bool> done = ids.empty() ? std::vector<bool>{} : move(ids);
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if (done[i]) {
+          moved_one(ids[i]);
+          ++moved;
+        }
       if (ids.size() < static_cast<std::size_t>(kBatch)) return;
     }
   };
   for (const auto& model : p_.models) {
     drain(
         [&] { return store.due_expiries(model, wall_now(), kBatch); },
+        [&](const std::vector<std::string>& ids) { return store.expire(model, ids); },
         [&](const std::string& id) {
-          if (!store.expire(model, id)) return false;
           metrics().expired.add({model});
           log::info("job expired: not started within its ttl", {{"job_id", id}, {"model", model}});
-          return true;
         });
     drain([&] { return store.due_retries(model, wall_now(), kBatch); },
+          [&](const std::vector<std::string>& ids) { return store.requeue_retries(model, ids); },
           [&](const std::string& id) {
-            if (!store.requeue_retry(model, id)) return false;
             log::info("job back in pending for its retry", {{"job_id", id}, {"model", model}});
-            return true;
           });
   }
   return moved;

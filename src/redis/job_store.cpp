@@ -694,12 +694,20 @@ std::vector<std::string> JobStore::due_retries(const std::string& model, WallTim
                         .get());
 }
 
-bool JobStore::requeue_retry(const std::string& model, const std::string& id) {
-  auto r = conn_.eval(lua::requeue_retry,
-                      {keys_.retries(model), keys_.pending(model), keys_.job(model, id),
-                       keys_.paused(model), keys_.held(model)},
-                      {id});
-  return as_string(r.get()) == "requeued";
+std::vector<bool> JobStore::requeue_retries(const std::string& model,
+                                            const std::vector<std::string>& ids) {
+  std::vector<Connection::Call> calls;
+  calls.reserve(ids.size());
+  for (const auto& id : ids)
+    calls.push_back({&lua::requeue_retry,
+                     {keys_.retries(model), keys_.pending(model), keys_.job(model, id),
+                      keys_.paused(model), keys_.held(model)},
+                     {id}});
+  std::vector<bool> out;
+  out.reserve(ids.size());
+  if (calls.empty()) return out;
+  for (const auto& r : conn_.pipeline(calls)) out.push_back(as_string(r.get()) == "requeued");
+  return out;
 }
 
 FinishOutcome JobStore::retry(const std::string& model, const std::string& id,
@@ -715,18 +723,33 @@ FinishOutcome JobStore::retry(const std::string& model, const std::string& id,
   return FinishOutcome::missing;
 }
 
-bool JobStore::expire(const std::string& model, const std::string& id) {
-  Completion c = Completion::failure(id, model, "expired");
-  auto r = conn_.eval(lua::expire,
-                      {keys_.expiries(model), keys_.pending(model), keys_.job(model, id),
-                       keys_.events(model), keys_.held(model)},
-                      {id, format_rfc3339(c.finished_at), std::to_string(kEventsMaxLen)});
-  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
-    throw ReplyError("expire: unexpected reply");
-  if (as_string(r->element[0]) != "expired") return false;
-  c.service_type = r->elements > 1 ? as_string(r->element[1]) : "";
-  conn_.command({"PUBLISH", keys_.completed_channel(model), c.payload()});
-  return true;
+std::vector<bool> JobStore::expire(const std::string& model, const std::vector<std::string>& ids) {
+  std::vector<Completion> ends;
+  std::vector<Connection::Call> calls;
+  for (const auto& id : ids) {
+    ends.push_back(Completion::failure(id, model, "expired"));
+    calls.push_back({&lua::expire,
+                     {keys_.expiries(model), keys_.pending(model), keys_.job(model, id),
+                      keys_.events(model), keys_.held(model)},
+                     {id, format_rfc3339(ends.back().finished_at), std::to_string(kEventsMaxLen)}});
+  }
+  std::vector<bool> out;
+  if (calls.empty()) return out;
+  auto replies = conn_.pipeline(calls);
+  // The transitions are durable (record, events stream); their live signals follow.
+  std::vector<Connection::Call> signals;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const redisReply* r = replies[i].get();
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+      throw ReplyError("expire: unexpected reply");
+    out.push_back(as_string(r->element[0]) == "expired");
+    if (!out.back()) continue;
+    ends[i].service_type = r->elements > 1 ? as_string(r->element[1]) : "";
+    signals.push_back(
+        {nullptr, {}, {"PUBLISH", keys_.completed_channel(model), ends[i].payload()}});
+  }
+  if (!signals.empty()) conn_.pipeline(signals);
+  return out;
 }
 
 namespace {

@@ -231,10 +231,10 @@ class JobStore {
   // included (JSON array).
   FinishOutcome retry(const std::string& model, const std::string& id, const std::string& token,
                       WallTime due, const std::string& failures);
-  // The due sweep (gateway): retries due by now, at most limit; one back into pending (true) or
-  // dropped because it was cancelled meanwhile (false).
+  // The due sweep (gateway): retries due by now, at most limit; each back into pending (true) or
+  // dropped because it was cancelled meanwhile (false), their steps in one round trip.
   std::vector<std::string> due_retries(const std::string& model, WallTime now, int limit);
-  bool requeue_retry(const std::string& model, const std::string& id);
+  std::vector<bool> requeue_retries(const std::string& model, const std::vector<std::string>& ids);
 
   std::optional<JobRecord> get(const std::string& model, const std::string& id);
   // A record from its HGETALL reply (nullopt: none), for a caller that sent the read another way.
@@ -331,10 +331,11 @@ class JobStore {
   std::vector<ReapOutcome> reap_all(const std::string& model, const std::vector<std::string>& ids,
                                     std::chrono::milliseconds grace, long long max_attempts);
   static constexpr std::size_t kReapBatch = 100;
-  // Queue deadlines (gateway): ids whose ttl has passed by now, at most limit; and one step for
-  // one of them (lua/expire.lua): true when it was still pending and is now failed `expired`.
+  // Queue deadlines (gateway): ids whose ttl has passed by now, at most limit; and a step for
+  // each (lua/expire.lua), in one round trip: true when it was still pending and is now failed
+  // `expired`.
   std::vector<std::string> due_expiries(const std::string& model, WallTime now, int limit);
-  bool expire(const std::string& model, const std::string& id);
+  std::vector<bool> expire(const std::string& model, const std::vector<std::string>& ids);
   // Quotas (gateway): admits a submission of job id to model under tenant's quota, or says
   // which limit refuses it; release() undoes an admission (the job ended, or never came to be);
   // renew() marks an admission still in use (a long upload), so that the sweep leaves it.

@@ -746,6 +746,34 @@ TEST_F(JobStoreTest, ReapingAWholeProcessingListIsOneRoundTripPerBatch) {
   EXPECT_TRUE(store_.reap_all(model_, {}, 0ms, 3).empty());
 }
 
+// The due sweep's steps for a batch of expired jobs go in one round trip: each expired job
+// failed `expired` with its terminal event, out of pending; one taken meanwhile left alone.
+TEST_F(JobStoreTest, ExpiringABatchOfJobsIsOneRoundTrip) {
+  constexpr int kJobs = 100;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kJobs; ++i) {
+    auto r = pending_job(model_);
+    r.expires_at = wall_now() - 1s;
+    store_.submit(r, false);
+    ids.push_back(r.id);
+  }
+  ASSERT_EQ(store_.pop(model_, 1s), ids[0]);  // taken before the sweep: not expired
+  auto due = store_.due_expiries(model_, wall_now(), kJobs);
+  ASSERT_EQ(due.size(), static_cast<std::size_t>(kJobs));
+  ReadCounter reads(redis_, keys_.pending(model_));
+  const auto before = reads();
+  auto expired = store_.expire(model_, due);
+  EXPECT_LT(reads() - before, 10) << "Redis reads for " << kJobs << " expire steps";
+  ASSERT_EQ(expired.size(), due.size());
+  for (std::size_t i = 0; i < due.size(); ++i) {
+    EXPECT_EQ(expired[i], due[i] != ids[0]) << i;
+    EXPECT_EQ(status(due[i]), due[i] == ids[0] ? "pending" : "failed") << i;
+  }
+  EXPECT_TRUE(list(keys_.pending(model_)).empty());
+  EXPECT_EQ(redis::as_integer(conn_.command({"XLEN", keys_.events(model_)}).get()), kJobs - 1);
+  EXPECT_TRUE(store_.due_expiries(model_, wall_now(), kJobs).empty());
+}
+
 TEST_F(JobStoreTest, ARetryStepRunAgainFindsItsOwnWork) {
   auto r = pending_job(model_);
   store_.submit(r, false);
