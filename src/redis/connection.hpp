@@ -212,13 +212,13 @@ class Connection {
   };
   // Several calls in one write, their replies read in order: one round trip for all. Every
   // reply is read, then the first error reply is thrown as command() throws it (so a caller
-  // that retries must expect the calls before it to have run). NOSCRIPT (after a restart)
-  // sends that call again whole once the others are read: the calls then do not run in order,
-  // so pipeline only steps that do not depend on each other. In cluster mode the calls go to
-  // their nodes (routed as command() and eval() route them), each node's in one write, the
-  // nodes one after another; a redirected call is sent again alone. checked = false: error
-  // replies are returned, not thrown, for a caller that owns several callers' calls
-  // (redis/batcher.hpp); only I/O failures throw then.
+  // that retries must expect the calls before it to have run). Calls refused NOSCRIPT (after a
+  // restart) are sent again together once the others are read (each script whole once): the
+  // calls then do not run in order, so pipeline only steps that do not depend on each other. In
+  // cluster mode the calls go to their nodes (routed as command() and eval() route them), each
+  // node's in one write, the nodes one after another; a redirected call is sent again alone.
+  // checked = false: error replies are returned, not thrown, for a caller that owns several
+  // callers' calls (redis/batcher.hpp); only I/O failures throw then.
   std::vector<Reply> pipeline(const std::vector<Call>& calls, bool checked = true);
   // pipeline() in two halves, for a caller with other work meanwhile (a relay taking ahead
   // writes a job's outcome while the model runs the next): send() writes the calls, receive()
