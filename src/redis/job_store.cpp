@@ -92,11 +92,12 @@ Connection::Call JobStore::take_call(const std::string& model, const std::string
                                      const TakeCandidates& candidates) const {
   Connection::Call call{
       &lua::take,
-      {keys_.pending(model), keys_.processing(model), keys_.taken(model, candidates.taker())},
+      {keys_.pending(model), keys_.processing(model), keys_.taken(model, candidates.taker()),
+       keys_.dropped(model)},
       {token, std::to_string(lease_ttl.count()), format_rfc3339(wall_now()), keys_.job(model, ""),
        keys_.job_channel_prefix(), std::string(Keys::kChangedSuffix)}};
   const std::size_t named = candidates.ids.size();
-  call.keys.reserve(3 + 2 * named);
+  call.keys.reserve(4 + 2 * named);
   for (std::size_t i = 0; i < named; ++i) {
     call.keys.push_back(keys_.job(model, candidates.ids[i]));
     call.keys.push_back(keys_.lease(model, candidates.ids[i]));
@@ -180,9 +181,11 @@ std::optional<Taken> JobStore::take_outcome(const std::string& model, const std:
   if (take->elements != 3) throw ReplyError("take: unexpected reply");
   candidates.found_at(as_integer(take->element[2]));
   // (The look and the copy's read ran first when the take was refused NOSCRIPT, sent again
-  // after them: the job taken is then the look's head, and the copy the slot's last job's.)
+  // after them: the job taken is then in the look, behind the ended jobs the take dropped
+  // before it, and the copy is the slot's last job's.)
   std::string id = as_string(take->element[1]);
-  if (!ids.empty() && ids.front() == id) ids.erase(ids.begin());
+  if (auto at = std::find(ids.begin(), ids.end(), id); at != ids.end())
+    ids.erase(ids.begin(), at + 1);
   candidates.ids = std::move(ids);
   candidates.fresh = false;  // (the next take is a job away)
   JobRecord record;
@@ -229,7 +232,8 @@ BeginResult JobStore::begin(const std::string& model, const std::string& id,
   std::vector<Connection::Call> calls;
   calls.reserve(2);
   calls.push_back({&lua::begin,
-                   {keys_.job(model, id), keys_.processing(model), keys_.lease(model, id)},
+                   {keys_.job(model, id), keys_.processing(model), keys_.lease(model, id),
+                    keys_.dropped(model)},
                    {id, token, std::to_string(lease_ttl.count()), format_rfc3339(now),
                     keys_.job_changed_channel(id)}});
   calls.push_back({nullptr, {}, {"HGETALL", keys_.job(model, id)}});  // (see begin.lua)
@@ -404,7 +408,7 @@ Connection::Call JobStore::cancel_call(const Keys& keys, const std::string& mode
   c.finished_at = wall_now();
   return {&lua::cancel,
           {keys.job(model, id), keys.pending(model), keys.events(model), keys.retries(model),
-           keys.held(model)},
+           keys.held(model), keys.processing(model), keys.dropped(model)},
           {id, format_rfc3339(c.finished_at), keys.completed_channel(model),
            keys.cancel_channel(model), std::to_string(kEventsMaxLen), c.payload()}};
 }
@@ -530,28 +534,48 @@ void JobStore::ping() {
   conn_.command({"PING"});
 }
 
+// The ids of ended jobs left in a queue (the dropped set: see cancel.lua) are not counted. They
+// are in pending, or in held while the model is paused: one of the two lists holds the queue
+// at a time (pause.lua moves it whole), so they come off pending first, the rest off held.
 long long JobStore::pending_count(const std::string& model) {
-  return as_integer(conn_.command({"LLEN", keys_.pending(model)}).get());
+  auto r = conn_.pipeline({{nullptr, {}, {"LLEN", keys_.pending(model)}},
+                           {nullptr, {}, {"SCARD", keys_.dropped(model)}}});
+  return std::max(0LL, as_integer(r[0].get()) - as_integer(r[1].get()));
 }
 
 QueueDepth JobStore::queue_depth(const std::string& model) {
   QueueDepth d;
-  d.pending = pending_count(model);
-  d.processing = as_integer(conn_.command({"LLEN", keys_.processing(model)}).get());
-  d.deadletter = as_integer(conn_.command({"LLEN", keys_.deadletter(model)}).get());
-  d.held = as_integer(conn_.command({"LLEN", keys_.held(model)}).get());
-  d.retrying = as_integer(conn_.command({"ZCARD", keys_.retries(model)}).get());
-  const auto ids = as_strings(
-      conn_.command({"LRANGE", keys_.pending(model), "0", std::to_string(d.kOldestScan - 1)})
-          .get());
+  auto r = conn_.pipeline(
+      {{nullptr, {}, {"LLEN", keys_.pending(model)}},
+       {nullptr, {}, {"LLEN", keys_.held(model)}},
+       {nullptr, {}, {"SCARD", keys_.dropped(model)}},
+       {nullptr, {}, {"LLEN", keys_.processing(model)}},
+       {nullptr, {}, {"LLEN", keys_.deadletter(model)}},
+       {nullptr, {}, {"ZCARD", keys_.retries(model)}},
+       {nullptr, {}, {"LRANGE", keys_.pending(model), "0", std::to_string(d.kOldestScan - 1)}}});
+  const long long pending = as_integer(r[0].get()), dropped = as_integer(r[2].get());
+  d.pending = std::max(0LL, pending - dropped);
+  d.held = std::max(0LL, as_integer(r[1].get()) - std::max(0LL, dropped - pending));
+  d.processing = as_integer(r[3].get());
+  d.deadletter = as_integer(r[4].get());
+  d.retrying = as_integer(r[5].get());
+  const auto ids = as_strings(r[6].get());
   if (ids.empty()) return d;
   std::vector<Connection::Call> reads;
   for (const auto& id : ids)
-    reads.push_back({nullptr, {}, {"HGET", keys_.job(model, id), std::string(field::created_at)}});
-  for (const auto& reply : conn_.pipeline(reads))
-    if (auto text = as_optional_string(reply.get()))
+    reads.push_back({nullptr,
+                     {},
+                     {"HMGET", keys_.job(model, id), std::string(field::created_at),
+                      std::string(field::status)}});
+  for (const auto& reply : conn_.pipeline(reads)) {
+    // (An ended job's id still in the queue waits for nothing.)
+    const redisReply* fields = reply.get();
+    if (fields->type != REDIS_REPLY_ARRAY || fields->elements != 2) continue;
+    if (as_optional_string(fields->element[1]) != "pending") continue;
+    if (auto text = as_optional_string(fields->element[0]))
       if (auto created = parse_rfc3339(*text))
         if (!d.oldest_created || *created < *d.oldest_created) d.oldest_created = created;
+  }
   return d;
 }
 
@@ -631,13 +655,14 @@ std::vector<ReapOutcome> JobStore::reap_all(const std::string& model,
     for (std::size_t i = from; i < to; ++i) {
       const std::string& id = ids[i];
       ends.push_back(Completion::failure(id, model, "dead_lettered"));
-      calls.push_back({&lua::reap,
-                       {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id),
-                        keys_.pending(model), keys_.deadletter(model), keys_.suspects(model),
-                        keys_.events(model), keys_.paused(model), keys_.held(model)},
-                       {id, std::to_string(grace.count()), std::to_string(max_attempts),
-                        format_rfc3339(ends.back().finished_at), std::to_string(kEventsMaxLen),
-                        keys_.job_changed_channel(id)}});
+      calls.push_back(
+          {&lua::reap,
+           {keys_.processing(model), keys_.lease(model, id), keys_.job(model, id),
+            keys_.pending(model), keys_.deadletter(model), keys_.suspects(model),
+            keys_.events(model), keys_.paused(model), keys_.held(model), keys_.dropped(model)},
+           {id, std::to_string(grace.count()), std::to_string(max_attempts),
+            format_rfc3339(ends.back().finished_at), std::to_string(kEventsMaxLen),
+            keys_.job_changed_channel(id)}});
     }
     // (Independent steps, each its own id's: in any order after a NOSCRIPT, as pipeline() may.)
     auto replies = conn_.pipeline(calls);
@@ -728,10 +753,11 @@ std::vector<bool> JobStore::expire(const std::string& model, const std::vector<s
   std::vector<Connection::Call> calls;
   for (const auto& id : ids) {
     ends.push_back(Completion::failure(id, model, "expired"));
-    calls.push_back({&lua::expire,
-                     {keys_.expiries(model), keys_.pending(model), keys_.job(model, id),
-                      keys_.events(model), keys_.held(model)},
-                     {id, format_rfc3339(ends.back().finished_at), std::to_string(kEventsMaxLen)}});
+    calls.push_back(
+        {&lua::expire,
+         {keys_.expiries(model), keys_.pending(model), keys_.job(model, id), keys_.events(model),
+          keys_.held(model), keys_.retries(model), keys_.processing(model), keys_.dropped(model)},
+         {id, format_rfc3339(ends.back().finished_at), std::to_string(kEventsMaxLen)}});
   }
   std::vector<bool> out;
   if (calls.empty()) return out;

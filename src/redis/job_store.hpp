@@ -309,7 +309,8 @@ class JobStore {
   void ping();
 
   QueueDepth queue_depth(const std::string& model);
-  long long pending_count(const std::string& model);  // one LLEN: what the scaler needs
+  // What the scaler needs: the jobs pending, ended ones left in the queue not counted.
+  long long pending_count(const std::string& model);
 
   // Operators: a dead-lettered job back into pending; false when it is not dead-lettered. The
   // token names the operator's request (random_hex; the same on each retry of that request): a

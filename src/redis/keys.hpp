@@ -26,6 +26,10 @@ class Keys {
   // stays empty, so the scaler, which counts pending, starts no pod).
   std::string paused(std::string_view model) const { return model_key(model, "paused"); }
   std::string held(std::string_view model) const { return model_key(model, "held"); }
+  // Ids of jobs that ended (cancelled, expired) while deep in a long pending or held list, left
+  // there for a take to drop when they reach the head (lua/cancel.lua, lua/expire.lua): a set,
+  // so that the queue's depth leaves them out.
+  std::string dropped(std::string_view model) const { return model_key(model, "dropped"); }
   std::string lease(std::string_view model, std::string_view id) const {
     return cat({prefix_, "relay:", open(), model, close(), ":lease:", id});
   }

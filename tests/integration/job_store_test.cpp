@@ -774,6 +774,81 @@ TEST_F(JobStoreTest, ExpiringABatchOfJobsIsOneRoundTrip) {
   EXPECT_TRUE(store_.due_expiries(model_, wall_now(), kJobs).empty());
 }
 
+// Cancel and expire look for a pending job only within 500 entries of either end of its queue
+// (cancel.lua): near an end it leaves the queue at once; deeper it ends where it lies, in the
+// model's dropped set, left out of the queue's depth, and a take drops it at the head. One
+// waiting for its retry or taken (between its pop and begin) is never dropped so.
+TEST_F(JobStoreTest, AJobEndedDeepInALongQueueIsDroppedWhereItLiesAndTakenOutAtTheHead) {
+  constexpr int kJobs = 1500;
+  std::vector<JobRecord> jobs;
+  for (int i = 0; i < kJobs; ++i) {
+    jobs.push_back(pending_job(model_));
+    ASSERT_TRUE(store_.submit(jobs.back(), false));
+  }
+  auto in_queue = [&](const std::string& list_key, const std::string& id) {
+    return conn_.command({"LPOS", list_key, id})->type == REDIS_REPLY_INTEGER;
+  };
+  auto dropped = [&](const std::string& id) {
+    return redis::as_integer(conn_.command({"SISMEMBER", keys_.dropped(model_), id}).get()) == 1;
+  };
+  auto cancel = [&](const JobRecord& r) { return store_.cancel(model_, r.service_type, r.id); };
+  // Taken (popped, not begun), and waiting for its retry: neither is dropped.
+  ASSERT_EQ(store_.pop(model_, 1s), jobs[0].id);
+  auto retrying = pending_job(model_);
+  store_.submit(retrying, true);
+  ASSERT_EQ(store_.pop(model_, 1s), retrying.id);
+  ASSERT_EQ(store_.begin(model_, retrying.id, "tok", 5s).outcome, redis::BeginOutcome::ok);
+  ASSERT_EQ(store_.retry(model_, retrying.id, "tok", wall_now() + 1h, "[]"),
+            redis::FinishOutcome::ok);
+  EXPECT_EQ(store_.expire(model_, {jobs[0].id, retrying.id}), (std::vector<bool>{false, false}));
+  EXPECT_EQ(cancel(jobs[0]), redis::CancelOutcome::requested);
+  EXPECT_EQ(status(retrying.id), "pending");
+  // Near either end: out of the queue at once.
+  EXPECT_EQ(cancel(jobs[3]), redis::CancelOutcome::cancelled);
+  EXPECT_EQ(store_.expire(model_, {jobs[kJobs - 3].id}), std::vector<bool>{true});
+  EXPECT_FALSE(in_queue(keys_.pending(model_), jobs[3].id));
+  EXPECT_FALSE(in_queue(keys_.pending(model_), jobs[kJobs - 3].id));
+  EXPECT_FALSE(dropped(jobs[3].id));
+  // Deep: ended where they lie.
+  EXPECT_EQ(cancel(jobs[700]), redis::CancelOutcome::cancelled);
+  EXPECT_EQ(store_.expire(model_, {jobs[800].id}), std::vector<bool>{true});
+  EXPECT_EQ(status(jobs[700].id), "cancelled");
+  EXPECT_EQ(record(jobs[800].id).error_code, "expired");
+  EXPECT_EQ(events_count(), 4) << "each end's event, once";
+  for (int i : {700, 800}) {
+    EXPECT_TRUE(in_queue(keys_.pending(model_), jobs[i].id)) << i;
+    EXPECT_TRUE(dropped(jobs[i].id)) << i;
+  }
+  EXPECT_EQ(cancel(jobs[700]), redis::CancelOutcome::terminal) << "once";
+  long long queued = kJobs - 3 - 2;  // popped; ended near the ends; ended deep
+  EXPECT_EQ(store_.pending_count(model_), queued);
+  EXPECT_EQ(store_.queue_depth(model_).pending, queued);
+  // Paused, the queue is the held list: the same there.
+  ASSERT_EQ(store_.set_paused(model_, true), queued + 2);
+  EXPECT_EQ(cancel(jobs[900]), redis::CancelOutcome::cancelled);
+  EXPECT_TRUE(in_queue(keys_.held(model_), jobs[900].id));
+  --queued;
+  auto depth = store_.queue_depth(model_);
+  EXPECT_EQ(depth.pending, 0);
+  EXPECT_EQ(depth.held, queued);
+  EXPECT_EQ(store_.pending_count(model_), 0);
+  store_.set_paused(model_, false);
+  EXPECT_EQ(store_.queue_depth(model_).pending, queued);
+  // Taken through: every job still queued once, in order; the ended ones dropped at the head.
+  std::vector<std::string> taken;
+  redis::TakeCandidates candidates;
+  while (auto t = store_.take(model_, "tok-" + std::to_string(taken.size()), 5s, candidates))
+    taken.push_back(t->id);
+  std::vector<std::string> expected;
+  for (int i = 1; i < kJobs; ++i)
+    if (i != 3 && i != kJobs - 3 && i != 700 && i != 800 && i != 900)
+      expected.push_back(jobs[i].id);
+  EXPECT_EQ(taken, expected);
+  EXPECT_TRUE(list(keys_.pending(model_)).empty());
+  EXPECT_EQ(redis::as_integer(conn_.command({"SCARD", keys_.dropped(model_)}).get()), 0);
+  EXPECT_EQ(status(jobs[700].id), "cancelled") << "dropped, not run";
+}
+
 TEST_F(JobStoreTest, ARetryStepRunAgainFindsItsOwnWork) {
   auto r = pending_job(model_);
   store_.submit(r, false);

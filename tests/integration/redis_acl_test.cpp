@@ -103,8 +103,23 @@ TEST_F(GatewayTest, TheReadmesRedisUsersRunEveryStep) {
   const std::string cancelled = submit_id("cancelled while paused");
   EXPECT_EQ(str(parse(http("DELETE", url("/jobs/echo/" + cancelled))), "status"), "cancelled");
   const std::string held = submit_id("held while paused");
+  // One cancelled deep in a long queue (cancel.lua): ended where it lies, dropped by a take.
+  // (The queue's other ids have no records: takes drop them the same way.)
+  std::vector<std::string> filler{"RPUSH", keys_.held("m1")};
+  for (int i = 0; i < 600; ++i) filler.push_back("gone-" + std::to_string(i));
+  conn_.command(filler);
+  const std::string deep = submit_id("cancelled deep in the queue");
+  conn_.command(filler);
+  EXPECT_EQ(str(parse(http("DELETE", url("/jobs/echo/" + deep))), "status"), "cancelled");
+  EXPECT_EQ(redis::as_integer(conn_.command({"SCARD", keys_.dropped("m1")}).get()), 1);
   ASSERT_EQ(http("POST", url("/admin/api/models/m1/resume"), op).status, 200);
   EXPECT_EQ(str(job(held, "?wait=20"), "status"), "completed");
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return conn_.command({"LLEN", keys_.pending("m1")})->integer == 0;
+      },
+      20s));
+  EXPECT_EQ(redis::as_integer(conn_.command({"SCARD", keys_.dropped("m1")}).get()), 0);
   EXPECT_EQ(http("GET", url("/admin/api/overview"), op).status, 200);
   relay->signal(SIGTERM);
   EXPECT_EQ(relay->wait_exit(20s), 0) << relay->log();

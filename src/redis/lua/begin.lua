@@ -1,7 +1,8 @@
 -- Dequeue bookkeeping, run right after BLMOVE pending -> processing (SPEC §4.2): take the lease
 -- and mark the record processing. Until this runs the id sits in processing without a lease;
 -- the reaper tolerates that window (it reaps only ids seen lease-less on two passes).
--- KEYS[1] job record, KEYS[2] processing list, KEYS[3] lease
+-- KEYS[1] job record, KEYS[2] processing list, KEYS[3] lease, KEYS[4] the model's dropped set
+-- (an ended job dropped leaves it: see cancel.lua)
 -- ARGV[1] job id, ARGV[2] lease token, ARGV[3] lease TTL in ms, ARGV[4] now (RFC 3339),
 -- ARGV[5] the job's changed channel (announced on only when a live event stream watches it)
 -- Returns {'ok'} (the record is read by a plain HGETALL sent behind this call: each field
@@ -14,10 +15,12 @@ if not redis.call('LPOS', KEYS[2], ARGV[1]) then return {'missing'} end
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then
   redis.call('LREM', KEYS[2], 1, ARGV[1])
+  redis.call('SREM', KEYS[4], ARGV[1])
   return {'missing'}
 end
 if st == 'completed' or st == 'failed' or st == 'cancelled' then
   redis.call('LREM', KEYS[2], 1, ARGV[1])
+  redis.call('SREM', KEYS[4], ARGV[1])
   return {'terminal', st}
 end
 redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])

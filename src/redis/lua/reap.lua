@@ -7,7 +7,8 @@
 -- publishes the completion.
 -- KEYS[1] processing, KEYS[2] lease, KEYS[3] job record, KEYS[4] pending, KEYS[5] deadletter,
 -- KEYS[6] suspects hash, KEYS[7] events stream, KEYS[8] the model's paused flag, KEYS[9] its held
--- list (the queue while paused)
+-- list (the queue while paused), KEYS[10] its dropped set (an ended job's id left in a queue:
+-- see cancel.lua; one taken by a relay that died before begin.lua dropped it leaves it here)
 -- ARGV[1] job id, ARGV[2] grace in ms, ARGV[3] max reap attempts, ARGV[4] now (RFC 3339),
 -- ARGV[5] events stream max length, ARGV[6] the job's changed channel (announced on, when requeued,
 -- only when a live event stream watches the job)
@@ -34,7 +35,10 @@ if now - tonumber(first) < tonumber(ARGV[2]) then return {'waiting'} end
 redis.call('HDEL', KEYS[6], id)
 redis.call('LREM', KEYS[1], 1, id)
 local st = redis.call('HGET', KEYS[3], 'status')
-if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then return {'gone'} end
+if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then
+  redis.call('SREM', KEYS[10], id)
+  return {'gone'}
+end
 local attempts = redis.call('HINCRBY', KEYS[3], 'attempts', 1)
 if attempts >= tonumber(ARGV[3]) then
   redis.call('RPUSH', KEYS[5], id)

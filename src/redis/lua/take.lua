@@ -9,15 +9,17 @@
 -- ids keeps a take from missing it (one candidate made four busy relays look again most of the
 -- time). The order stays strictly FIFO: only the head is ever taken.
 -- KEYS[1] pending list, KEYS[2] processing list, KEYS[3] the taker's copy of the record it
--- takes (Keys::taken: one per relay slot), then for candidate i (from 1): KEYS[2 + 2i] its job
--- record, KEYS[3 + 2i] its lease
+-- takes (Keys::taken: one per relay slot), KEYS[4] the model's dropped set (a stale head dropped
+-- leaves it: see cancel.lua), then for candidate i (from 1): KEYS[3 + 2i] its job record,
+-- KEYS[4 + 2i] its lease
 -- ARGV[1] lease token, ARGV[2] lease TTL in ms, ARGV[3] now (RFC 3339), ARGV[4] the job records'
 -- key prefix (a record's key is it and the id), ARGV[5] and ARGV[6] what comes before and after
 -- the id in a job's changed channel (announced on only when a live event stream watches the
 -- job). A candidate is its two keys alone: every argument costs Redis a conversion, and a take
 -- names up to 32 candidates.
--- Returns {'empty'}; {'raced'} (the head is not a candidate) or {'stale'} (the head's record is
--- gone or terminal: dropped from the queue) — look again; or {'ok', id, i}, i being the
+-- Returns {'empty'}; {'raced'} (the head is not a candidate) or {'stale'} (heads whose records
+-- were gone or terminal dropped, up to one that is not a candidate) — look again; or
+-- {'ok', id, i}, i being the
 -- candidate the head was (how far the head moved since the relay looked: the relay asks for as
 -- many candidates as it needs by it).
 -- The next candidates are not returned: the caller's LRANGE behind this call reads them as a
@@ -28,25 +30,32 @@
 -- conversions (into Lua and out, each string hashed on the way in), the copy and its expiry ~1.5
 -- and the plain read ~2.5. (A relay cannot read the record itself behind the call: which job
 -- the take finds is known only from its reply.) The copy expires with the lease.
-local head = redis.call('LINDEX', KEYS[1], 0)
-if not head then return {'empty'} end
-local head_key = ARGV[4] .. head
-local i = 0
-for c = 1, (#KEYS - 3) / 2 do
-  if KEYS[2 + 2 * c] == head_key then i = c break end
+-- A head whose job is gone or ended (cancelled or expired deep in the queue: cancel.lua) is
+-- dropped, and the next looked at, as long as the heads are candidates: a run of them costs one
+-- take, not a take each.
+local head, i, st, rec
+local dropped = false
+while true do
+  head = redis.call('LINDEX', KEYS[1], 0)
+  if not head then return {'empty'} end
+  local head_key = ARGV[4] .. head
+  i = 0
+  for c = 1, (#KEYS - 4) / 2 do
+    if KEYS[3 + 2 * c] == head_key then i = c break end
+  end
+  if i == 0 then return {dropped and 'stale' or 'raced'} end
+  rec = redis.call('HMGET', KEYS[3 + 2 * i], 'status', 'watched')
+  st = rec[1]
+  if st and st ~= 'completed' and st ~= 'failed' and st ~= 'cancelled' then break end
+  redis.call('LPOP', KEYS[1])
+  redis.call('SREM', KEYS[4], head)
+  dropped = true
 end
-if i == 0 then return {'raced'} end
 redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
-local rec = redis.call('HMGET', KEYS[2 + 2 * i], 'status', 'watched')
-local st = rec[1]
-if not st or st == 'completed' or st == 'failed' or st == 'cancelled' then
-  redis.call('LREM', KEYS[2], 1, head)
-  return {'stale'}
-end
-redis.call('SET', KEYS[3 + 2 * i], ARGV[1], 'PX', ARGV[2])
-redis.call('HSET', KEYS[2 + 2 * i], 'status', 'processing', 'started_at', ARGV[3],
+redis.call('SET', KEYS[4 + 2 * i], ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[3 + 2 * i], 'status', 'processing', 'started_at', ARGV[3],
            'holder', ARGV[1])
 if rec[2] then redis.call('PUBLISH', ARGV[5] .. head .. ARGV[6], 'processing') end
-redis.call('COPY', KEYS[2 + 2 * i], KEYS[3], 'REPLACE')
+redis.call('COPY', KEYS[3 + 2 * i], KEYS[3], 'REPLACE')
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return {'ok', head, i}
