@@ -424,10 +424,13 @@ void Relay::work(Slot& slot, Heartbeat& heartbeat) {
       });
       if (begun.outcome != redis::BeginOutcome::ok) {
         unclaim();
-        log::warn("dequeued a job that cannot run; dropped from processing",
-                  {{"job_id", *id},
-                   {"reason", begun.outcome == redis::BeginOutcome::missing ? "record missing"
-                                                                            : "already terminal"}});
+        // (An ended job's id is expected here: one cancelled or expired deep in a long queue is
+        // left there for a take to drop: see cancel.lua.)
+        if (begun.outcome == redis::BeginOutcome::missing)
+          log::warn("dequeued a job whose record is missing; dropped from processing",
+                    {{"job_id", *id}});
+        else
+          log::info("dequeued a job that had ended; dropped from processing", {{"job_id", *id}});
         continue;
       }
       if (process(slot, begun.record, token, heartbeat, nullptr) == Step::stop) break;
