@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "common/job_id.hpp"
 #include "redis/schedules.hpp"
@@ -158,6 +159,69 @@ TEST_F(JobStoreTest, GiveBackPutsTheJobAtTheFrontAndDropsTheLease) {
   EXPECT_TRUE(list(keys_.processing(model_)).empty());
   EXPECT_FALSE(exists(keys_.lease(model_, a.id)));
   EXPECT_EQ(status(a.id), "pending");
+}
+
+// Pausing puts pending's jobs ahead of any already held; resuming puts the held jobs ahead of any
+// that reached pending meanwhile (an older binary's). With both lists holding jobs, pause.lua
+// moves the shorter one's entries onto the longer and renames: the order is the same whichever
+// is longer.
+TEST_F(JobStoreTest, PauseAndResumeKeepTheOrderWhicheverListIsLonger) {
+  auto ids = [](const std::string& name, int n) {
+    std::vector<std::string> v;
+    for (int i = 0; i < n; ++i) v.push_back(name + std::to_string(i));
+    return v;
+  };
+  auto push = [&](const std::string& key, const std::vector<std::string>& v) {
+    if (v.empty()) return;
+    std::vector<std::string> cmd{"RPUSH", key};
+    cmd.insert(cmd.end(), v.begin(), v.end());
+    conn_.command(cmd);
+  };
+  auto cat = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::string pending = keys_.pending(model_), held = keys_.held(model_);
+  // (jobs in pending, in held, then in pending while paused)
+  const std::tuple<int, int, int> cases[] = {{0, 0, 0}, {3, 0, 0}, {0, 3, 0}, {2, 5, 1},
+                                             {5, 2, 9}, {4, 4, 4}, {1, 0, 6}};
+  for (auto [np, nh, nlate] : cases) {
+    SCOPED_TRACE(std::to_string(np) + " " + std::to_string(nh) + " " + std::to_string(nlate));
+    conn_.command({"DEL", pending, held});
+    const auto p = ids("p", np), h = ids("h", nh), late = ids("late", nlate);
+    push(pending, p);
+    push(held, h);
+    EXPECT_EQ(store_.set_paused(model_, true), np);
+    EXPECT_TRUE(list(pending).empty());
+    EXPECT_EQ(list(held), cat(p, h));
+    push(pending, late);
+    EXPECT_EQ(store_.set_paused(model_, false), np + nh);
+    EXPECT_EQ(list(pending), cat(cat(p, h), late));
+    EXPECT_TRUE(list(held).empty());
+    EXPECT_FALSE(exists(keys_.paused(model_)));
+  }
+  // A long held list and a few late arrivals: the few move (until 2026-12-07 the long list did,
+  // one entry at a time).
+  auto node = redis_.cluster() ? redis::Connection::open(redis_.node_endpoint(
+                                     redis_.node_of_slot(redis::key_slot(held))))
+                               : redis_.connect();
+  auto moves = [&] {
+    const auto info = redis::as_string(node.command({"INFO", "commandstats"}).get());
+    long long n = 0;
+    for (std::string cmd : {"cmdstat_lmove:calls=", "cmdstat_rpoplpush:calls="})
+      if (auto at = info.find(cmd); at != std::string::npos)
+        n += std::stoll(info.substr(at + cmd.size()));
+    return n;
+  };
+  conn_.command({"DEL", pending, held});
+  ASSERT_EQ(store_.set_paused(model_, true), 0);
+  const auto h = ids("h", 2000), late = ids("late", 3);
+  push(held, h);
+  push(pending, late);
+  const long long before = moves();
+  EXPECT_EQ(store_.set_paused(model_, false), 2000);
+  EXPECT_EQ(list(pending), cat(h, late));
+  EXPECT_LE(moves() - before, 3);
 }
 
 TEST_F(JobStoreTest, ScriptsSurviveARedisRestart) {

@@ -112,6 +112,8 @@ TEST_F(GatewayTest, TheReadmesRedisUsersRunEveryStep) {
   conn_.command(filler);
   EXPECT_EQ(str(parse(http("DELETE", url("/jobs/echo/" + deep))), "status"), "cancelled");
   EXPECT_EQ(redis::as_integer(conn_.command({"SCARD", keys_.dropped("m1")}).get()), 1);
+  // One in pending as well (an older binary's): the resume joins the lists (pause.lua).
+  conn_.command({"RPUSH", keys_.pending("m1"), "gone-older"});
   ASSERT_EQ(http("POST", url("/admin/api/models/m1/resume"), op).status, 200);
   EXPECT_EQ(str(job(held, "?wait=20"), "status"), "completed");
   EXPECT_TRUE(wait_until(
