@@ -1,6 +1,12 @@
 #pragma once
 // Shutdown signals are taken by one thread with sigwait: block them before any thread starts
 // (threads inherit the mask). SIGUSR1 is only used to wake that thread at exit.
+// The gateway and the relay block them at load, in a constructor that runs before main and
+// before every other static initializer (priority 101, the first a program may use): until
+// then a SIGTERM ends the process by its default action — killed by the signal, exit status
+// 143 under Kubernetes, where both promise 0. Blocked at the start of main (after static
+// initialization and the command line), a one-shot relay sent SIGTERM just after it was started
+// died so (the chaos test, 2026-12-07); what is left unprotected is the dynamic loader's work.
 
 #include <signal.h>
 #include <unistd.h>

@@ -31,6 +31,15 @@
 
 using namespace relay;
 
+namespace {
+// Signals are taken by one thread with sigwait; every other thread inherits the mask. Blocked
+// before main and before every static initializer (see block_shutdown_signals).
+sigset_t shutdown_signals;
+__attribute__((constructor(101))) void block_at_load() {
+  shutdown_signals = relay::block_shutdown_signals();
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"relay-gateway: the HTTP API, completion consumer and reaper of Relay"};
   std::string config_path;
@@ -46,7 +55,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  const sigset_t set = relay::block_shutdown_signals();
+  const sigset_t set = shutdown_signals;  // (blocked at load)
 
   gateway::Config cfg;
   std::unique_ptr<storage::Storage> storage;

@@ -39,6 +39,15 @@ constexpr auto kEnding = relay::sidecar::Relay::Ending::at_once;
 #endif
 }  // namespace
 
+namespace {
+// Signals are taken by one thread with sigwait; every other thread inherits the mask. Blocked
+// before main and before every static initializer (see block_shutdown_signals).
+sigset_t shutdown_signals;
+__attribute__((constructor(101))) void block_at_load() {
+  shutdown_signals = relay::block_shutdown_signals();
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"relay: takes inference jobs from Redis, runs them on the local model server"};
   std::string config_path;
@@ -62,8 +71,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // Signals are taken by one thread with sigwait; every other thread inherits the mask.
-  const sigset_t set = relay::block_shutdown_signals();
+  const sigset_t set = shutdown_signals;  // (blocked at load)
 
   relay::sidecar::Config cfg;
   try {

@@ -25,7 +25,8 @@ nothing left in processing; no relay or gateway exited on its own (a one-shot re
 exit code 0, after its job); a SIGTERM ends a gateway
 with exit code 0 within seconds (its requests answered; a connection kept alive and left idle,
 as an ingress's pool holds one to each replica, does not hold it to server.shutdown_timeout),
-and a relay with exit code 0.
+and a relay with exit code 0 (unless the signal came while it was still being loaded, before
+any code of its own ran: then it is killed by it, as any program would be, having said nothing).
 
 RELAY_BIN_DIR: the binaries. RELAY_CHAOS_SEED replays a run's faults (the seed is printed).
 --jobs N, --seconds S (of faults), --redis=standalone|sentinel|cluster, --storage=file|s3
@@ -109,6 +110,8 @@ class Stack:
     def __init__(self, root, rng, topology, storage="file"):
         self.root, self.rng = root, rng
         self.procs = {}
+        self.logged_at_start = {}  # name -> its log's size when it was started last
+        self.unready = 0  # relays a SIGTERM killed before they could take it (stop())
         self.problems = []  # found while running: a process that exited on its own, a slow stop
         self.idle = []  # kept-alive connections left idle
         self.relays = threading.Lock()  # (the faults and the supervisor both start relays)
@@ -159,6 +162,7 @@ class Stack:
 
     def start(self, name, argv, env=None):
         with open(f"{self.root}/logs/{name}.log", "ab") as log:
+            self.logged_at_start[name] = log.tell()
             self.procs[name] = subprocess.Popen(argv, env={**os.environ, **(env or {})},
                                                 stdout=log, stderr=log)
 
@@ -301,9 +305,20 @@ class Stack:
             self.problems.append(f"{name} still running {within} s after {sig.name}")
             p.kill()
             code = p.wait()
-        if sig == signal.SIGTERM and code != 0:
+        if sig == signal.SIGTERM and code == -signal.SIGTERM and not self.logged_since_start(name):
+            # Killed by the signal having said nothing: it came while the process was still being
+            # loaded, before its first constructor blocks it (src/common/signals.hpp) — no program
+            # can take a signal then. (A one-shot relay is started anew after every job, and lives
+            # ~50-800 ms here: a few of a run's SIGTERMs land in its first ms.) Once it runs,
+            # before its first line, the signal is blocked, so a relay that said something and
+            # still died by it is a problem.
+            self.unready += 1
+        elif sig == signal.SIGTERM and code != 0:
             self.problems.append(f"{name} exited {code} on SIGTERM")
         return time.monotonic() - started
+
+    def logged_since_start(self, name):
+        return os.path.getsize(f"{self.root}/logs/{name}.log") > self.logged_at_start[name]
 
     def down(self):
         for s in self.idle:
@@ -481,7 +496,7 @@ def check(stack, clients):
                 problems.append(f"result of {j['id']}: {r.status_code} {r.text[:200]}")
     retried = sum(1 for j in ended.values() if j.get("failures"))
     print(f"{len(clients.jobs)} jobs accepted: {counts}; {retried} tried again; one-shot relays ran "
-          f"{stack.one_shot_runs} times", flush=True)
+          f"{stack.one_shot_runs} times; {stack.unready} SIGTERMed while being loaded", flush=True)
     if stack.topology != "standalone":  # (failed over: another node than at the start)
         print("masters at the end:", [f"redis{i}" for i, p in enumerate(stack.node_ports)
                                       if cli(p, "ROLE").split("\n")[0] == "master"], flush=True)
