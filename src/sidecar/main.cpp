@@ -37,9 +37,7 @@ constexpr auto kEnding = relay::sidecar::Relay::Ending::orderly;
 #else
 constexpr auto kEnding = relay::sidecar::Relay::Ending::at_once;
 #endif
-}  // namespace
 
-namespace {
 // Signals are taken by one thread with sigwait; every other thread inherits the mask. Blocked
 // before main and before every static initializer (see block_shutdown_signals).
 sigset_t shutdown_signals;

@@ -112,7 +112,7 @@ class Stack:
         self.root, self.rng = root, rng
         self.procs = {}
         self.logged_at_start = {}  # name -> its log's size when it was started last
-        self.unready = 0  # relays a SIGTERM killed before they could take it (stop())
+        self.unready = 0  # processes a SIGTERM killed before they could take it (stop())
         self.problems = []  # found while running: a process that exited on its own, a slow stop
         self.idle = []  # kept-alive connections left idle
         self.relays = threading.Lock()  # (the faults and the supervisor both start relays)
